@@ -1,0 +1,443 @@
+// Sessions: the requests of API.md and SPEC.md §1–§3 (who wins, who is interrupted, who may resume).
+
+extension Engine {
+    // MARK: Requests
+
+    mutating func reply(_ r: RequestID, _ reply: Reply) {
+        out.replies.append(.reply(r, reply))
+    }
+
+    mutating func createSession(_ r: RequestID, _ spec: NewSession) {
+        let id = allocateSessionID()
+        var s = SessionState(
+            id: id, implicitKey: nil, lifetime: spec.lifetime, pid: spec.pid,
+            applicationName: spec.applicationName, configuration: .initial)
+        s.ownsStreamsByPid = true
+        sessions[id] = s
+        explicitByPid[spec.pid, default: []].insert(id)
+        silentModeSessions.insert(id)
+        out.added.append(.sessionAdded(id))
+        published[id] = view(s)
+        // Streams of this process and its descendants may belong to the new session now; a stream already
+        // audible when it changes hands activates nothing (§7).
+        reassignOwnership(of: streamsByAncestor[spec.pid] ?? [])
+        reply(r, .session(id))
+    }
+
+    mutating func allocateSessionID() -> SessionID {
+        defer { nextSessionID += 1 }
+        return SessionID(nextSessionID)
+    }
+
+    /// The explicit session for a request, or the error API.md names.
+    func explicitSession(_ id: SessionID) -> Result<SessionState, PolicyError> {
+        guard let s = sessions[id] else {
+            return .failure(.noSuchSession("there is no session \(id.rawValue)"))
+        }
+        if s.isImplicit {
+            return .failure(
+                .accessDenied(
+                    "session \(id.rawValue) is an implicit session made by audiod; change it with "
+                        + "SetApplicationCategory"))
+        }
+        return .success(s)
+    }
+
+    mutating func setCategory(_ r: RequestID, _ id: SessionID, _ c: String, _ m: String, _ o: [String]) {
+        let s: SessionState
+        switch explicitSession(id) {
+        case .failure(let e): return reply(r, .error(e))
+        case .success(let found): s = found
+        }
+        switch Configuration.parse(category: c, mode: m, options: o) {
+        case .failure(let e): reply(r, .error(e))
+        case .success(let config):
+            if let refusal = changeConfiguration(of: s.id, to: config) {
+                reply(r, .error(refusal))
+            } else {
+                reply(r, .ok)
+            }
+        }
+    }
+
+    /// Applies a new configuration. On an active session this is judged like a fresh activation (§1): refused
+    /// → nothing changes and the refusal is returned.
+    mutating func changeConfiguration(of id: SessionID, to config: Configuration) -> PolicyError? {
+        guard var s = sessions[id] else { return nil }
+        if s.configuration == config { return nil }
+        if s.active, let call = refusingCall(for: config, excluding: id) {
+            return .insufficientPriority(call: call)
+        }
+        let wasMixable = s.mixable
+        s.configuration = config
+        sessions[id] = s
+        reindexCategory(id)
+        touch(id)
+        markStreamsDirty(of: id)
+        guard s.active else { return nil }
+        if config.isMixable { activeNonMixable.remove(id) } else { activeNonMixable.insert(id) }
+        setDucker(id, config.ducksOthers)
+        interruptOthers(for: id)
+        if config.isMixable && !wasMixable && primary != nil && primary != id {
+            emit(id, .silenceSecondaryAudioHint(.begin))
+        }
+        emit(id, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil))
+        return nil
+    }
+
+    mutating func setActive(_ r: RequestID, _ id: SessionID, _ active: Bool, _ options: [String]) {
+        let s: SessionState
+        switch explicitSession(id) {
+        case .failure(let e): return reply(r, .error(e))
+        case .success(let found): s = found
+        }
+        let parsed: Set<ActivationOption>
+        switch parseActivationOptions(options, active: active) {
+        case .failure(let e): return reply(r, .error(e))
+        case .success(let o): parsed = o
+        }
+        if active {
+            if let refusal = activate(s.id, byOwner: true) {
+                reply(r, .error(refusal))
+            } else {
+                reply(r, .ok)
+            }
+        } else {
+            deactivate(s.id, notify: parsed.contains(.notifyOthersOnDeactivation), cause: .request)
+            reply(r, .ok)
+        }
+    }
+
+    mutating func release(_ r: RequestID, _ id: SessionID) {
+        switch explicitSession(id) {
+        case .failure(let e): reply(r, .error(e))
+        case .success:
+            deactivate(id, notify: true, cause: .request)
+            removeSession(id)
+            reply(r, .ok)
+        }
+    }
+
+    mutating func ownerVanished(_ id: SessionID) {
+        guard let s = sessions[id], !s.isImplicit else { return }
+        deactivate(id, notify: true, cause: .ownerVanished)
+        removeSession(id)
+    }
+
+    mutating func setHandlesSecondaryAudio(_ r: RequestID, _ id: SessionID, _ value: Bool) {
+        switch explicitSession(id) {
+        case .failure(let e): reply(r, .error(e))
+        case .success:
+            sessions[id]?.handlesSecondaryAudio = value
+            touch(id)
+            markStreamsDirty(of: id)
+            reply(r, .ok)
+        }
+    }
+
+    mutating func setSilentMode(_ r: RequestID, _ on: Bool) {
+        if silentMode != on {
+            silentMode = on
+            managerChanged.insert(.silentMode)
+            out.persist = true
+            for id in silentModeSessions.sorted() { markStreamsDirty(of: id, kind: .playback) }
+        }
+        reply(r, .ok)
+    }
+
+    mutating func setDuckLevel(_ r: RequestID, _ level: Double) {
+        guard level > 0, level < 1, level.isFinite else {
+            return reply(
+                r, .error(.invalidArgs("DuckLevel \(level) is out of range: it must be greater than 0 and less than 1")))
+        }
+        applyDuckLevel(level)
+        reply(r, .ok)
+    }
+
+    mutating func applyDuckLevel(_ level: Double) {
+        guard level != settings.duckLevel else { return }
+        settings.duckLevel = level
+        duckFactor = Volume.fromLinear(level)
+        managerChanged.insert(.duckLevel)
+        if !activeDuckers.isEmpty { markAllPlaybackDirty() }
+    }
+
+    mutating func configure(_ r: RequestID, _ new: Settings) {
+        guard new.duckLevel > 0, new.duckLevel < 1, new.duckLevel.isFinite else {
+            return reply(
+                r, .error(.invalidArgs("duck-level \(new.duckLevel) is out of range: it must be greater than 0 and less than 1")))
+        }
+        let level = new.duckLevel
+        var kept = new
+        kept.duckLevel = settings.duckLevel
+        settings = kept
+        applyDuckLevel(level)
+        recomputeImplicitCategories()
+        reply(r, .ok)
+    }
+
+    mutating func setApplicationCategory(_ r: RequestID, _ app: String, _ c: String, _ m: String, _ o: [String]) {
+        guard !app.isEmpty else {
+            return reply(r, .error(.invalidArgs("the application name is empty; give an application.id, binary or application.name")))
+        }
+        switch Configuration.parse(category: c, mode: m, options: o) {
+        case .failure(let e): reply(r, .error(e))
+        case .success(let config):
+            busRules[app] = ApplicationRule(application: app, configuration: config, source: .bus)
+            out.persist = true
+            recomputeImplicitCategories()
+            reply(r, .ok)
+        }
+    }
+
+    mutating func removeApplicationCategory(_ r: RequestID, _ app: String) {
+        guard busRules.removeValue(forKey: app) != nil else {
+            return reply(r, .error(.noSuchRule(app)))
+        }
+        out.persist = true
+        recomputeImplicitCategories()
+        reply(r, .ok)
+    }
+
+    // MARK: Activation (§2)
+
+    /// The active call that would refuse an activation with `config` (§2.1), if any.
+    func refusingCall(for config: Configuration, excluding id: SessionID) -> SessionID? {
+        guard let call = activeCall(excluding: id) else { return nil }
+        if config.isCall { return nil }
+        if config.category == .record || config.category == .playAndRecord { return call }
+        if !config.isMixable { return call }
+        return nil
+    }
+
+    func activeCall(excluding id: SessionID) -> SessionID? {
+        activeNonMixable.filter { $0 != id && sessions[$0]?.isCall == true }.max()
+    }
+
+    /// The active non-mixable session other than `id` ("holds the audio"), if any.
+    func holder(excluding id: SessionID) -> SessionID? {
+        activeNonMixable.filter { $0 != id }.max()
+    }
+
+    /// Activates a session (§2). `byOwner` is an explicit `SetActive(true)`: it also lifts the route-change
+    /// silencing of an already active session and the privacy hold of its record streams. Returns the refusal.
+    @discardableResult
+    mutating func activate(_ id: SessionID, byOwner: Bool) -> PolicyError? {
+        guard var s = sessions[id] else { return nil }
+        if let call = refusingCall(for: s.configuration, excluding: id) {
+            return .insufficientPriority(call: call)
+        }
+        liftActivationHolds(id, byOwner: byOwner)
+        s = sessions[id] ?? s
+        if s.active { return nil }
+        if s.interrupted || s.interrupter != nil {
+            untie(id)
+        }
+        s = sessions[id] ?? s
+        s.interrupted = false
+        s.interrupter = nil
+        s.spokenOnly = false
+        s.awaitingActivation = false
+        s.active = true
+        sessions[id] = s
+        activeSessions.insert(id)
+        if !s.mixable { activeNonMixable.insert(id) }
+        touch(id)
+        markStreamsDirty(of: id)
+        cancelLinger(id)
+        interruptOthers(for: id)
+        setDucker(id, s.configuration.ducksOthers)
+        if s.mixable && primary != nil && primary != id {
+            emit(id, .silenceSecondaryAudioHint(.begin))
+        }
+        return nil
+    }
+
+    /// What every activation lifts: the session's wait for activation, and its streams' route silencing; an
+    /// owner's `SetActive(true)` also releases the privacy hold on its record streams (§3).
+    mutating func liftActivationHolds(_ id: SessionID, byOwner: Bool) {
+        guard var s = sessions[id] else { return }
+        if s.awaitingActivation && !s.interrupted {
+            s.awaitingActivation = false
+            sessions[id] = s
+        }
+        for sid in s.playbackStreams where streams[sid]?.routeSilenced == true {
+            streams[sid]?.routeSilenced = false
+            markDirty(sid)
+        }
+        if byOwner {
+            for sid in s.recordStreams where streams[sid]?.recordHeld == true {
+                streams[sid]?.recordHeld = false
+                markDirty(sid)
+            }
+        }
+        markStreamsDirty(of: id)
+    }
+
+    /// §2.2 and §2.3: whom an active session interrupts.
+    mutating func interruptOthers(for id: SessionID) {
+        guard let s = sessions[id], s.active else { return }
+        if s.isCall {
+            for other in activeSessions.sorted() where other != id {
+                interrupt(other, reason: .call, by: id)
+            }
+        } else if !s.mixable {
+            for other in activeNonMixable.sorted() where other != id {
+                interrupt(other, reason: .default, by: id)
+            }
+        }
+        if s.configuration.has(.interruptSpokenAudioAndMixWithOthers) {
+            for other in activeSessions.sorted() where other != id {
+                if sessions[other]?.configuration.mode == .spokenAudio {
+                    interrupt(other, reason: .default, by: id, spokenOnly: true)
+                }
+            }
+        }
+    }
+
+    /// Takes the audio from a session: it becomes inactive and interrupted at once, its streams are silenced,
+    /// an implicit session's playing MPRIS players are paused.
+    mutating func interrupt(_ id: SessionID, reason: InterruptionReason, by interrupter: SessionID?, spokenOnly: Bool = false) {
+        guard var s = sessions[id] else { return }
+        let wasActive = s.active
+        if s.interrupter != nil { untie(id) }
+        s = sessions[id] ?? s
+        s.active = false
+        s.interrupted = true
+        s.interrupter = interrupter
+        s.spokenOnly = spokenOnly
+        s.awaitingActivation = true
+        sessions[id] = s
+        if let interrupter { tiedTo[interrupter, default: []].insert(id) }
+        if wasActive { dropFromActiveSets(id) }
+        cancelLinger(id)
+        for sid in s.recordStreams {
+            streams[sid]?.recordHeld = true
+            markDirty(sid)
+        }
+        markStreamsDirty(of: id)
+        touch(id)
+        if s.isImplicit { pausePlayers(of: id, resumable: reason != .routeDisconnected) }
+        emit(id, .interruptionBegan(reason, interrupter: interrupter))
+    }
+
+    mutating func dropFromActiveSets(_ id: SessionID) {
+        activeSessions.remove(id)
+        activeNonMixable.remove(id)
+        setDucker(id, false)
+    }
+
+    mutating func setDucker(_ id: SessionID, _ ducks: Bool) {
+        let changed = ducks ? activeDuckers.insert(id).inserted : activeDuckers.remove(id) != nil
+        if changed { markAllPlaybackDirty() }
+    }
+
+    mutating func untie(_ id: SessionID) {
+        guard let i = sessions[id]?.interrupter else { return }
+        tiedTo[i]?.remove(id)
+        if tiedTo[i]?.isEmpty == true { tiedTo[i] = nil }
+        sessions[id]?.interrupter = nil
+    }
+
+    // MARK: Deactivation and resumption (§3)
+
+    /// Deactivates a session (if active) and then resolves the sessions tied to it with its notify flag.
+    mutating func deactivate(_ id: SessionID, notify: Bool, cause: DeactivationCause) {
+        guard var s = sessions[id] else { return }
+        if s.active {
+            s.active = false
+            sessions[id] = s
+            dropFromActiveSets(id)
+            cancelLinger(id)
+            markStreamsDirty(of: id)
+            touch(id)
+        }
+        resolveTies(of: id, notify: notify, cause: cause, interrupterWasCall: s.isCall)
+    }
+
+    mutating func resolveTies(of id: SessionID, notify: Bool, cause: DeactivationCause, interrupterWasCall: Bool) {
+        guard let tied = tiedTo.removeValue(forKey: id) else { return }
+        for other in tied.sorted() {
+            guard var o = sessions[other], o.interrupter == id else { continue }
+            // Someone else holds the audio and would have interrupted this session too: it waits for them.
+            if let h = holder(excluding: other), h != id, let hs = sessions[h], hs.isCall || !o.mixable {
+                o.interrupter = h
+                sessions[other] = o
+                tiedTo[h, default: []].insert(other)
+                continue
+            }
+            let shouldResume = notify || o.spokenOnly
+            if o.isImplicit {
+                // An explicit session stays silenced until its SetActive(true); an implicit one is resumed here,
+                // and apps without MPRIS are unsilenced even without resume: they cannot be paused, and keeping
+                // them muted would be silence the user cannot undo (§7).
+                if shouldResume || players(ofImplicit: o).isEmpty { o.awaitingActivation = false }
+                let mayPlay = o.spokenOnly || (notify && (cause != .ownerVanished || interrupterWasCall))
+                if shouldResume && mayPlay { resumePlayers(of: other) } else { forgetPausedPlayers(of: other) }
+            }
+            o.interrupted = false
+            o.interrupter = nil
+            o.spokenOnly = false
+            sessions[other] = o
+            markStreamsDirty(of: other)
+            touch(other)
+            emit(other, .interruptionEnded(shouldResume: shouldResume))
+        }
+    }
+
+    /// Removes a session: its streams go to whoever owns them now (and lose the silencing it caused).
+    mutating func removeSession(_ id: SessionID) {
+        // The caller has deactivated it, which resolved the sessions tied to it; it may itself be tied to someone.
+        untie(id)
+        guard let s = sessions[id] else { return }
+        cancelLinger(id)
+        let owned = s.playbackStreams.union(s.recordStreams)
+        sessions[id] = nil
+        if let key = s.implicitKey {
+            if implicitByKey[key] == id { implicitByKey[key] = nil }
+        } else {
+            explicitByPid[s.pid]?.remove(id)
+            if explicitByPid[s.pid]?.isEmpty == true { explicitByPid[s.pid] = nil }
+        }
+        silentModeSessions.remove(id)
+        ambientSessions.remove(id)
+        sessionsWithAudio.remove(id)
+        activeSessions.remove(id)
+        activeNonMixable.remove(id)
+        if activeDuckers.remove(id) != nil { markAllPlaybackDirty() }
+        touched.remove(id)
+        published[id] = nil
+        out.removed.append(.sessionRemoved(id))
+        for sid in owned {
+            streams[sid]?.session = nil
+            streams[sid]?.recordHeld = false
+        }
+        if primary == id { primary = nil }
+        reassignOwnership(of: owned)
+    }
+
+    // MARK: Helpers
+
+    mutating func emit(_ id: SessionID, _ signal: Signal) {
+        out.signals.append(.signal(id, signal))
+    }
+
+    mutating func touch(_ id: SessionID) { touched.insert(id) }
+
+    mutating func reindexCategory(_ id: SessionID) {
+        guard let s = sessions[id] else { return }
+        if s.configuration.category.obeysSilentMode { silentModeSessions.insert(id) } else { silentModeSessions.remove(id) }
+        if s.configuration.category == .ambient { ambientSessions.insert(id) } else { ambientSessions.remove(id) }
+    }
+
+    func view(_ s: SessionState) -> SessionView {
+        SessionView(
+            id: s.id, isImplicit: s.isImplicit, applicationName: s.applicationName, processID: s.pid,
+            configuration: s.configuration, active: s.active, interrupted: s.interrupted,
+            secondaryAudioShouldBeSilencedHint: primary != nil && primary != s.id,
+            otherAudioPlaying: totalAudible - s.audibleCount > 0,
+            handlesSecondaryAudio: s.handlesSecondaryAudio,
+            streams: s.playbackStreams.map(\.index).sorted(),
+            recordStreams: s.recordStreams.map(\.index).sorted())
+    }
+}

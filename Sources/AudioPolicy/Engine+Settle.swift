@@ -1,0 +1,200 @@
+// The settle pass: after an event changed sessions, decide every affected stream again, follow what that does to
+// audibility (implicit activation, linger, primary audio, the secondary-audio hint), repeat until nothing moves,
+// then turn the difference between what audiod wants and what it has applied into effects.
+
+extension Engine {
+    /// Whether policy silences this stream now (SPEC.md §0 "Silenced": any reason holds).
+    func policyMute(_ st: StreamState) -> Bool {
+        guard let owner = st.session, let s = sessions[owner] else { return false }
+        if st.kind == .record {
+            // Privacy (§3): a silenced record stream stays muted until its owner's activation or the user.
+            return st.recordHeld || (!s.isImplicit && s.heldSilent)
+        }
+        if s.heldSilent || st.routeSilenced { return true }
+        if silentMode && s.configuration.category.obeysSilentMode { return true }
+        if primary != nil && primary != owner && s.configuration.category == .ambient
+            && !s.handlesSecondaryAudio && !s.roleExempt
+        {
+            return true
+        }
+        return false
+    }
+
+    func shouldDuck(_ st: StreamState) -> Bool {
+        guard st.kind == .playback, let owner = st.session, !activeDuckers.isEmpty else { return false }
+        return !activeDuckers.contains(owner)
+    }
+
+    /// SPEC.md §0 "Audible": a playback stream that is uncorked, muted by nobody, above 0, and whose app's MPRIS
+    /// player (if it has one) is `Playing`.
+    func isAudible(_ st: StreamState, policyMuted: Bool) -> Bool {
+        guard st.kind == .playback, !st.info.corked, !st.userMuted, !policyMuted, !st.userVolume.isSilent else {
+            return false
+        }
+        for pid in st.info.processChain {
+            if let ps = playersByPid[pid], !ps.isEmpty {
+                return ps.contains { players[$0]?.info.status == .playing }
+            }
+        }
+        return true
+    }
+
+    /// Audibility under the current policy, without committing anything.
+    func wouldBeAudible(_ sid: StreamID) -> Bool {
+        guard let st = streams[sid] else { return false }
+        return isAudible(st, policyMuted: policyMute(st))
+    }
+
+    mutating func adjustAudible(_ owner: SessionID?, _ delta: Int) {
+        totalAudible += delta
+        guard let owner, var s = sessions[owner] else {
+            sessionlessAudible += delta
+            return
+        }
+        let before = s.audibleCount
+        s.audibleCount += delta
+        sessions[owner] = s
+        if (before == 0) != (s.audibleCount == 0) {
+            if s.audibleCount > 0 { sessionsWithAudio.insert(owner) } else { sessionsWithAudio.remove(owner) }
+            crossings.insert(owner)
+        }
+    }
+
+    mutating func decide(_ sid: StreamID) {
+        guard var st = streams[sid] else { return }
+        everDirty.insert(sid)
+        let mute = policyMute(st)
+        st.policyMute = mute
+        st.ducked = shouldDuck(st)
+        let audible = isAudible(st, policyMuted: mute)
+        let changed = audible != st.audible
+        st.audible = audible
+        streams[sid] = st
+        if changed { adjustAudible(st.session, audible ? 1 : -1) }
+    }
+
+    mutating func settle() {
+        var rounds = 0
+        while rounds < 16 {
+            rounds += 1
+            let batch = dirty.sorted()
+            dirty.removeAll(keepingCapacity: true)
+            for sid in batch { decide(sid) }
+            let crossed = crossings.sorted()
+            crossings.removeAll(keepingCapacity: true)
+            for id in crossed { audibilityCrossed(id) }
+            updatePrimary()
+            if dirty.isEmpty && crossings.isEmpty { break }
+        }
+    }
+
+    /// An implicit session activates when one of its streams becomes audible, and starts its linger when none is.
+    mutating func audibilityCrossed(_ id: SessionID) {
+        guard let s = sessions[id] else { return }
+        touch(id)
+        guard s.isImplicit else { return }
+        if s.audibleCount > 0 {
+            cancelLinger(id)
+            if !s.active && !s.heldSilent { userActivate(id) }
+        } else if s.active {
+            scheduleLingerIfIdle(id)
+        }
+    }
+
+    /// Primary audio (§0) starts and stops at once; the hint and its enforcement follow in the same step (§5).
+    mutating func updatePrimary() {
+        let new = activeNonMixable.filter { (sessions[$0]?.audibleCount ?? 0) > 0 }.max()
+        guard new != primary else { return }
+        let old = primary
+        primary = new
+        managerChanged.insert(.primaryAudioSession)
+        if let old { touch(old) }
+        if let new { touch(new) }
+        guard (old == nil) != (new == nil) else { return }
+        for id in sessions.keys { touched.insert(id) }
+        for id in ambientSessions { markStreamsDirty(of: id, kind: .playback) }
+        let edge: SecondaryAudioHintType = new != nil ? .begin : .end
+        for id in activeSessions.sorted() where sessions[id]?.mixable == true {
+            emit(id, .silenceSecondaryAudioHint(edge))
+        }
+    }
+
+    /// Turns the step's decisions into effects, in API.md's order.
+    mutating func finish() -> [Effect] {
+        var effects: [Effect] = out.added
+        let added = Set(out.added.compactMap { e -> SessionID? in
+            if case .sessionAdded(let id) = e { return id } else { return nil }
+        })
+        for sid in everDirty.sorted() { streamOperations(sid, into: &effects) }
+        effects += out.mpris
+        effects += out.signals
+        effects += out.removed
+
+        // OtherAudioPlaying of a session changes when audio starts or stops everywhere, or when one session
+        // holds all audible streams before or after the step.
+        let nowTotal = totalAudible
+        if (totalBefore == 0) != (nowTotal == 0) {
+            managerChanged.insert(.otherAudioPlaying)
+            for id in sessions.keys { touched.insert(id) }
+        } else {
+            if let s = soleBefore { touched.insert(s) }
+            if let s = soleAudibleSession { touched.insert(s) }
+        }
+        for id in touched.sorted() {
+            guard let s = sessions[id] else { continue }
+            let v = view(s)
+            if added.contains(id) {
+                published[id] = v
+                continue
+            }
+            if let old = published[id] {
+                let changes = v.changes(from: old)
+                if !changes.isEmpty { effects.append(.sessionPropertiesChanged(id, changes)) }
+            }
+            published[id] = v
+        }
+        if !managerChanged.isEmpty { effects.append(.managerPropertiesChanged(managerChanged)) }
+        effects += out.timers
+        if out.persist { effects.append(.persist) }
+        effects += out.replies
+
+        out.reset()
+        everDirty.removeAll(keepingCapacity: true)
+        touched.removeAll(keepingCapacity: true)
+        managerChanged = []
+        totalBefore = totalAudible
+        soleBefore = soleAudibleSession
+        return effects
+    }
+
+    /// The one session that holds every audible stream, if there is exactly one and no a11y stream is audible.
+    var soleAudibleSession: SessionID? {
+        guard sessionlessAudible == 0, sessionsWithAudio.count == 1 else { return nil }
+        return sessionsWithAudio.first
+    }
+
+    /// What audiod must change on the server for this stream: mute what policy silences (unless the user already
+    /// did), unmute what it muted once no reason holds, duck and unduck from the user's own volume.
+    mutating func streamOperations(_ sid: StreamID, into effects: inout [Effect]) {
+        guard var st = streams[sid] else { return }
+        let wantMute = st.policyMute && !st.userMuted
+        if wantMute && !st.appliedMute {
+            effects.append(.setStreamMute(sid, true))
+            st.appliedMute = true
+        } else if !wantMute && st.appliedMute {
+            effects.append(.setStreamMute(sid, false))
+            st.appliedMute = false
+        }
+        if st.ducked {
+            let target = st.userVolume.multiplied(by: duckFactor)
+            if st.appliedVolume != target && !(st.appliedVolume == nil && target == st.userVolume) {
+                effects.append(.setStreamVolume(sid, target))
+                st.appliedVolume = target
+            }
+        } else if st.appliedVolume != nil {
+            effects.append(.setStreamVolume(sid, st.userVolume))
+            st.appliedVolume = nil
+        }
+        streams[sid] = st
+    }
+}

@@ -1,0 +1,460 @@
+// Streams: ownership (API.md "Stream ownership"), what the user did versus what audiod did (§8), implicit
+// sessions (§7), MPRIS players, route changes (§6), and the settle pass that turns decisions into effects.
+
+extension Engine {
+    // MARK: Ownership
+
+    /// The explicit session that owns a stream with this chain and tag: the tag wins, then the nearest
+    /// ancestor-or-self pid with a session (the newest on a tie).
+    func explicitOwner(chain: [UInt32], tag: UInt64?) -> SessionID? {
+        if let tag, let s = sessions[SessionID(tag)], !s.isImplicit { return s.id }
+        for pid in chain {
+            guard let candidates = explicitByPid[pid] else { continue }
+            if let newest = candidates.filter({ sessions[$0]?.ownsStreamsByPid == true }).max() { return newest }
+        }
+        return nil
+    }
+
+    func implicitKey(chain: [UInt32], applicationName: String) -> ImplicitKey? {
+        for pid in chain where playersByPid[pid]?.isEmpty == false { return .process(pid) }
+        if let pid = chain.first { return .process(pid) }
+        return .application(applicationName)
+    }
+
+    /// The session a stream belongs to now, making its implicit session if needed. a11y streams and streams of
+    /// a process that has exited belong to none.
+    mutating func owner(of st: StreamState, processGone: Bool) -> SessionID? {
+        if st.isA11y { return nil }
+        if let s = explicitOwner(chain: st.info.processChain, tag: st.info.sessionTag) { return s }
+        if processGone { return nil }
+        guard let key = implicitKey(chain: st.info.processChain, applicationName: st.info.applicationName) else {
+            return nil
+        }
+        if let existing = implicitByKey[key] { return existing }
+        let id = allocateSessionID()
+        let pid: UInt32
+        if case .process(let p) = key { pid = p } else { pid = 0 }
+        let s = SessionState(
+            id: id, implicitKey: key, lifetime: .process, pid: pid, applicationName: st.info.applicationName,
+            configuration: settings.defaultConfiguration)
+        sessions[id] = s
+        implicitByKey[key] = id
+        reindexCategory(id)
+        out.added.append(.sessionAdded(id))
+        return id
+    }
+
+    /// Re-evaluates who owns these streams and moves the ones whose owner changed.
+    mutating func reassignOwnership(of ids: Set<StreamID>) {
+        var emptied: Set<SessionID> = []
+        var changedImplicit: Set<SessionID> = []
+        for sid in ids.sorted() {
+            guard let st = streams[sid] else { continue }
+            let new = owner(of: st, processGone: goneProcesses.contains(st.info.pid ?? 0))
+            guard new != st.session else { continue }
+            if let old = st.session {
+                detach(sid, from: old)
+                if let o = sessions[old] {
+                    if o.isImplicit { changedImplicit.insert(old) }
+                    if o.isImplicit && !o.hasStreams { emptied.insert(old) }
+                }
+            }
+            streams[sid]?.recordHeld = false
+            streams[sid]?.routeSilenced = false
+            if let new { attach(sid, to: new); if sessions[new]?.isImplicit == true { changedImplicit.insert(new) } }
+            markDirty(sid)
+        }
+        // An implicit session whose last stream went to another session ends at once (§7).
+        for id in emptied.sorted() {
+            guard let s = sessions[id], !s.hasStreams else { continue }
+            deactivate(id, notify: s.isCall, cause: .implicitEnded)
+            if players(ofImplicit: s).isEmpty { removeSession(id) }
+            changedImplicit.remove(id)
+        }
+        for id in changedImplicit.sorted() { recomputeImplicitCategory(id) }
+    }
+
+    mutating func attach(_ sid: StreamID, to id: SessionID) {
+        guard var st = streams[sid], var s = sessions[id] else { return }
+        st.session = id
+        if sid.kind == .playback { s.playbackStreams.insert(sid) } else { s.recordStreams.insert(sid) }
+        if s.isImplicit && s.applicationName.isEmpty { s.applicationName = st.info.applicationName }
+        sessions[id] = s
+        if st.audible {
+            adjustAudible(nil, -1)
+            adjustAudible(id, +1)
+        }
+        streams[sid] = st
+        if s.isImplicit && !s.active && !s.hasAudio { scheduleLingerIfIdle(id) }
+        touch(id)
+    }
+
+    mutating func detach(_ sid: StreamID, from id: SessionID) {
+        guard var st = streams[sid] else { return }
+        sessions[id]?.playbackStreams.remove(sid)
+        sessions[id]?.recordStreams.remove(sid)
+        st.session = nil
+        if st.audible {
+            adjustAudible(id, -1)
+            adjustAudible(nil, +1)
+        }
+        streams[sid] = st
+        touch(id)
+        if let s = sessions[id], s.isImplicit, !s.hasStreams { scheduleLingerIfIdle(id) }
+    }
+
+    func players(ofImplicit s: SessionState) -> Set<PlayerID> {
+        guard case .process(let pid) = s.implicitKey else { return [] }
+        return playersByPid[pid] ?? []
+    }
+
+    // MARK: Stream events
+
+    mutating func streamAppeared(_ info: StreamInfo) {
+        if streams[info.id] != nil { return streamChanged(info) }
+        let st = StreamState(info: info, session: nil, userMuted: info.muted, userVolume: info.volume)
+        streams[info.id] = st
+        index(info.id, chain: info.processChain)
+        reassignOwnership(of: [info.id])
+        markDirty(info.id)
+        // A new uncorked stream is the app's own action: it may activate its explicit session (§7).
+        if let owner = streams[info.id]?.session, wouldBeAudible(info.id) {
+            autoActivate(owner)
+        }
+    }
+
+    mutating func streamChanged(_ info: StreamInfo) {
+        guard var st = streams[info.id] else { return streamAppeared(info) }
+        let old = st.info
+        let wasAudible = wouldBeAudible(info.id)
+        let tolerance = settings.volumeTolerance
+
+        // Tell the user's change from audiod's own (§8): audiod's mute shows as muted, its volume as the one it
+        // set; anything else the server reports is the user's (or the app's) and becomes their value.
+        var userUnmuted = false
+        if st.appliedMute {
+            if !info.muted {
+                st.appliedMute = false
+                st.userMuted = false
+                userUnmuted = true
+            }
+        } else if st.userMuted != info.muted {
+            st.userMuted = info.muted
+            userUnmuted = !info.muted
+        }
+        if let applied = st.appliedVolume {
+            if !info.volume.isClose(to: applied, tolerance: tolerance) {
+                st.userVolume = info.volume
+                st.appliedVolume = nil
+            }
+        } else {
+            st.userVolume = info.volume
+        }
+        if info.device != old.device {
+            st.previousDevice = old.device
+            st.movedAt = now
+        }
+        if userUnmuted && st.kind == .record { st.recordHeld = false }
+        st.info = info
+        streams[info.id] = st
+        markDirty(info.id)
+
+        if info.processChain != old.processChain {
+            unindex(info.id, chain: old.processChain)
+            index(info.id, chain: info.processChain)
+        }
+        let ownershipInputsChanged =
+            info.processChain != old.processChain || info.sessionTag != old.sessionTag || info.role != old.role
+            || info.applicationName != old.applicationName || info.applicationID != old.applicationID
+            || info.binary != old.binary
+        if ownershipInputsChanged {
+            reassignOwnership(of: [info.id])
+            if let s = streams[info.id]?.session, sessions[s]?.isImplicit == true { recomputeImplicitCategory(s) }
+        }
+        guard let owner = streams[info.id]?.session, let s = sessions[owner] else { return }
+
+        if info.device != old.device { announceNewDevice(info.device, previous: old.device, to: owner) }
+
+        if s.isImplicit {
+            // The user takes precedence over interruptions and route changes of apps that never talk to us (§7).
+            if userUnmuted && (s.heldSilent || st.routeSilenced) { userActivate(owner) }
+        } else if !ownershipInputsChanged && !wasAudible && wouldBeAudible(info.id) {
+            autoActivate(owner)
+        }
+    }
+
+    mutating func streamRemoved(_ id: StreamID) {
+        guard let st = streams[id] else { return }
+        if let owner = st.session { detach(id, from: owner) }
+        if st.audible { adjustAudible(nil, -1) }
+        unindex(id, chain: st.info.processChain)
+        if let pid = st.info.pid, streamsByAncestor[pid] == nil { goneProcesses.remove(pid) }
+        streams[id] = nil
+        dirty.remove(id)
+        everDirty.remove(id)
+        if let owner = st.session, sessions[owner]?.isImplicit == true { recomputeImplicitCategory(owner) }
+    }
+
+    mutating func processExited(_ pid: UInt32) {
+        for id in (explicitByPid[pid] ?? []).sorted() {
+            guard let s = sessions[id] else { continue }
+            if s.lifetime == .process {
+                ownerVanished(id)
+            } else {
+                sessions[id]?.ownsStreamsByPid = false
+            }
+        }
+        // Streams of the dead process that are still listed belong to nobody until the server drops them, so that
+        // they cannot start a new implicit session.
+        goneProcesses.insert(pid)
+        if let id = implicitByKey[.process(pid)], let s = sessions[id] {
+            deactivate(id, notify: s.isCall, cause: .implicitEnded)
+            removeSession(id)
+        }
+        reassignOwnership(of: streamsByAncestor[pid] ?? [])
+        if streamsByAncestor[pid] == nil { goneProcesses.remove(pid) }
+    }
+
+    // MARK: Activation from the world
+
+    /// An explicit session that is inactive and not waiting after an interruption activates when one of its
+    /// streams turns audible by the app's or the user's own action (§7).
+    mutating func autoActivate(_ id: SessionID) {
+        guard let s = sessions[id], !s.isImplicit, !s.active, !s.interrupted, !s.awaitingActivation else { return }
+        if activate(id, byOwner: false) != nil, let call = activeCall(excluding: id) {
+            interrupt(id, reason: .call, by: call)
+        }
+    }
+
+    /// The user pressed Play or unmuted a silenced stream of an implicit app: that is an activation like any
+    /// other; refused during a call, it is silenced again and tied to the call.
+    mutating func userActivate(_ id: SessionID) {
+        if activate(id, byOwner: false) != nil, let call = activeCall(excluding: id) {
+            interrupt(id, reason: .call, by: call)
+        }
+    }
+
+    // MARK: Implicit sessions (§7)
+
+    mutating func recomputeImplicitCategories() {
+        for id in implicitByKey.values.sorted() { recomputeImplicitCategory(id) }
+    }
+
+    mutating func recomputeImplicitCategory(_ id: SessionID) {
+        guard let s = sessions[id], s.isImplicit else { return }
+        let (config, exempt) = implicitConfiguration(s)
+        if s.roleExempt != exempt {
+            sessions[id]?.roleExempt = exempt
+            markStreamsDirty(of: id, kind: .playback)
+        }
+        guard config != s.configuration else { return }
+        if s.active, let call = refusingCall(for: config, excluding: id) {
+            sessions[id]?.configuration = config
+            reindexCategory(id)
+            interrupt(id, reason: .call, by: call)
+        } else {
+            _ = changeConfiguration(of: id, to: config)
+        }
+    }
+
+    /// First match wins: an app rule (D-Bus over config), an MPRIS player, the highest-priority media role,
+    /// record-only, the default.
+    func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool) {
+        let owned = s.allStreams.compactMap { streams[$0]?.info }
+        for rules in [busRulesByName, configRulesByName] {
+            for info in owned {
+                for name in [info.applicationID, info.binary, info.applicationName] {
+                    if let name, !name.isEmpty, let rule = rules[name] { return (rule.configuration, false) }
+                }
+            }
+        }
+        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false) }
+        let roles = Set(owned.compactMap(\.role))
+        for tier in Settings.builtInRoles {
+            if let role = tier.roles.first(where: roles.contains) {
+                return (settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary)
+            }
+        }
+        for role in roles.sorted() {
+            if let config = settings.roleConfigurations[role] { return (config, false) }
+        }
+        if !owned.isEmpty && owned.allSatisfy({ $0.id.kind == .record }) {
+            return (Configuration(category: .record), false)
+        }
+        return (settings.defaultConfiguration, false)
+    }
+
+    var busRulesByName: [String: ApplicationRule] { busRules }
+    var configRulesByName: [String: ApplicationRule] {
+        Dictionary(settings.configRules.map { ($0.application, $0) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    mutating func scheduleLingerIfIdle(_ id: SessionID) {
+        guard let s = sessions[id], s.isImplicit, !s.lingerScheduled, s.audibleCount == 0 else { return }
+        sessions[id]?.lingerScheduled = true
+        out.timers.append(.scheduleTimer(.linger(id), afterNanoseconds: settings.lingerNanoseconds))
+    }
+
+    mutating func cancelLinger(_ id: SessionID) {
+        guard sessions[id]?.lingerScheduled == true else { return }
+        sessions[id]?.lingerScheduled = false
+        out.timers.append(.cancelTimer(.linger(id)))
+    }
+
+    mutating func timerFired(_ timer: TimerID) {
+        switch timer {
+        case .linger(let id):
+            guard let s = sessions[id], s.lingerScheduled else { return }
+            sessions[id]?.lingerScheduled = false
+            guard s.audibleCount == 0 else { return }
+            // A call ends with notify (the music comes back after it); any other implicit app without: when
+            // someone pauses player B, player A that B took over stays paused.
+            if s.active { deactivate(id, notify: s.isCall, cause: .implicitEnded) }
+            if let now = sessions[id], !now.hasStreams, players(ofImplicit: now).isEmpty {
+                // Inactive already, but sessions may still be tied to it: deactivation resolves them.
+                deactivate(id, notify: now.isCall, cause: .implicitEnded)
+                removeSession(id)
+            }
+        }
+    }
+
+    // MARK: MPRIS players
+
+    mutating func playerAppeared(_ p: PlayerInfo) {
+        if let old = players[p.id] {
+            if old.info.pid == p.pid { return playerStatusChanged(p.id, p.status) }
+            playerRemoved(p.id)
+        }
+        players[p.id] = PlayerState(info: p)
+        playersByPid[p.pid, default: []].insert(p.id)
+        playerMembershipChanged(pid: p.pid)
+    }
+
+    mutating func playerRemoved(_ id: PlayerID) {
+        guard let p = players.removeValue(forKey: id) else { return }
+        playersByPid[p.info.pid]?.remove(id)
+        if playersByPid[p.info.pid]?.isEmpty == true { playersByPid[p.info.pid] = nil }
+        playerMembershipChanged(pid: p.info.pid)
+        if let sid = implicitByKey[.process(p.info.pid)], let s = sessions[sid], !s.hasStreams,
+            players(ofImplicit: s).isEmpty
+        {
+            deactivate(sid, notify: s.isCall, cause: .implicitEnded)
+            removeSession(sid)
+        }
+    }
+
+    mutating func playerMembershipChanged(pid: UInt32) {
+        let affected = streamsByAncestor[pid] ?? []
+        reassignOwnership(of: affected)
+        for sid in affected { markDirty(sid) }
+        if let id = implicitByKey[.process(pid)] { recomputeImplicitCategory(id) }
+    }
+
+    mutating func playerStatusChanged(_ id: PlayerID, _ status: PlaybackStatus) {
+        guard var p = players[id] else { return }
+        let old = p.info.status
+        p.info.status = status
+        if status == .playing { p.pausedByAudiod = false }
+        players[id] = p
+        for sid in streamsByAncestor[p.info.pid] ?? [] { markDirty(sid) }
+        guard status == .playing, old != .playing, let sid = implicitByKey[.process(p.info.pid)],
+            let s = sessions[sid]
+        else { return }
+        let routeHeld = s.playbackStreams.contains { streams[$0]?.routeSilenced == true }
+        if s.heldSilent || routeHeld { userActivate(sid) }
+    }
+
+    mutating func pausePlayers(of id: SessionID, resumable: Bool) {
+        guard let s = sessions[id] else { return }
+        for pid in players(ofImplicit: s).sorted() {
+            guard var p = players[pid], p.info.status == .playing else { continue }
+            p.pausedByAudiod = resumable
+            players[pid] = p
+            out.mpris.append(.mprisPause(pid))
+        }
+    }
+
+    mutating func resumePlayers(of id: SessionID) {
+        guard let s = sessions[id] else { return }
+        for pid in players(ofImplicit: s).sorted() where players[pid]?.pausedByAudiod == true {
+            players[pid]?.pausedByAudiod = false
+            out.mpris.append(.mprisPlay(pid))
+        }
+    }
+
+    mutating func forgetPausedPlayers(of id: SessionID) {
+        guard let s = sessions[id] else { return }
+        for pid in players(ofImplicit: s) { players[pid]?.pausedByAudiod = false }
+    }
+
+    // MARK: Route changes (§6)
+
+    mutating func deviceRemoved(_ device: String) {
+        deviceAppearedAt[device] = nil
+        let window = settings.routeMoveWindowNanoseconds
+        var bySession: [SessionID: (current: String?, audible: Bool)] = [:]
+        for (sid, st) in streams {
+            let wasOn =
+                st.info.device == device
+                || (st.previousDevice == device && now.since(st.movedAt) <= window)
+            guard wasOn else { continue }
+            if st.kind == .playback && st.audible {
+                streams[sid]?.routeSilenced = true
+                markDirty(sid)
+            }
+            guard let owner = st.session else { continue }
+            var entry = bySession[owner] ?? (nil, false)
+            if st.info.device != device { entry.current = st.info.device }
+            entry.audible = entry.audible || (st.kind == .playback && st.audible)
+            bySession[owner] = entry
+        }
+        for (id, entry) in bySession.sorted(by: { $0.key < $1.key }) {
+            guard let s = sessions[id] else { continue }
+            emit(id, .routeChanged(.oldDeviceUnavailable, previousDevice: device, currentDevice: entry.current))
+            if s.isImplicit {
+                pausePlayers(of: id, resumable: false)
+            } else if s.configuration.category == .playback && (s.active || entry.audible) {
+                interrupt(id, reason: .routeDisconnected, by: nil)
+            }
+        }
+    }
+
+    mutating func announceNewDevice(_ device: String, previous: String, to id: SessionID) {
+        guard let appeared = deviceAppearedAt[device], now.since(appeared) <= settings.routeMoveWindowNanoseconds,
+            sessions[id]?.toldNewDevice[device] != appeared
+        else { return }
+        sessions[id]?.toldNewDevice[device] = appeared
+        emit(id, .routeChanged(.newDeviceAvailable, previousDevice: previous, currentDevice: device))
+    }
+
+    // MARK: Indices
+
+    mutating func index(_ sid: StreamID, chain: [UInt32]) {
+        for pid in chain { streamsByAncestor[pid, default: []].insert(sid) }
+    }
+
+    mutating func unindex(_ sid: StreamID, chain: [UInt32]) {
+        for pid in chain {
+            streamsByAncestor[pid]?.remove(sid)
+            if streamsByAncestor[pid]?.isEmpty == true { streamsByAncestor[pid] = nil }
+        }
+    }
+
+    mutating func markDirty(_ sid: StreamID) {
+        dirty.insert(sid)
+    }
+
+    mutating func markStreamsDirty(of id: SessionID, kind: StreamKind? = nil) {
+        guard let s = sessions[id] else { return }
+        if kind != .record { for sid in s.playbackStreams { dirty.insert(sid) } }
+        if kind != .playback { for sid in s.recordStreams { dirty.insert(sid) } }
+    }
+
+    mutating func markAllPlaybackDirty() {
+        for sid in streams.keys where sid.kind == .playback { dirty.insert(sid) }
+    }
+}
+
+extension SessionState {
+    var hasAudio: Bool { audibleCount > 0 }
+}

@@ -1,0 +1,270 @@
+/// The arbiter: SPEC.md §1–§8 as a value-type state machine.
+///
+/// Events go in through `handle(_:at:)`; what audiod must do comes out as `[Effect]`. The engine does no I/O,
+/// reads no clock and imports nothing: the shell owns time, IDs of the outside world, and every side effect.
+/// Read-only views (`session(_:)`, `streams`, …) serve D-Bus property reads between events.
+///
+/// Cost: an event touches the sessions and streams it affects. Only events that change something for everyone
+/// (the ducking set, the secondary-audio hint, silent mode, `OtherAudioPlaying` turning on or off) visit every
+/// session or stream.
+public struct Engine: Sendable {
+    // MARK: State
+
+    var settings: Settings
+    var duckFactor: UInt32
+    public internal(set) var silentMode = false
+
+    var sessions: [SessionID: SessionState] = [:]
+    var streams: [StreamID: StreamState] = [:]
+    var players: [PlayerID: PlayerState] = [:]
+    var busRules: [String: ApplicationRule] = [:]
+
+    var nextSessionID: UInt64 = 1
+
+    // Indices that keep an event's cost proportional to what it affects.
+    /// Every pid in any stream's process chain → those streams.
+    var streamsByAncestor: [UInt32: Set<StreamID>] = [:]
+    /// Explicit sessions by the pid they own streams for.
+    var explicitByPid: [UInt32: Set<SessionID>] = [:]
+    var implicitByKey: [ImplicitKey: SessionID] = [:]
+    var playersByPid: [UInt32: Set<PlayerID>] = [:]
+    var activeSessions: Set<SessionID> = []
+    var activeNonMixable: Set<SessionID> = []
+    var activeDuckers: Set<SessionID> = []
+    /// Sessions tied to an interrupter, by interrupter.
+    var tiedTo: [SessionID: Set<SessionID>] = [:]
+    /// Sessions whose category obeys silent mode / is ambient.
+    var silentModeSessions: Set<SessionID> = []
+    var ambientSessions: Set<SessionID> = []
+    /// Audible streams that belong to no session (a11y).
+    var sessionlessAudible = 0
+    /// Audible streams in all.
+    var totalAudible = 0
+    var sessionsWithAudio: Set<SessionID> = []
+    var primary: SessionID?
+    /// Processes that exited while the server still lists their streams.
+    var goneProcesses: Set<UInt32> = []
+    /// When each device last appeared, for `new-device-available`.
+    var deviceAppearedAt: [String: Instant] = [:]
+
+    // Per-event scratch state.
+    var now = Instant.zero
+    var dirty: Set<StreamID> = []
+    var everDirty: Set<StreamID> = []
+    var touched: Set<SessionID> = []
+    var managerChanged: ManagerProperties = []
+    var out = EffectBuffer()
+    var published: [SessionID: SessionView] = [:]
+    var crossings: Set<SessionID> = []
+    var totalBefore = 0
+    var soleBefore: SessionID?
+
+    public init(settings: Settings = Settings()) {
+        self.settings = settings
+        self.duckFactor = Volume.fromLinear(settings.duckLevel)
+    }
+
+    // MARK: Read model
+
+    /// The DuckLevel in force.
+    public var duckLevel: Double { settings.duckLevel }
+
+    /// `PrimaryAudioSession`: the active, non-mixable session that is audible now.
+    public var primaryAudioSession: SessionID? { primary }
+
+    /// `OtherAudioPlaying` (manager): some stream is audible now.
+    public var otherAudioPlaying: Bool { totalAudible > 0 }
+
+    /// Every session, explicit and implicit, in id order.
+    public var sessionIDs: [SessionID] { sessions.keys.sorted() }
+
+    /// A session's public state, as its D-Bus properties show it.
+    public func session(_ id: SessionID) -> SessionView? {
+        sessions[id].map(view)
+    }
+
+    /// Every stream, in (kind, index) order.
+    public var streamViews: [StreamView] {
+        streams.keys.sorted().compactMap { streamView($0) }
+    }
+
+    public func streamView(_ id: StreamID) -> StreamView? {
+        guard let s = streams[id] else { return nil }
+        return StreamView(
+            info: s.info, session: s.session, policyMuted: s.policyMute, duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
+            userVolume: s.userVolume, audible: s.audible)
+    }
+
+    /// Every app rule: config-file rules first, then D-Bus rules, each in application order.
+    public var applicationRules: [ApplicationRule] {
+        settings.configRules.sorted { $0.application < $1.application }
+            + busRules.values.sorted { $0.application < $1.application }
+    }
+
+    /// What must survive a restart: silent mode and the rules set over D-Bus.
+    public var persistentState: PersistentState {
+        PersistentState(silentMode: silentMode, rules: busRules.values.sorted { $0.application < $1.application })
+    }
+
+    /// `FindSession`: the newest explicit session created with exactly this pid.
+    public func findSession(pid: UInt32) -> SessionID? {
+        sessions.values.filter { !$0.isImplicit && $0.pid == pid }.map(\.id).max()
+    }
+
+    /// `GetSessionForProcess`: the session that owns streams of a process with this chain (self first).
+    public func sessionForProcess(chain: [UInt32]) -> SessionID? {
+        if let s = explicitOwner(chain: chain, tag: nil) { return s }
+        guard let key = implicitKey(chain: chain, applicationName: "") else { return nil }
+        return implicitByKey[key]
+    }
+
+    /// Every stream audiod has changed, with the value to put back: what a journal must hold so that the next
+    /// start can undo a crashed run.
+    public var appliedChanges: [AppliedChange] {
+        streams.keys.sorted().compactMap { id in
+            guard let s = streams[id], s.appliedMute || s.appliedVolume != nil else { return nil }
+            return AppliedChange(
+                stream: id, applicationName: s.info.applicationName, unmute: s.appliedMute,
+                restoreVolume: s.appliedVolume == nil ? nil : s.userVolume)
+        }
+    }
+
+    // MARK: Events
+
+    /// Feeds one event to the arbiter and returns what audiod must do, in order.
+    public mutating func handle(_ event: Event, at now: Instant) -> [Effect] {
+        self.now = now
+        switch event {
+        case .createSession(let r, let spec): createSession(r, spec)
+        case .setCategory(let r, let id, let c, let m, let o): setCategory(r, id, c, m, o)
+        case .setActive(let r, let id, let active, let options): setActive(r, id, active, options)
+        case .release(let r, let id): release(r, id)
+        case .setHandlesSecondaryAudio(let r, let id, let v): setHandlesSecondaryAudio(r, id, v)
+        case .setSilentMode(let r, let on): setSilentMode(r, on)
+        case .setDuckLevel(let r, let level): setDuckLevel(r, level)
+        case .setApplicationCategory(let r, let app, let c, let m, let o): setApplicationCategory(r, app, c, m, o)
+        case .removeApplicationCategory(let r, let app): removeApplicationCategory(r, app)
+        case .configure(let r, let s): configure(r, s)
+        case .ownerVanished(let id): ownerVanished(id)
+        case .processExited(let pid): processExited(pid)
+        case .streamAppeared(let info): streamAppeared(info)
+        case .streamChanged(let info): streamChanged(info)
+        case .streamRemoved(let id): streamRemoved(id)
+        case .playerAppeared(let p): playerAppeared(p)
+        case .playerStatusChanged(let id, let status): playerStatusChanged(id, status)
+        case .playerRemoved(let id): playerRemoved(id)
+        case .deviceAppeared(let d): deviceAppearedAt[d] = now
+        case .deviceRemoved(let d): deviceRemoved(d)
+        case .timerFired(let t): timerFired(t)
+        }
+        settle()
+        return finish()
+    }
+
+    /// Undoes every mute and volume audiod applied (clean exit). Never MPRIS `Play` (SPEC.md §8).
+    public mutating func restoreEverything() -> [Effect] {
+        var effects: [Effect] = []
+        for id in streams.keys.sorted() {
+            guard var s = streams[id] else { continue }
+            if s.appliedMute {
+                effects.append(.setStreamMute(id, false))
+                s.appliedMute = false
+            }
+            if s.appliedVolume != nil {
+                effects.append(.setStreamVolume(id, s.userVolume))
+                s.appliedVolume = nil
+            }
+            streams[id] = s
+        }
+        return effects
+    }
+}
+
+/// What the shell persists across restarts.
+public struct PersistentState: Sendable, Equatable {
+    public var silentMode: Bool
+    public var rules: [ApplicationRule]
+    public init(silentMode: Bool, rules: [ApplicationRule]) {
+        self.silentMode = silentMode
+        self.rules = rules
+    }
+}
+
+/// One change audiod made to a stream, and how to undo it.
+public struct AppliedChange: Sendable, Equatable {
+    public var stream: StreamID
+    public var applicationName: String
+    /// audiod muted the stream; undo by unmuting.
+    public var unmute: Bool
+    /// audiod changed the volume; undo by setting this one.
+    public var restoreVolume: Volume?
+}
+
+/// A session as D-Bus shows it.
+public struct SessionView: Sendable, Equatable {
+    public var id: SessionID
+    public var isImplicit: Bool
+    public var applicationName: String
+    public var processID: UInt32
+    public var configuration: Configuration
+    public var active: Bool
+    public var interrupted: Bool
+    public var secondaryAudioShouldBeSilencedHint: Bool
+    public var otherAudioPlaying: Bool
+    public var handlesSecondaryAudio: Bool
+    /// Indices of its playback streams, ascending.
+    public var streams: [UInt32]
+    /// Indices of its record streams, ascending.
+    public var recordStreams: [UInt32]
+
+    public var mixable: Bool { configuration.isMixable }
+
+    func changes(from old: SessionView) -> SessionProperties {
+        var p: SessionProperties = []
+        if configuration.category != old.configuration.category { p.insert(.category) }
+        if configuration.mode != old.configuration.mode { p.insert(.mode) }
+        if configuration.options != old.configuration.options { p.insert(.options) }
+        if active != old.active { p.insert(.active) }
+        if interrupted != old.interrupted { p.insert(.interrupted) }
+        if mixable != old.mixable { p.insert(.mixable) }
+        if secondaryAudioShouldBeSilencedHint != old.secondaryAudioShouldBeSilencedHint {
+            p.insert(.secondaryAudioShouldBeSilencedHint)
+        }
+        if otherAudioPlaying != old.otherAudioPlaying { p.insert(.otherAudioPlaying) }
+        if handlesSecondaryAudio != old.handlesSecondaryAudio { p.insert(.handlesSecondaryAudio) }
+        if streams != old.streams { p.insert(.streams) }
+        if recordStreams != old.recordStreams { p.insert(.recordStreams) }
+        if applicationName != old.applicationName { p.insert(.applicationName) }
+        if processID != old.processID { p.insert(.processID) }
+        return p
+    }
+}
+
+/// A stream as `ListStreams` shows it.
+public struct StreamView: Sendable, Equatable {
+    public var info: StreamInfo
+    public var session: SessionID?
+    /// Some policy reason silences this stream now (audiod muted it, or would have if the user had not already).
+    public var policyMuted: Bool
+    /// The linear factor applied (1.0 = not ducked).
+    public var duckFactor: Double
+    /// The user's own mute, as audiod remembers it.
+    public var userMuted: Bool
+    /// The user's own volume, as audiod remembers it.
+    public var userVolume: Volume
+    public var audible: Bool
+}
+
+/// Collects effects by kind so that each step comes out in the order API.md promises: stream operations, MPRIS,
+/// object appearance, signals, property changes, timers, persistence, the reply.
+struct EffectBuffer: Sendable {
+    var added: [Effect] = []
+    var mpris: [Effect] = []
+    var signals: [Effect] = []
+    var removed: [Effect] = []
+    var timers: [Effect] = []
+    var persist = false
+    var replies: [Effect] = []
+
+    mutating func reset() { self = EffectBuffer() }
+}

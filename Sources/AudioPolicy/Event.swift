@@ -1,0 +1,204 @@
+/// Everything the world can tell the arbiter. The shell (D-Bus service, sound-server backend, MPRIS watcher,
+/// timers, config loader) turns what it sees into these and feeds them to `Engine.handle(_:at:)`.
+public enum Event: Sendable, Equatable {
+    // MARK: Requests — each is answered with exactly one `.reply` effect.
+
+    /// `CreateSession`: the shell has already checked the pid (exists, same user).
+    case createSession(RequestID, NewSession)
+    /// `SetCategory` with the caller's raw strings; the engine validates them.
+    case setCategory(RequestID, SessionID, category: String, mode: String, options: [String])
+    /// `SetActive` with the caller's raw option strings.
+    case setActive(RequestID, SessionID, active: Bool, options: [String])
+    /// `Release`: deactivate with notify, then remove.
+    case release(RequestID, SessionID)
+    /// A write of the session property `HandlesSecondaryAudio`.
+    case setHandlesSecondaryAudio(RequestID, SessionID, Bool)
+    /// A write of `SilentMode` (also used to restore the persisted value at start).
+    case setSilentMode(RequestID, Bool)
+    /// A write of `DuckLevel` (0 < x < 1).
+    case setDuckLevel(RequestID, Double)
+    /// `SetApplicationCategory`.
+    case setApplicationCategory(RequestID, application: String, category: String, mode: String, options: [String])
+    /// `RemoveApplicationCategory`.
+    case removeApplicationCategory(RequestID, application: String)
+    /// The config file was (re)read: replaces every setting that comes from it.
+    case configure(RequestID, Settings)
+
+    // MARK: The world
+
+    /// An explicit session's owner went away: its bus connection closed, or (for `lifetime=process`) its process
+    /// exited. Released as if it had called `Release()`.
+    case ownerVanished(SessionID)
+    /// A process exited. Explicit `connection` sessions with this pid stop owning streams by pid; an implicit
+    /// session of this process ends at once.
+    case processExited(pid: UInt32)
+    /// A playback or record stream appeared on the server.
+    case streamAppeared(StreamInfo)
+    /// Something about a stream changed; the info is the whole current state as the server reports it.
+    case streamChanged(StreamInfo)
+    /// A stream went away.
+    case streamRemoved(StreamID)
+    /// An MPRIS player appeared (the shell de-duplicates several names of one process and ignores proxies).
+    case playerAppeared(PlayerInfo)
+    /// A player's `PlaybackStatus` changed.
+    case playerStatusChanged(PlayerID, PlaybackStatus)
+    /// A player went away.
+    case playerRemoved(PlayerID)
+    /// An output device became available (a sink appeared, or its active port became available).
+    case deviceAppeared(String)
+    /// An output device went away (sink removed, or its active port became unavailable).
+    case deviceRemoved(String)
+    /// A timer the engine scheduled has fired.
+    case timerFired(TimerID)
+}
+
+/// What `CreateSession` asks for, after the shell checked the hints.
+public struct NewSession: Sendable, Equatable {
+    public enum Lifetime: String, Sendable, Equatable {
+        /// Ends when the caller's bus connection closes (the default).
+        case connection
+        /// Ends when `pid` exits.
+        case process
+    }
+
+    public var pid: UInt32
+    public var applicationName: String
+    public var lifetime: Lifetime
+
+    public init(pid: UInt32, applicationName: String = "", lifetime: Lifetime = .connection) {
+        self.pid = pid
+        self.applicationName = applicationName
+        self.lifetime = lifetime
+    }
+}
+
+/// A stream as the sound server reports it right now.
+public struct StreamInfo: Sendable, Equatable {
+    public var id: StreamID
+    /// The stream's `application.process.id` first, then its parent, grandparent, … (from /proc). Empty when
+    /// the server does not say which process plays.
+    public var processChain: [UInt32]
+    public var applicationName: String
+    /// `application.id`, if set.
+    public var applicationID: String?
+    /// `application.process.binary`, if set.
+    public var binary: String?
+    /// `media.role`, if set.
+    public var role: String?
+    /// The `audiod.session` property (of the stream or its client), if it holds a number.
+    public var sessionTag: UInt64?
+    public var corked: Bool
+    /// The stream's mute as the server shows it, whoever set it.
+    public var muted: Bool
+    /// The stream's volume as the server shows it, whoever set it.
+    public var volume: Volume
+    /// The device (sink or source name) it plays on or records from.
+    public var device: String
+
+    public init(
+        id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,
+        binary: String? = nil, role: String? = nil, sessionTag: UInt64? = nil, corked: Bool = false,
+        muted: Bool = false, volume: Volume = .normal, device: String = "default"
+    ) {
+        self.id = id
+        self.processChain = processChain
+        self.applicationName = applicationName
+        self.applicationID = applicationID
+        self.binary = binary
+        self.role = role
+        self.sessionTag = sessionTag
+        self.corked = corked
+        self.muted = muted
+        self.volume = volume
+        self.device = device
+    }
+
+    /// The process that plays, if known.
+    public var pid: UInt32? { processChain.first }
+}
+
+/// MPRIS `PlaybackStatus`.
+public enum PlaybackStatus: String, Sendable, Equatable {
+    case playing = "Playing"
+    case paused = "Paused"
+    case stopped = "Stopped"
+}
+
+/// An MPRIS player as the shell found it on the bus.
+public struct PlayerInfo: Sendable, Equatable {
+    public var id: PlayerID
+    /// The bus name owner's pid.
+    public var pid: UInt32
+    public var status: PlaybackStatus
+
+    public init(id: PlayerID, pid: UInt32, status: PlaybackStatus) {
+        self.id = id
+        self.pid = pid
+        self.status = status
+    }
+}
+
+/// A persistent rule for an application that never talks to audiod (SPEC.md §7).
+public struct ApplicationRule: Sendable, Equatable {
+    public enum Source: String, Sendable, Equatable {
+        case configFile = "config"
+        case bus
+    }
+    /// Matched against a stream's `application.id`, process binary or `application.name`.
+    public var application: String
+    public var configuration: Configuration
+    public var source: Source
+
+    public init(application: String, configuration: Configuration, source: Source) {
+        self.application = application
+        self.configuration = configuration
+        self.source = source
+    }
+}
+
+/// Everything that comes from the config file (and defaults when there is none).
+public struct Settings: Sendable, Equatable {
+    /// Linear amplitude factor for ducked streams, 0 < x < 1.
+    public var duckLevel: Double
+    /// The category of an app that matches no rule, owns no player and has no known role.
+    public var defaultConfiguration: Configuration
+    /// `media.role` → configuration, overriding the built-in map of SPEC.md §7 for the roles it names.
+    public var roleConfigurations: [String: Configuration]
+    /// Rules from the config file (source `.configFile`).
+    public var configRules: [ApplicationRule]
+    /// How long an implicit session stays active after its last audible stream.
+    public var lingerNanoseconds: UInt64
+    /// A stream moved off a device this long before the device went away counts as having been on it (servers
+    /// move streams before they announce the removal).
+    public var routeMoveWindowNanoseconds: UInt64
+    /// How far a volume the server reports may be from the one audiod set and still count as audiod's (PipeWire
+    /// stores volumes as floats and may hand back a neighbouring value).
+    public var volumeTolerance: UInt32
+
+    public init(
+        duckLevel: Double = 0.2,
+        defaultConfiguration: Configuration = Configuration(category: .playback, options: [.mixWithOthers]),
+        roleConfigurations: [String: Configuration] = [:],
+        configRules: [ApplicationRule] = [],
+        lingerNanoseconds: UInt64 = 2_000_000_000,
+        routeMoveWindowNanoseconds: UInt64 = 1_000_000_000,
+        volumeTolerance: UInt32 = 64
+    ) {
+        self.duckLevel = duckLevel
+        self.defaultConfiguration = defaultConfiguration
+        self.roleConfigurations = roleConfigurations
+        self.configRules = configRules
+        self.lingerNanoseconds = lingerNanoseconds
+        self.routeMoveWindowNanoseconds = routeMoveWindowNanoseconds
+        self.volumeTolerance = volumeTolerance
+    }
+
+    /// The built-in role map of SPEC.md §7, in priority order (highest first).
+    public static let builtInRoles: [(roles: [String], configuration: Configuration, exemptFromSecondary: Bool)] = [
+        (["phone"], Configuration(category: .playAndRecord, mode: .voiceChat), false),
+        (["music", "video"], Configuration(category: .playback), false),
+        (["game"], Configuration(category: .ambient), false),
+        (["production"], Configuration(category: .playback, options: [.mixWithOthers]), false),
+        (["event", "animation", "test"], Configuration(category: .ambient), true),
+    ]
+}

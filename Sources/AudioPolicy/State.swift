@@ -1,0 +1,84 @@
+/// Which process an implicit session stands for (SPEC.md §7): the nearest ancestor-or-self of the stream's
+/// process that owns an MPRIS player, else the stream's own process; streams with no pid are grouped by name.
+enum ImplicitKey: Hashable, Sendable {
+    case process(UInt32)
+    case application(String)
+}
+
+/// Why an explicit session was deactivated, for SPEC.md §7's rule on MPRIS `Play` after an owner vanished.
+enum DeactivationCause: Sendable {
+    case request
+    case ownerVanished
+    case implicitEnded
+}
+
+struct SessionState: Sendable {
+    let id: SessionID
+    let implicitKey: ImplicitKey?
+    var lifetime: NewSession.Lifetime
+    var pid: UInt32
+    /// False once a `connection` session's pid exited: it lives on but owns no streams by pid.
+    var ownsStreamsByPid = true
+    var applicationName: String
+    var configuration: Configuration
+    /// An implicit session from the `event`, `animation` or `test` roles: follows only silent mode (§5).
+    var roleExempt = false
+    var handlesSecondaryAudio = false
+
+    var active = false
+    var interrupted = false
+    /// The session this one is tied to (§3); nil for an interruption nobody will end (route-disconnected).
+    var interrupter: SessionID?
+    /// Interrupted only because it was in `spoken-audio` mode (§2.3): always told it may resume.
+    var spokenOnly = false
+    /// Silenced until its next activation: an explicit session's `SetActive(true)`, an implicit one's user
+    /// action (Play, unmute).
+    var awaitingActivation = false
+
+    var playbackStreams: Set<StreamID> = []
+    var recordStreams: Set<StreamID> = []
+    var audibleCount = 0
+    var lingerScheduled = false
+    /// Devices whose appearance this session was already told about.
+    var toldNewDevice: [String: Instant] = [:]
+
+    var isImplicit: Bool { implicitKey != nil }
+    var isCall: Bool { configuration.isCall }
+    var mixable: Bool { configuration.isMixable }
+    var allStreams: [StreamID] { playbackStreams.sorted() + recordStreams.sorted() }
+    var hasStreams: Bool { !playbackStreams.isEmpty || !recordStreams.isEmpty }
+    /// A session whose streams policy reasons tied to the session (not the stream) silence.
+    var heldSilent: Bool { interrupted || awaitingActivation }
+}
+
+struct StreamState: Sendable {
+    var info: StreamInfo
+    var session: SessionID?
+    /// The user's (or app's) own mute and volume, as last seen or set by them.
+    var userMuted: Bool
+    var userVolume: Volume
+    /// audiod muted this stream (it was not muted by the user when audiod did).
+    var appliedMute = false
+    /// The volume audiod set, if it changed it.
+    var appliedVolume: Volume?
+    /// Silenced because its device went away while it was audible (§6).
+    var routeSilenced = false
+    /// A record stream audiod silenced: unmuted only by its owner's activation or the user (§3 Privacy).
+    var recordHeld = false
+    /// Cached decisions of the last settle.
+    var policyMute = false
+    var ducked = false
+    var audible = false
+    /// The device it left and when, for route changes announced after the server moved it.
+    var previousDevice: String?
+    var movedAt = Instant.zero
+
+    var kind: StreamKind { info.id.kind }
+    var isA11y: Bool { info.role == "a11y" }
+}
+
+struct PlayerState: Sendable {
+    var info: PlayerInfo
+    /// audiod sent `Pause` while it was `Playing`: the only players audiod will `Play`.
+    var pausedByAudiod = false
+}

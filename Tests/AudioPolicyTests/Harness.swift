@@ -1,0 +1,130 @@
+@testable import AudioPolicy
+import Testing
+
+/// Drives an engine with a fake clock and request ids, the way the daemon's shell would.
+struct Harness {
+    var engine: Engine
+    var clock: UInt64 = 0
+    var nextRequest: UInt64 = 100
+
+    init(settings: Settings = Settings()) { engine = Engine(settings: settings) }
+
+    mutating func send(_ event: Event) -> [Effect] {
+        clock += 1_000_000
+        return engine.handle(event, at: Instant(nanoseconds: clock))
+    }
+
+    mutating func advance(ms: UInt64) { clock += ms * 1_000_000 }
+
+    mutating func request() -> RequestID {
+        nextRequest += 1
+        return RequestID(nextRequest)
+    }
+
+    /// Creates an explicit session and checks the reply.
+    mutating func create(pid: UInt32, name: String = "", lifetime: NewSession.Lifetime = .connection) -> SessionID {
+        let r = request()
+        let effects = send(.createSession(r, NewSession(pid: pid, applicationName: name, lifetime: lifetime)))
+        guard case .reply(r, .session(let id))? = effects.last else {
+            Issue.record("CreateSession did not answer with a session: \(effects)")
+            return SessionID(0)
+        }
+        return id
+    }
+
+    /// Creates a session and sets its category, checking both replies.
+    mutating func session(pid: UInt32, _ category: String, mode: String = "default", options: [String] = [])
+        -> SessionID
+    {
+        let id = create(pid: pid)
+        let effects = setCategory(id, category, mode: mode, options: options)
+        #expect(effects.last == .reply(RequestID(nextRequest), .ok), "SetCategory failed: \(effects)")
+        return id
+    }
+
+    mutating func setCategory(_ id: SessionID, _ c: String, mode: String = "default", options: [String] = [])
+        -> [Effect]
+    {
+        let r = request()
+        return send(.setCategory(r, id, category: c, mode: mode, options: options))
+    }
+
+    mutating func activate(_ id: SessionID) -> [Effect] {
+        let r = request()
+        return send(.setActive(r, id, active: true, options: []))
+    }
+
+    mutating func deactivate(_ id: SessionID, notify: Bool = false) -> [Effect] {
+        let r = request()
+        return send(.setActive(r, id, active: false, options: notify ? ["notify-others-on-deactivation"] : []))
+    }
+
+    mutating func release(_ id: SessionID) -> [Effect] {
+        let r = request()
+        return send(.release(r, id))
+    }
+
+    mutating func silent(_ on: Bool) -> [Effect] {
+        let r = request()
+        return send(.setSilentMode(r, on))
+    }
+
+    var lastRequest: RequestID { RequestID(nextRequest) }
+    var ok: Effect { .reply(lastRequest, .ok) }
+
+    mutating func play(
+        _ index: UInt32, pid: UInt32, chain: [UInt32] = [], role: String? = nil, name: String = "app",
+        corked: Bool = false, muted: Bool = false, volume: Volume = .normal, device: String = "speakers",
+        tag: UInt64? = nil
+    ) -> [Effect] {
+        send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(index), processChain: [pid] + chain, applicationName: name, role: role,
+                    sessionTag: tag, corked: corked, muted: muted, volume: volume, device: device)))
+    }
+
+    mutating func record(_ index: UInt32, pid: UInt32, name: String = "recorder") -> [Effect] {
+        send(
+            .streamAppeared(
+                StreamInfo(id: .record(index), processChain: [pid], applicationName: name, device: "mic")))
+    }
+
+    /// The server's report after a change: the stream's current info with some fields changed.
+    mutating func change(_ id: StreamID, _ edit: (inout StreamInfo) -> Void) -> [Effect] {
+        guard var info = engine.streamView(id)?.info else {
+            Issue.record("no stream \(id)")
+            return []
+        }
+        edit(&info)
+        return send(.streamChanged(info))
+    }
+
+    /// Plays back the server's echo of audiod's own stream operations (as a real server would report them).
+    mutating func echo(_ effects: [Effect]) -> [Effect] {
+        var all: [Effect] = []
+        for e in effects {
+            switch e {
+            case .setStreamMute(let id, let m): all += change(id) { $0.muted = m }
+            case .setStreamVolume(let id, let v): all += change(id) { $0.volume = v }
+            default: break
+            }
+        }
+        return all
+    }
+
+    func view(_ id: SessionID) -> SessionView? { engine.session(id) }
+}
+
+func signals(_ effects: [Effect]) -> [Effect] {
+    effects.filter { if case .signal = $0 { return true } else { return false } }
+}
+
+func streamOps(_ effects: [Effect]) -> [Effect] {
+    effects.filter {
+        switch $0 {
+        case .setStreamMute, .setStreamVolume: return true
+        default: return false
+        }
+    }
+}
