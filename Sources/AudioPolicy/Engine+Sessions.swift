@@ -78,9 +78,7 @@ extension Engine {
         if config.isMixable { activeNonMixable.remove(id) } else { activeNonMixable.insert(id) }
         setDucker(id, config.ducksOthers)
         interruptOthers(for: id)
-        if config.isMixable && !wasMixable && primary != nil && primary != id {
-            emit(id, .silenceSecondaryAudioHint(.begin))
-        }
+        if config.isMixable && !wasMixable { pendingHintBegin.insert(id) }
         emit(id, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil))
         return nil
     }
@@ -247,9 +245,7 @@ extension Engine {
         cancelLinger(id)
         interruptOthers(for: id)
         setDucker(id, s.configuration.ducksOthers)
-        if s.mixable && primary != nil && primary != id {
-            emit(id, .silenceSecondaryAudioHint(.begin))
-        }
+        if s.mixable { pendingHintBegin.insert(id) }
         return nil
     }
 

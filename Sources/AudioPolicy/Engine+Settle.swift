@@ -86,6 +86,16 @@ extension Engine {
             updatePrimary()
             if dirty.isEmpty && crossings.isEmpty { break }
         }
+        // A mixable session that became active while the hint is on is told at once — judged after the step, so
+        // that a session whose activation itself ended primary audio gets no begin/end pair.
+        for id in pendingHintBegin.sorted() {
+            guard let s = sessions[id], s.active, s.mixable, primary != nil, primary != id, !s.toldHintBegin else {
+                continue
+            }
+            sessions[id]?.toldHintBegin = true
+            emit(id, .silenceSecondaryAudioHint(.begin))
+        }
+        pendingHintBegin.removeAll(keepingCapacity: true)
     }
 
     /// An implicit session activates when one of its streams becomes audible, and starts its linger when none is.
@@ -114,7 +124,12 @@ extension Engine {
         for id in sessions.keys { touched.insert(id) }
         for id in ambientSessions { markStreamsDirty(of: id, kind: .playback) }
         let edge: SecondaryAudioHintType = new != nil ? .begin : .end
+        // Every active mixable session hears this edge, so none still needs its own begin.
+        pendingHintBegin.removeAll(keepingCapacity: true)
         for id in activeSessions.sorted() where sessions[id]?.mixable == true {
+            // An `end` only for those that heard the `begin`.
+            if edge == .end && sessions[id]?.toldHintBegin != true { continue }
+            sessions[id]?.toldHintBegin = edge == .begin
             emit(id, .silenceSecondaryAudioHint(edge))
         }
     }

@@ -241,7 +241,8 @@ extension Engine {
     }
 
     mutating func recomputeImplicitCategory(_ id: SessionID) {
-        guard let s = sessions[id], s.isImplicit else { return }
+        // A session whose streams are all gone keeps what it was: a call that hangs up still ends as a call.
+        guard let s = sessions[id], s.isImplicit, s.hasStreams else { return }
         let (config, exempt) = implicitConfiguration(s)
         if s.roleExempt != exempt {
             sessions[id]?.roleExempt = exempt

@@ -56,6 +56,7 @@ public struct Engine: Sendable {
     var out = EffectBuffer()
     var published: [SessionID: SessionView] = [:]
     var crossings: Set<SessionID> = []
+    var pendingHintBegin: Set<SessionID> = []
     var totalBefore = 0
     var soleBefore: SessionID?
 

@@ -39,6 +39,8 @@ struct SessionState: Sendable {
     var recordStreams: Set<StreamID> = []
     var audibleCount = 0
     var lingerScheduled = false
+    /// Heard `SilenceSecondaryAudioHint("begin")` and not yet the `end`.
+    var toldHintBegin = false
     /// Devices whose appearance this session was already told about.
     var toldNewDevice: [String: Instant] = [:]
 

@@ -1,0 +1,186 @@
+@testable import AudioPolicy
+import Testing
+
+/// SPEC.md §7: apps that never talk to audiod.
+@Suite struct ImplicitScenarioTests {
+    static let mpv1 = PlayerID("org.mpris.MediaPlayer2.mpv")
+    static let mpv2 = PlayerID("org.mpris.MediaPlayer2.mpv.instance200")
+
+    /// The first of two players is paused through MPRIS when the second starts, stays paused when the second is
+    /// paused (no surprise resume), and takes the audio back when the user presses Play.
+    @Test func twoPlayers() {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100, name: "mpv")
+        let first = try! #require(h.engine.streamView(.playback(1))?.session)
+        #expect(h.view(first)?.configuration == Configuration(category: .playback))
+        #expect(h.view(first)?.active == true)
+
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv2, pid: 200, status: .playing)))
+        let take = h.play(2, pid: 200, name: "mpv")
+        let second = try! #require(h.engine.streamView(.playback(2))?.session)
+        #expect(take.contains(.mprisPause(Self.mpv1)))
+        #expect(streamOps(take) == [.setStreamMute(.playback(1), true)])
+        #expect(signals(take) == [.signal(first, .interruptionBegan(.default, interrupter: second))])
+        _ = h.echo(take)
+        _ = h.send(.playerStatusChanged(Self.mpv1, .paused))
+        _ = h.change(.playback(1)) { $0.corked = true }
+
+        // The second is paused by the user: after the linger it deactivates without notify; the first stays paused.
+        let pause = h.send(.playerStatusChanged(Self.mpv2, .paused))
+        #expect(pause.contains(.scheduleTimer(.linger(second), afterNanoseconds: 2_000_000_000)))
+        let linger = h.send(.timerFired(.linger(second)))
+        #expect(signals(linger) == [.signal(first, .interruptionEnded(shouldResume: false))])
+        #expect(!linger.contains(.mprisPlay(Self.mpv1)))
+        #expect(streamOps(linger) == [])
+
+        // The user presses Play in the first player: it takes the audio back.
+        _ = h.change(.playback(1)) { $0.corked = false }
+        let play = h.send(.playerStatusChanged(Self.mpv1, .playing))
+        #expect(streamOps(play) == [.setStreamMute(.playback(1), false)])
+        #expect(h.view(first)?.active == true)
+    }
+
+    @Test func aPlayerInterruptedByAnExplicitSessionResumesThroughMPRISOnNotify() {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        let alarm = h.session(pid: 20, "playback")
+        let e = h.activate(alarm)
+        #expect(e.contains(.mprisPause(Self.mpv1)))
+        _ = h.echo(e)
+        _ = h.send(.playerStatusChanged(Self.mpv1, .paused))
+        let end = h.deactivate(alarm, notify: true)
+        #expect(end.contains(.mprisPlay(Self.mpv1)))
+        #expect(streamOps(end) == [.setStreamMute(.playback(1), false)])
+    }
+
+    @Test func anOwnerVanishingResumesPlayersOnlyAfterACall() {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        let music = h.session(pid: 20, "playback")
+        _ = h.echo(h.activate(music))
+        let gone = h.send(.ownerVanished(music))
+        #expect(!gone.contains(.mprisPlay(Self.mpv1)))
+        #expect(streamOps(gone) == [.setStreamMute(.playback(1), false)])
+
+        var c = Harness()
+        _ = c.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))
+        _ = c.play(1, pid: 100)
+        let call = c.session(pid: 20, "play-and-record", mode: "voice-chat")
+        _ = c.echo(c.activate(call))
+        #expect(c.send(.ownerVanished(call)).contains(.mprisPlay(Self.mpv1)))
+    }
+
+    @Test func anAppWithoutMPRISIsMutedAndUnmutedEvenWithoutResume() {
+        var h = Harness()
+        _ = h.play(1, pid: 100, role: "music")
+        let app = try! #require(h.engine.streamView(.playback(1))?.session)
+        let music = h.session(pid: 20, "playback")
+        let e = h.activate(music)
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), true)])
+        #expect(signals(e) == [.signal(app, .interruptionBegan(.default, interrupter: music))])
+        _ = h.echo(e)
+        let end = h.deactivate(music)
+        #expect(signals(end) == [.signal(app, .interruptionEnded(shouldResume: false))])
+        #expect(streamOps(end) == [.setStreamMute(.playback(1), false)])
+    }
+
+    @Test func aPhoneRoleStreamIsACallThatLetsThePlayerResume() {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        let call = h.play(2, pid: 300, role: "phone")
+        let phone = try! #require(h.engine.streamView(.playback(2))?.session)
+        #expect(h.view(phone)?.configuration.isCall == true)
+        #expect(call.contains(.mprisPause(Self.mpv1)))
+        _ = h.echo(call)
+        _ = h.send(.playerStatusChanged(Self.mpv1, .paused))
+        let hangup = h.send(.streamRemoved(.playback(2)))
+        #expect(hangup.contains(.scheduleTimer(.linger(phone), afterNanoseconds: 2_000_000_000)))
+        let end = h.send(.timerFired(.linger(phone)))
+        #expect(end.contains(.mprisPlay(Self.mpv1)))
+        #expect(end.contains(.sessionRemoved(phone)))
+        #expect(streamOps(end) == [.setStreamMute(.playback(1), false)])
+    }
+
+    @Test func aBrowsersHelperStreamBelongsToThePlayerOwner() {
+        var h = Harness()
+        let chromium = PlayerID("org.mpris.MediaPlayer2.chromium.instance300")
+        _ = h.play(1, pid: 301, chain: [300, 1], name: "Chromium")
+        let helper = try! #require(h.engine.streamView(.playback(1))?.session)
+        #expect(h.view(helper)?.processID == 301)
+        let e = h.send(.playerAppeared(PlayerInfo(id: chromium, pid: 300, status: .playing)))
+        let owner = try! #require(h.engine.streamView(.playback(1))?.session)
+        #expect(owner != helper)
+        #expect(h.view(owner)?.processID == 300)
+        #expect(h.view(owner)?.configuration.category == .playback)
+        #expect(e.contains(.sessionRemoved(helper)))
+        #expect(h.engine.sessionForProcess(chain: [301, 300, 1]) == owner)
+    }
+
+    @Test func rulesApplyAtOnceAndMakeAnAppObeySilentMode() {
+        var h = Harness()
+        _ = h.silent(true)
+        _ = h.play(1, pid: 100, name: "supertux")
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == false)
+        let r = h.request()
+        let rule = h.send(.setApplicationCategory(r, application: "supertux", category: "ambient", mode: "default", options: []))
+        #expect(streamOps(rule) == [.setStreamMute(.playback(1), true)])
+        #expect(rule.contains(.persist))
+        #expect(h.engine.applicationRules.map(\.application) == ["supertux"])
+        let bad = h.send(.setApplicationCategory(h.request(), application: "x", category: "loud", mode: "default", options: []))
+        #expect(bad.last?.isError == true)
+        let rm = h.send(.removeApplicationCategory(h.request(), application: "supertux"))
+        #expect(streamOps(rm) == [.setStreamMute(.playback(1), false)])
+        #expect(h.send(.removeApplicationCategory(h.request(), application: "supertux")).last
+            == .reply(h.lastRequest, .error(.noSuchRule("supertux"))))
+    }
+
+    @Test func aStreamTakenByAnExplicitSessionEndsItsImplicitSession() {
+        var h = Harness()
+        _ = h.play(1, pid: 100, chain: [50], role: "game")
+        let implicit = try! #require(h.engine.streamView(.playback(1))?.session)
+        _ = h.echo(h.silent(true))
+        let explicit = h.create(pid: 50)
+        #expect(h.engine.streamView(.playback(1))?.session == explicit)
+        #expect(h.view(implicit) == nil)
+        // solo-ambient obeys silent mode too, so the stream stays silenced under its new owner.
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
+        _ = h.setCategory(explicit, "playback")
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == false)
+    }
+
+    @Test func anImplicitCallDuringACallIsInterruptedAtOnce() {
+        var h = Harness()
+        let call = h.session(pid: 20, "play-and-record", mode: "voice-chat")
+        _ = h.activate(call)
+        let music = h.play(1, pid: 100, role: "music")
+        let app = try! #require(h.engine.streamView(.playback(1))?.session)
+        #expect(signals(music) == [.signal(app, .interruptionBegan(.call, interrupter: call))])
+        #expect(streamOps(music) == [.setStreamMute(.playback(1), true)])
+        // The default category (mixable) plays during a call.
+        let other = h.play(2, pid: 101)
+        #expect(streamOps(other) == [])
+    }
+
+    @Test func aRecordOnlyAppIsNeverActivatedOrInterrupted() {
+        var h = Harness()
+        _ = h.record(1, pid: 100)
+        let app = try! #require(h.engine.streamView(.record(1))?.session)
+        #expect(h.view(app)?.configuration.category == .record)
+        let call = h.session(pid: 20, "play-and-record", mode: "voice-chat")
+        #expect(signals(h.activate(call)) == [])
+        #expect(h.view(app)?.active == false)
+    }
+
+    @Test func a11yStreamsBelongToNoSession() {
+        var h = Harness()
+        _ = h.play(1, pid: 100, role: "a11y")
+        #expect(h.engine.streamView(.playback(1))?.session == nil)
+        _ = h.silent(true)
+        let nav = h.session(pid: 20, "playback", options: ["duck-others"])
+        #expect(streamOps(h.activate(nav)) == [])
+    }
+}
