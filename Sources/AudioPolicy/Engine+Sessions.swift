@@ -404,10 +404,7 @@ extension Engine {
         touched.remove(id)
         published[id] = nil
         out.removed.append(.sessionRemoved(id))
-        for sid in owned {
-            streams[sid]?.session = nil
-            streams[sid]?.recordHeld = false
-        }
+        for sid in owned { streams[sid]?.session = nil }
         if primary == id { primary = nil }
         reassignOwnership(of: owned)
     }

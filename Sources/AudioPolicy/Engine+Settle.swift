@@ -196,6 +196,9 @@ extension Engine {
         if wantMute && !st.appliedMute {
             effects.append(.setStreamMute(sid, true))
             st.appliedMute = true
+            // Whatever silenced it, a record stream audiod muted stays muted until its owner's activation or the
+            // user (§3 Privacy), even if it changes hands.
+            if sid.kind == .record { st.recordHeld = true }
         } else if !wantMute && st.appliedMute {
             effects.append(.setStreamMute(sid, false))
             st.appliedMute = false

@@ -59,7 +59,7 @@ extension Engine {
                     if o.isImplicit && !o.hasStreams { emptied.insert(old) }
                 }
             }
-            streams[sid]?.recordHeld = false
+            // The silencing its old session caused is lifted — except a record stream's privacy hold (§3).
             streams[sid]?.routeSilenced = false
             if let new { attach(sid, to: new); if sessions[new]?.isImplicit == true { changedImplicit.insert(new) } }
             markDirty(sid)
@@ -154,7 +154,12 @@ extension Engine {
             st.previousDevice = old.device
             st.movedAt = now
         }
-        if userUnmuted && st.kind == .record { st.recordHeld = false }
+        if userUnmuted && st.kind == .record {
+            // The user's unmute lifts the privacy hold, unless an explicit session's interruption silences it
+            // again at once: then audiod's mute stands and only the owner's activation may lift it.
+            let reapplied = st.session.flatMap { sessions[$0] }.map { !$0.isImplicit && $0.heldSilent } ?? false
+            if !reapplied { st.recordHeld = false }
+        }
         st.info = info
         streams[info.id] = st
         markDirty(info.id)

@@ -1,0 +1,436 @@
+@testable import AudioPolicy
+import PropertyBased
+import Testing
+
+/// SPEC.md §9 over random event sequences. Each sequence is a list of integers that decode into operations
+/// (so a failing case shrinks to a short list of small numbers, printed as readable operations). A simulated
+/// server applies audiod's effects and echoes them back as the real one does; the test keeps its own record of
+/// what the user did and checks every invariant after every step against the simulated server's real state.
+@Suite struct InvariantPropertyTests {
+    @Test func invariantsHoldOverRandomSequences() async {
+        await propertyCheck(count: 10_000, input: Gen.int(in: 0...100_000).array(of: 1...40)) { codes in
+            var sim = Simulation()
+            for (step, code) in codes.enumerated() {
+                let op = Simulation.Op(code: code)
+                sim.run(op)
+                let violations = sim.violations()
+                if !violations.isEmpty {
+                    let script = codes.prefix(step + 1).map { "  \(Simulation.Op(code: $0))" }.joined(separator: "\n")
+                    Issue.record("after step \(step + 1):\n\(script)\nviolated:\n  \(violations.joined(separator: "\n  "))")
+                    return
+                }
+            }
+        }
+    }
+
+    /// The checker itself must be able to fail: a deliberately broken world (a mute lost on the server) is caught.
+    @Test func theCheckerCatchesALostMute() {
+        var sim = Simulation()
+        sim.run(.create(pid: 10, lifetime: .connection))
+        sim.run(.setCategory(session: 0, config: 1))  // playback
+        sim.run(.activate(session: 0))
+        sim.run(.newStream(pid: 10, role: nil, corked: false, muted: false))
+        sim.run(.create(pid: 11, lifetime: .connection))
+        sim.run(.setCategory(session: 1, config: 1))
+        sim.run(.activate(session: 1))
+        #expect(sim.violations().isEmpty)
+        // Behind audiod's back, the server forgets the mute it applied (and tells nobody).
+        if let id = sim.server.keys.sorted().first { sim.server[id]?.muted = false }
+        #expect(!sim.violations().isEmpty)
+    }
+}
+
+/// A world for the engine: sessions created by clients, streams on a server, players on the bus, a user.
+struct Simulation {
+    enum Op: CustomStringConvertible {
+        case create(pid: UInt32, lifetime: NewSession.Lifetime)
+        case setCategory(session: Int, config: Int)
+        case activate(session: Int)
+        case deactivate(session: Int, notify: Bool)
+        case release(session: Int)
+        case ownerVanished(session: Int)
+        case newStream(pid: UInt32, role: String?, corked: Bool, muted: Bool)
+        case newRecord(pid: UInt32)
+        case userToggleMute(stream: Int)
+        case userVolume(stream: Int, volume: UInt32)
+        case toggleCork(stream: Int)
+        case removeStream(stream: Int)
+        case player(pid: UInt32, action: Int)
+        case silent(Bool)
+        case duckLevel(Double)
+        case device(Int)
+        case fireTimer(Int)
+        case rule(app: String, config: Int)
+        case exit(pid: UInt32)
+        case handlesSecondary(session: Int)
+
+        static let explicitPids: [UInt32] = [10, 11, 12, 13]
+        static let implicitPids: [UInt32] = [100, 101, 102, 103]
+        static let roles: [String?] = [nil, "music", "game", "phone", "event", "video", "a11y", "production"]
+        static let configs: [(String, String, [String])] = [
+            ("ambient", "default", []), ("playback", "default", []), ("solo-ambient", "default", []),
+            ("playback", "spoken-audio", []), ("playback", "voice-prompt", ["duck-others"]),
+            ("playback", "default", ["mix-with-others"]),
+            ("playback", "voice-prompt", ["interrupt-spoken-audio-and-mix-with-others"]),
+            ("play-and-record", "voice-chat", []), ("record", "default", []), ("ambient", "default", ["duck-others"]),
+            ("play-and-record", "video-chat", ["mix-with-others"]), ("loud", "default", []),
+            ("playback", "voice-chat", []),
+        ]
+
+        init(code: Int) {
+            let kind = code % 20
+            let p = code / 20
+            let anyPid = (Op.explicitPids + Op.implicitPids)[p % 8]
+            switch kind {
+            case 0: self = .create(pid: Op.explicitPids[p % 4], lifetime: (p / 4) % 3 == 0 ? .process : .connection)
+            case 1: self = .setCategory(session: p % 6, config: (p / 6) % Op.configs.count)
+            case 2, 3: self = .activate(session: p % 6)
+            case 4: self = .deactivate(session: p % 6, notify: (p / 6) % 2 == 0)
+            case 5: self = .release(session: p % 6)
+            case 6: self = .ownerVanished(session: p % 6)
+            case 7, 8:
+                self = .newStream(
+                    pid: anyPid, role: Op.roles[(p / 8) % Op.roles.count], corked: (p / 64) % 4 == 0,
+                    muted: (p / 256) % 5 == 0)
+            case 9: self = .newRecord(pid: anyPid)
+            case 10: self = .userToggleMute(stream: p % 8)
+            case 11: self = .userVolume(stream: p % 8, volume: [0, 30000, 65536, 50000][(p / 8) % 4])
+            case 12: self = .toggleCork(stream: p % 8)
+            case 13: self = .removeStream(stream: p % 8)
+            case 14: self = .player(pid: Op.implicitPids[p % 3], action: (p / 3) % 4)
+            case 15: self = (p % 3 == 0) ? .duckLevel([0.2, 0.5, 0.05][(p / 3) % 3]) : .silent(p % 3 == 1)
+            case 16: self = .device(p % 4)
+            case 17: self = .fireTimer(p % 4)
+            case 18:
+                self = p % 2 == 0 ? .rule(app: ["app100", "app101"][(p / 2) % 2], config: (p / 4) % Op.configs.count)
+                    : .exit(pid: anyPid)
+            default: self = .handlesSecondary(session: p % 6)
+            }
+        }
+
+        var description: String {
+            switch self {
+            case .create(let pid, let l): return "CreateSession(pid \(pid), \(l.rawValue))"
+            case .setCategory(let s, let c):
+                let (cat, mode, opts) = Op.configs[c]
+                return "session#\(s).SetCategory(\(cat), \(mode), \(opts))"
+            case .activate(let s): return "session#\(s).SetActive(true)"
+            case .deactivate(let s, let n): return "session#\(s).SetActive(false\(n ? ", notify" : ""))"
+            case .release(let s): return "session#\(s).Release()"
+            case .ownerVanished(let s): return "session#\(s) owner vanished"
+            case .newStream(let pid, let role, let corked, let muted):
+                return "new playback stream pid \(pid) role \(role ?? "-")\(corked ? " corked" : "")\(muted ? " muted" : "")"
+            case .newRecord(let pid): return "new record stream pid \(pid)"
+            case .userToggleMute(let s): return "user toggles mute of stream#\(s)"
+            case .userVolume(let s, let v): return "user sets volume of stream#\(s) to \(v)"
+            case .toggleCork(let s): return "app toggles cork of stream#\(s)"
+            case .removeStream(let s): return "stream#\(s) removed"
+            case .player(let pid, let a): return "player of pid \(pid): \(["appears playing", "Play", "Pause", "goes away"][a])"
+            case .silent(let on): return "silent mode \(on)"
+            case .duckLevel(let d): return "DuckLevel \(d)"
+            case .device(let d): return ["headphones removed", "headphones appear", "streams move to headphones", "speakers removed"][d]
+            case .fireTimer(let t): return "timer#\(t) fires"
+            case .rule(let app, let c): return "rule \(app) → \(Op.configs[c])"
+            case .exit(let pid): return "process \(pid) exits"
+            case .handlesSecondary(let s): return "session#\(s) toggles HandlesSecondaryAudio"
+            }
+        }
+    }
+
+    var engine = Engine()
+    var clock: UInt64 = 0
+    var request: UInt64 = 0
+    var sessions: [SessionID] = []
+    /// The server's real state.
+    var server: [StreamID: StreamInfo] = [:]
+    var nextIndex: UInt32 = 1
+    /// What the user (or app) last set, per stream.
+    var userMuted: [StreamID: Bool] = [:]
+    var userVolume: [StreamID: Volume] = [:]
+    var players: [UInt32: PlaybackStatus] = [:]
+    var timers: [TimerID] = []
+    var devices: Set<String> = ["speakers", "headphones"]
+    /// Interruption bookkeeping for invariant 6.
+    var openInterruptions: [SessionID: (spokenOnly: Bool, count: Int)] = [:]
+    var problems: [String] = []
+
+    mutating func nextRequest() -> RequestID {
+        request += 1
+        return RequestID(request)
+    }
+
+    func session(_ k: Int) -> SessionID? { sessions.isEmpty ? nil : sessions[k % sessions.count] }
+    func stream(_ k: Int) -> StreamID? {
+        let ids = server.keys.sorted()
+        return ids.isEmpty ? nil : ids[k % ids.count]
+    }
+
+    mutating func run(_ op: Op) {
+        switch op {
+        case .create(let pid, let lifetime):
+            let effects = step(.createSession(nextRequest(), NewSession(pid: pid, lifetime: lifetime)))
+            for case .reply(_, .session(let id)) in effects { sessions.append(id) }
+        case .setCategory(let k, let c):
+            guard let id = session(k) else { return }
+            let (cat, mode, opts) = Op.configs[c]
+            step(.setCategory(nextRequest(), id, category: cat, mode: mode, options: opts))
+        case .activate(let k):
+            guard let id = session(k) else { return }
+            step(.setActive(nextRequest(), id, active: true, options: []))
+        case .deactivate(let k, let notify):
+            guard let id = session(k) else { return }
+            step(.setActive(nextRequest(), id, active: false, options: notify ? ["notify-others-on-deactivation"] : []))
+        case .release(let k):
+            guard let id = session(k) else { return }
+            step(.release(nextRequest(), id))
+        case .ownerVanished(let k):
+            guard let id = session(k) else { return }
+            step(.ownerVanished(id))
+        case .newStream(let pid, let role, let corked, let muted):
+            let id = StreamID.playback(nextIndex)
+            nextIndex += 1
+            let info = StreamInfo(
+                id: id, processChain: [pid, 1], applicationName: "app\(pid)", role: role, corked: corked, muted: muted,
+                volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
+            server[id] = info
+            userMuted[id] = muted
+            userVolume[id] = .normal
+            step(.streamAppeared(info))
+        case .newRecord(let pid):
+            let id = StreamID.record(nextIndex)
+            nextIndex += 1
+            let info = StreamInfo(id: id, processChain: [pid, 1], applicationName: "app\(pid)", device: "mic")
+            server[id] = info
+            userMuted[id] = false
+            userVolume[id] = .normal
+            step(.streamAppeared(info))
+        case .userToggleMute(let k):
+            guard let id = stream(k), let info = server[id] else { return }
+            server[id]?.muted = !info.muted
+            userMuted[id] = !info.muted
+            step(.streamChanged(server[id]!))
+        case .userVolume(let k, let v):
+            guard let id = stream(k), id.kind == .playback, let info = server[id] else { return }
+            let volume = Volume(uniform: v)
+            guard info.volume != volume else { return }
+            server[id]?.volume = volume
+            userVolume[id] = volume
+            step(.streamChanged(server[id]!))
+        case .toggleCork(let k):
+            guard let id = stream(k), id.kind == .playback else { return }
+            server[id]?.corked.toggle()
+            step(.streamChanged(server[id]!))
+        case .removeStream(let k):
+            guard let id = stream(k) else { return }
+            server[id] = nil
+            step(.streamRemoved(id))
+        case .player(let pid, let action):
+            let pl = PlayerID("org.mpris.MediaPlayer2.p\(pid)")
+            switch action {
+            case 0 where players[pid] == nil:
+                players[pid] = .playing
+                step(.playerAppeared(PlayerInfo(id: pl, pid: pid, status: .playing)))
+            case 1 where players[pid] != nil: setPlayer(pid, .playing)
+            case 2 where players[pid] != nil: setPlayer(pid, .paused)
+            case 3 where players[pid] != nil:
+                players[pid] = nil
+                step(.playerRemoved(pl))
+            default: return
+            }
+        case .silent(let on): step(.setSilentMode(nextRequest(), on))
+        case .duckLevel(let d): step(.setDuckLevel(nextRequest(), d))
+        case .device(let d):
+            switch d {
+            case 0 where devices.contains("headphones"):
+                devices.remove("headphones")
+                // The server moves the streams first, then announces the removal.
+                for id in server.keys.sorted() where server[id]?.device == "headphones" {
+                    server[id]?.device = "speakers"
+                    step(.streamChanged(server[id]!))
+                }
+                step(.deviceRemoved("headphones"))
+            case 1 where !devices.contains("headphones"):
+                devices.insert("headphones")
+                step(.deviceAppeared("headphones"))
+            case 2 where devices.contains("headphones"):
+                for id in server.keys.sorted() where id.kind == .playback && server[id]?.device == "speakers" {
+                    server[id]?.device = "headphones"
+                    step(.streamChanged(server[id]!))
+                }
+            case 3:
+                step(.deviceRemoved("speakers"))
+            default: return
+            }
+        case .fireTimer(let k):
+            guard !timers.isEmpty else { return }
+            let t = timers.remove(at: k % timers.count)
+            step(.timerFired(t))
+        case .rule(let app, let c):
+            let (cat, mode, opts) = Op.configs[c]
+            step(.setApplicationCategory(nextRequest(), application: app, category: cat, mode: mode, options: opts))
+        case .exit(let pid):
+            for id in server.keys.sorted() where server[id]?.processChain.first == pid {
+                server[id] = nil
+            }
+            players[pid] = nil
+            step(.processExited(pid: pid))
+            for id in engine.streams.keys.sorted() where server[id] == nil { step(.streamRemoved(id)) }
+            step(.playerRemoved(PlayerID("org.mpris.MediaPlayer2.p\(pid)")))
+        case .handlesSecondary(let k):
+            guard let id = session(k), let v = engine.session(id) else { return }
+            step(.setHandlesSecondaryAudio(nextRequest(), id, !v.handlesSecondaryAudio))
+        }
+    }
+
+    mutating func setPlayer(_ pid: UInt32, _ status: PlaybackStatus) {
+        guard players[pid] != status else { return }
+        players[pid] = status
+        // Like mpv: pausing corks the stream, playing uncorks it.
+        for id in server.keys.sorted() where id.kind == .playback && server[id]?.processChain.first == pid {
+            server[id]?.corked = status != .playing
+            step(.streamChanged(server[id]!))
+        }
+        step(.playerStatusChanged(PlayerID("org.mpris.MediaPlayer2.p\(pid)"), status))
+    }
+
+    /// One event, then the server's echo of every change audiod made, until the world is quiet.
+    @discardableResult
+    mutating func step(_ event: Event) -> [Effect] {
+        clock += 5_000_000
+        let recordMutedBefore = server.filter { $0.key.kind == .record && $0.value.muted }.map(\.key)
+        let effects = engine.handle(event, at: Instant(nanoseconds: clock))
+        check(effects, after: event)
+        var echoes: [StreamInfo] = []
+        for e in effects {
+            switch e {
+            case .setStreamMute(let id, let m):
+                guard server[id] != nil else { continue }
+                if id.kind == .record && !m && !recordUnmuteAllowed(event) {
+                    problems.append("invariant 7: record \(id) unmuted by audiod on \(event)")
+                }
+                server[id]?.muted = m
+                echoes.append(server[id]!)
+            case .setStreamVolume(let id, let v):
+                guard server[id] != nil else { continue }
+                server[id]?.volume = v
+                echoes.append(server[id]!)
+            case .mprisPause(let p):
+                if let pid = pidOf(p), players[pid] != nil { pendingPlayer.append((pid, .paused)) }
+            case .mprisPlay(let p):
+                if let pid = pidOf(p), players[pid] != nil { pendingPlayer.append((pid, .playing)) }
+            case .scheduleTimer(let t, _):
+                if !timers.contains(t) { timers.append(t) }
+            case .cancelTimer(let t):
+                timers.removeAll { $0 == t }
+            default: break
+            }
+        }
+        _ = recordMutedBefore
+        for info in echoes where server[info.id] != nil { step(.streamChanged(server[info.id]!)) }
+        while !pendingPlayer.isEmpty {
+            let (pid, status) = pendingPlayer.removeFirst()
+            setPlayer(pid, status)
+        }
+        return effects
+    }
+
+    var pendingPlayer: [(UInt32, PlaybackStatus)] = []
+
+    func pidOf(_ p: PlayerID) -> UInt32? {
+        UInt32(p.busName.dropFirst("org.mpris.MediaPlayer2.p".count))
+    }
+
+    func recordUnmuteAllowed(_ event: Event) -> Bool {
+        switch event {
+        case .setActive(_, _, true, _): return true  // the owner's activation
+        case .streamChanged(let info): return info.id.kind == .record && !info.muted  // the user unmuted it
+        default: return false
+        }
+    }
+
+    /// Invariant 6, from the signals as they are sent.
+    mutating func check(_ effects: [Effect], after event: Event) {
+        for case .signal(let id, let signal) in effects {
+            switch signal {
+            case .interruptionBegan(let reason, let by):
+                let spokenOnly = reason == .default && by.flatMap { engine.session($0) }.map {
+                    $0.configuration.has(.interruptSpokenAudioAndMixWithOthers) && $0.configuration.isMixable
+                } == true && engine.session(id)?.configuration.mode == .spokenAudio
+                openInterruptions[id] = (spokenOnly, (openInterruptions[id]?.count ?? 0) + 1)
+            case .interruptionEnded(let resume):
+                guard let open = openInterruptions[id], open.count > 0 else {
+                    problems.append("invariant 6: \(id) got InterruptionEnded without InterruptionBegan on \(event)")
+                    continue
+                }
+                openInterruptions[id] = nil
+                if resume && !open.spokenOnly && !allowsResume(event) {
+                    problems.append("invariant 6: \(id) told should_resume=true on \(event)")
+                }
+            default: break
+            }
+        }
+        // A new interruption replaces one that was never ended (e.g. re-interrupted after reactivation).
+    }
+
+    func allowsResume(_ event: Event) -> Bool {
+        switch event {
+        case .setActive(_, _, false, let options): return options.contains("notify-others-on-deactivation")
+        case .release, .ownerVanished, .processExited: return true
+        // An implicit call ends with notify when its linger runs out or its last stream is taken or gone.
+        case .timerFired, .streamRemoved, .createSession, .playerRemoved, .streamChanged, .setApplicationCategory,
+            .removeApplicationCategory:
+            return true
+        default: return false
+        }
+    }
+
+    func audible(_ info: StreamInfo) -> Bool {
+        guard info.id.kind == .playback, !info.corked, !info.muted, !info.volume.isSilent else { return false }
+        for pid in info.processChain {
+            if let status = players[pid] { return status == .playing }
+        }
+        return true
+    }
+
+    /// Every invariant of SPEC.md §9, checked against the simulated server.
+    func violations() -> [String] {
+        var v = problems
+        let views = engine.sessionIDs.compactMap { engine.session($0) }
+        // 1. At most one non-mixable session active (and so uninterrupted).
+        let activeNonMixable = views.filter { $0.active && !$0.mixable }
+        if activeNonMixable.count > 1 { v.append("invariant 1: active non-mixable \(activeNonMixable.map(\.id))") }
+        let primary = engine.primaryAudioSession
+        let duckers = Set(views.filter { $0.active && $0.configuration.ducksOthers }.map(\.id))
+        for (id, info) in server {
+            guard let sv = engine.streamView(id) else {
+                v.append("stream \(id) unknown to the engine")
+                continue
+            }
+            let owner = sv.session.flatMap { engine.session($0) }
+            let category = owner?.configuration.category
+            // 2. Silent mode.
+            if engine.silentMode && audible(info) && category?.obeysSilentMode == true {
+                v.append("invariant 2: \(id) of a \(category!) session audible in silent mode")
+            }
+            // 3. Secondary audio.
+            if let primary, audible(info), category == .ambient, let owner, owner.id != primary,
+                !owner.handlesSecondaryAudio, engine.sessions[owner.id]?.roleExempt != true
+            {
+                v.append("invariant 3: ambient \(id) audible during primary audio of \(primary)")
+            }
+            guard id.kind == .playback, let user = userVolume[id] else { continue }
+            // 4. Ducking, from the user's own volume.
+            let ducked = owner != nil && !duckers.isEmpty && !duckers.contains(owner!.id)
+            let expected = ducked ? user.multiplied(by: Volume.fromLinear(engine.duckLevel)) : user
+            if info.volume != expected {
+                v.append("invariant 4: \(id) at \(info.volume), expected \(expected) (user \(user), ducked \(ducked))")
+            }
+            // 5. Restored when no reason holds; the user's mute is never lost.
+            let shouldBeMuted = (userMuted[id] ?? false) || sv.policyMuted
+            if info.muted != shouldBeMuted {
+                v.append("invariant 5: \(id) muted=\(info.muted), user \(userMuted[id] ?? false), policy \(sv.policyMuted)")
+            }
+        }
+        return v
+    }
+}
