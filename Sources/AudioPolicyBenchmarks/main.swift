@@ -1,1 +1,104 @@
-print("placeholder")
+// The cost of one engine event at 10, 100, 1,000 and 10,000 sessions, each with a playing stream.
+//
+// Run: swift run -c release AudioPolicyBenchmarks
+//
+// Three everyday events, each affecting one or two sessions whatever the total:
+// - volume: the user changes one stream's volume (one session);
+// - activate: two non-mixable apps take the audio from each other in turn (two sessions);
+// - stream: an unknown app's stream appears and goes away (its implicit session made and ended).
+// If cost grew with all sessions rather than the affected ones, the columns would grow 10× per row.
+import AudioPolicy
+
+struct Bench {
+    var engine = Engine()
+    var clock: UInt64 = 0
+    var request: UInt64 = 0
+
+    mutating func send(_ e: Event) -> [Effect] {
+        clock += 1_000
+        return engine.handle(e, at: Instant(nanoseconds: clock))
+    }
+
+    mutating func req() -> RequestID {
+        request += 1
+        return RequestID(request)
+    }
+
+    /// `n` explicit sessions: mixable playback apps, active, each with one audible stream; plus the two
+    /// non-mixable rivals of the activate benchmark.
+    init(sessions n: Int) {
+        for i in 0..<n {
+            let pid = UInt32(10_000 + i)
+            guard case .reply(_, .session(let id))? = send(.createSession(req(), NewSession(pid: pid))).last else {
+                continue
+            }
+            _ = send(.setCategory(req(), id, category: "playback", mode: "default", options: ["mix-with-others"]))
+            _ = send(.streamAppeared(StreamInfo(id: .playback(UInt32(i)), processChain: [pid, 1], applicationName: "app\(i)")))
+        }
+    }
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func measure(_ iterations: Int, _ body: (Int) -> Void) -> (median: Double, p99: Double) {
+    let clock = ContinuousClock()
+    var samples: [Double] = []
+    samples.reserveCapacity(iterations)
+    for i in 0..<iterations {
+        let start = clock.now
+        body(i)
+        let d = clock.now - start
+        samples.append(Double(d.components.attoseconds) / 1e12 + Double(d.components.seconds) * 1e6)
+    }
+    samples.sort()
+    return (percentile(samples, 0.5), percentile(samples, 0.99))
+}
+
+func fmt(_ us: Double) -> String {
+    let s = us < 10 ? String(Int(us * 100)) : String(Int(us * 10))
+    let digits = us < 10 ? 2 : 1
+    var t = s
+    while t.count <= digits { t = "0" + t }
+    t.insert(".", at: t.index(t.endIndex, offsetBy: -digits))
+    return t
+}
+
+let sizes = CommandLine.arguments.dropFirst().compactMap { Int($0) }
+let counts = sizes.isEmpty ? [10, 100, 1_000, 10_000] : sizes
+print("engine cost per event, µs (median / p99), release build")
+print("| sessions | volume | activate | stream appears+goes |")
+print("|---:|---:|---:|---:|")
+for n in counts {
+    var b = Bench(sessions: n)
+    let iterations = 2_000
+
+    let volume = measure(iterations) { i in
+        let index = UInt32((i * 7919) % n)
+        let v: UInt32 = i % 2 == 0 ? 40_000 : 50_000
+        _ = b.send(.streamChanged(StreamInfo(
+            id: .playback(index), processChain: [UInt32(10_000 + Int(index)), 1], applicationName: "app\(index)",
+            volume: Volume(uniform: v))))
+    }
+
+    var rivals: [SessionID] = []
+    for pid: UInt32 in [900, 901] {
+        if case .reply(_, .session(let id))? = b.send(.createSession(b.req(), NewSession(pid: pid))).last {
+            _ = b.send(.setCategory(b.req(), id, category: "playback", mode: "default", options: []))
+            rivals.append(id)
+        }
+    }
+    let activate = measure(iterations) { i in
+        _ = b.send(.setActive(b.req(), rivals[i % 2], active: true, options: []))
+    }
+
+    let stream = measure(iterations / 2) { i in
+        let id = StreamID.playback(UInt32(1_000_000 + i))
+        let appeared = b.send(.streamAppeared(StreamInfo(id: id, processChain: [UInt32(500_000 + i), 1], applicationName: "x")))
+        _ = b.send(.streamRemoved(id))
+        for case .sessionAdded(let implicit) in appeared { _ = b.send(.timerFired(.linger(implicit))) }
+    }
+    if b.engine.sessionIDs.count != n + 2 { print("warning: \(b.engine.sessionIDs.count - n - 2) implicit sessions were not removed") }
+    print("| \(n) | \(fmt(volume.median)) / \(fmt(volume.p99)) | \(fmt(activate.median)) / \(fmt(activate.p99)) | \(fmt(stream.median)) / \(fmt(stream.p99)) |")
+}
