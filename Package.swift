@@ -16,6 +16,10 @@ let package = Package(
             name: "AudioPolicy",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // libpulse (Debian: libpulse-dev, installed by scripts/test). Never a product: C stays in leaf targets
+        // (STYLE.md §1–§2). No pkgConfig: libpulse.pc's `-D_REENTRANT -pthread` are flags SwiftPM refuses with a
+        // warning, and the headers live in /usr/include anyway; the modulemap links `pulse`.
+        .systemLibrary(name: "CPulse"),
         .executableTarget(
             name: "AudioPolicyBenchmarks",
             dependencies: ["AudioPolicy"],
@@ -27,6 +31,11 @@ let package = Package(
                 "AudioPolicy",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            name: "CPulseTests",
+            dependencies: ["AudioPolicy", "CPulse"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
     ]

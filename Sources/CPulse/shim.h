@@ -1,0 +1,3 @@
+// libpulse for Swift. Only PulseBackend imports this module (STYLE.md §2); its tests check AudioPolicy's
+// re-implementation of libpulse's volume arithmetic against the real functions.
+#include <pulse/pulseaudio.h>
