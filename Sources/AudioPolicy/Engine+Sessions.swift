@@ -9,10 +9,9 @@ extension Engine {
 
     mutating func createSession(_ r: RequestID, _ spec: NewSession) {
         let id = allocateSessionID()
-        var s = SessionState(
+        let s = SessionState(
             id: id, implicitKey: nil, lifetime: spec.lifetime, pid: spec.pid,
             applicationName: spec.applicationName, configuration: .initial)
-        s.ownsStreamsByPid = true
         sessions[id] = s
         explicitByPid[spec.pid, default: []].insert(id)
         silentModeSessions.insert(id)
@@ -169,6 +168,7 @@ extension Engine {
         var kept = new
         kept.duckLevel = settings.duckLevel
         settings = kept
+        configRules = Engine.index(new.configRules)
         applyDuckLevel(level)
         recomputeImplicitCategories()
         reply(r, .ok)

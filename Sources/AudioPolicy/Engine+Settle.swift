@@ -169,7 +169,7 @@ extension Engine {
             published[id] = v
         }
         if !managerChanged.isEmpty { effects.append(.managerPropertiesChanged(managerChanged)) }
-        effects += out.timers
+        effects += netTimerOperations(out.timers)
         if out.persist { effects.append(.persist) }
         effects += out.replies
 
@@ -180,6 +180,31 @@ extension Engine {
         totalBefore = totalAudible
         soleBefore = soleAudibleSession
         return effects
+    }
+
+    /// A settle round may schedule a linger that a later round cancels: only the net operation per timer leaves
+    /// the step (a timer first scheduled and then cancelled in the same step was never running).
+    func netTimerOperations(_ ops: [Effect]) -> [Effect] {
+        var first: [TimerID: Effect] = [:]
+        var last: [TimerID: Effect] = [:]
+        var order: [TimerID] = []
+        for op in ops {
+            let id: TimerID
+            switch op {
+            case .scheduleTimer(let t, _), .cancelTimer(let t): id = t
+            default: continue
+            }
+            if first[id] == nil {
+                first[id] = op
+                order.append(id)
+            }
+            last[id] = op
+        }
+        return order.compactMap { id in
+            guard let op = last[id] else { return nil }
+            if case .cancelTimer = op, case .scheduleTimer? = first[id] { return nil }
+            return op
+        }
     }
 
     /// The one session that holds every audible stream, if there is exactly one and no a11y stream is audible.

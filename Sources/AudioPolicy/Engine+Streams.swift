@@ -85,7 +85,6 @@ extension Engine {
             adjustAudible(id, +1)
         }
         streams[sid] = st
-        if s.isImplicit && !s.active && !s.hasAudio { scheduleLingerIfIdle(id) }
         touch(id)
     }
 
@@ -267,7 +266,7 @@ extension Engine {
     /// record-only, the default.
     func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool) {
         let owned = s.allStreams.compactMap { streams[$0]?.info }
-        for rules in [busRulesByName, configRulesByName] {
+        for rules in [busRules, configRules] {
             for info in owned {
                 for name in [info.applicationID, info.binary, info.applicationName] {
                     if let name, !name.isEmpty, let rule = rules[name] { return (rule.configuration, false) }
@@ -288,11 +287,6 @@ extension Engine {
             return (Configuration(category: .record), false)
         }
         return (settings.defaultConfiguration, false)
-    }
-
-    var busRulesByName: [String: ApplicationRule] { busRules }
-    var configRulesByName: [String: ApplicationRule] {
-        Dictionary(settings.configRules.map { ($0.application, $0) }, uniquingKeysWith: { a, _ in a })
     }
 
     mutating func scheduleLingerIfIdle(_ id: SessionID) {
@@ -459,8 +453,4 @@ extension Engine {
     mutating func markAllPlaybackDirty() {
         for sid in streams.keys where sid.kind == .playback { dirty.insert(sid) }
     }
-}
-
-extension SessionState {
-    var hasAudio: Bool { audibleCount > 0 }
 }

@@ -18,6 +18,8 @@ public struct Engine: Sendable {
     var streams: [StreamID: StreamState] = [:]
     var players: [PlayerID: PlayerState] = [:]
     var busRules: [String: ApplicationRule] = [:]
+    /// `settings.configRules` by application, first rule for a name winning.
+    var configRules: [String: ApplicationRule] = [:]
 
     var nextSessionID: UInt64 = 1
 
@@ -63,6 +65,11 @@ public struct Engine: Sendable {
     public init(settings: Settings = Settings()) {
         self.settings = settings
         self.duckFactor = Volume.fromLinear(settings.duckLevel)
+        self.configRules = Engine.index(settings.configRules)
+    }
+
+    static func index(_ rules: [ApplicationRule]) -> [String: ApplicationRule] {
+        Dictionary(rules.map { ($0.application, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     // MARK: Read model

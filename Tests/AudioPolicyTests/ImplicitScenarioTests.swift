@@ -184,3 +184,34 @@ import Testing
         #expect(streamOps(h.activate(nav)) == [])
     }
 }
+
+/// Settings from the config file: rules, the role map, the default, the DuckLevel.
+@Suite struct ConfigureScenarioTests {
+    @Test func configRulesApplyAndABusRuleOverridesThem() {
+        var h = Harness()
+        _ = h.play(1, pid: 100, name: "supertux")
+        _ = h.play(2, pid: 101, role: "music", name: "player")
+        var settings = Settings()
+        settings.configRules = [ApplicationRule(application: "supertux", configuration: Configuration(category: .ambient), source: .configFile)]
+        settings.roleConfigurations = ["music": Configuration(category: .playback, options: [.mixWithOthers])]
+        settings.duckLevel = 0.3
+        let e = h.send(.configure(h.request(), settings))
+        #expect(e.last == h.ok)
+        #expect(e.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.duckLevel) } else { false } })
+        // The game was silenced for a moment in one settle round and not in the next: no timer churn leaves the step.
+        #expect(!e.contains { if case .scheduleTimer = $0 { true } else if case .cancelTimer = $0 { true } else { false } })
+        #expect(h.engine.duckLevel == 0.3)
+        let game = try! #require(h.engine.streamView(.playback(1))?.session)
+        let player = try! #require(h.engine.streamView(.playback(2))?.session)
+        #expect(h.view(game)?.configuration.category == .ambient)
+        #expect(h.view(player)?.configuration.isMixable == true)
+        // A D-Bus rule for the same app wins over the file's.
+        _ = h.send(.setApplicationCategory(h.request(), application: "supertux", category: "playback", mode: "default", options: []))
+        #expect(h.view(game)?.configuration.category == .playback)
+        #expect(h.engine.applicationRules.map(\.source) == [.configFile, .bus])
+        // A bad DuckLevel in the file is refused and nothing changes.
+        settings.duckLevel = 0
+        #expect(h.send(.configure(h.request(), settings)).last?.isError == true)
+        #expect(h.engine.duckLevel == 0.3)
+    }
+}
