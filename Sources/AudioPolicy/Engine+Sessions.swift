@@ -221,19 +221,16 @@ extension Engine {
     /// silencing of an already active session and the privacy hold of its record streams. Returns the refusal.
     @discardableResult
     mutating func activate(_ id: SessionID, byOwner: Bool) -> PolicyError? {
-        guard var s = sessions[id] else { return nil }
-        if let call = refusingCall(for: s.configuration, excluding: id) {
+        guard let current = sessions[id] else { return nil }
+        if let call = refusingCall(for: current.configuration, excluding: id) {
             return .insufficientPriority(call: call)
         }
         liftActivationHolds(id, byOwner: byOwner)
-        s = sessions[id] ?? s
-        if s.active { return nil }
-        if s.interrupted || s.interrupter != nil {
-            untie(id)
-        }
-        s = sessions[id] ?? s
+        if current.active { return nil }
+        // Activating an interrupted session unties it from its interrupter (§2.5).
+        untie(id)
+        guard var s = sessions[id] else { return nil }
         s.interrupted = false
-        s.interrupter = nil
         s.spokenOnly = false
         s.awaitingActivation = false
         s.active = true
