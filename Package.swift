@@ -10,6 +10,7 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
     ],
     targets: [
         .target(
@@ -20,6 +21,23 @@ let package = Package(
         // (STYLE.md §1–§2). No pkgConfig: libpulse.pc's `-D_REENTRANT -pthread` are flags SwiftPM refuses with a
         // warning, and the headers live in /usr/include anyway; the modulemap links `pulse`.
         .systemLibrary(name: "CPulse"),
+        // The only importer of CPulse: the sound server as engine events in, engine effects out.
+        .target(
+            name: "PulseBackend",
+            dependencies: ["AudioPolicy", "CPulse", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The engine run against the server on one loop thread; the D-Bus service and audiod build on it.
+        .target(
+            name: "AudiodCore",
+            dependencies: ["AudioPolicy", "PulseBackend", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // Test support (no product): a private bus and sound server per test run, client processes, an observer.
+        .target(
+            name: "AudiodTestKit",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .executableTarget(
             name: "AudioPolicyBenchmarks",
             dependencies: ["AudioPolicy"],
@@ -30,6 +48,14 @@ let package = Package(
             dependencies: [
                 "AudioPolicy",
                 .product(name: "PropertyBased", package: "swift-property-based"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            name: "PulseBackendTests",
+            dependencies: [
+                "AudioPolicy", "PulseBackend", "AudiodCore", "AudiodTestKit",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

@@ -133,7 +133,7 @@ public struct Engine: Sendable {
             guard let s = streams[id], s.appliedMute || s.appliedVolume != nil else { return nil }
             return AppliedChange(
                 stream: id, applicationName: s.info.applicationName, unmute: s.appliedMute,
-                restoreVolume: s.appliedVolume == nil ? nil : s.userVolume)
+                appliedVolume: s.appliedVolume, restoreVolume: s.appliedVolume == nil ? nil : s.userVolume)
         }
     }
 
@@ -204,8 +204,18 @@ public struct AppliedChange: Sendable, Equatable {
     public var applicationName: String
     /// audiod muted the stream; undo by unmuting.
     public var unmute: Bool
+    /// The volume audiod set, if it changed the volume: undo only while the stream still has it.
+    public var appliedVolume: Volume?
     /// audiod changed the volume; undo by setting this one.
     public var restoreVolume: Volume?
+
+    public init(stream: StreamID, applicationName: String, unmute: Bool, appliedVolume: Volume?, restoreVolume: Volume?) {
+        self.stream = stream
+        self.applicationName = applicationName
+        self.unmute = unmute
+        self.appliedVolume = appliedVolume
+        self.restoreVolume = restoreVolume
+    }
 }
 
 /// A session as D-Bus shows it.

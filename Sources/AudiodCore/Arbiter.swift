@@ -1,0 +1,114 @@
+import AudioPolicy
+import Foundation
+import Logging
+import PulseBackend
+
+/// The engine, run against the real sound server: feeds it what the backend sees, carries out its stream
+/// effects and timers, and hands every step's effects to whoever listens (the D-Bus service, tests).
+///
+/// Everything runs on the loop thread, the engine included: a D-Bus request, the decision and the server
+/// operation follow each other without a thread hop, which is what keeps "a client asks → another app is silenced"
+/// close to the floor (docs/BENCHMARKS.md). Other threads use `loop.execute`/`loop.run`.
+public final class Arbiter: @unchecked Sendable {
+    // @unchecked: every stored property is touched only on `loop`'s thread (see the type's comment).
+
+    public let loop: MainLoop
+    public private(set) var engine: Engine
+    public let backend: PulseBackend
+    var logger: Logger
+    private var timers: [TimerID: LoopTimer] = [:]
+    private let epoch = DispatchTime.now().uptimeNanoseconds
+    private var nextRequest: UInt64 = 1
+    private var shuttingDown = false
+
+    /// Called after every engine step with the event and what it produced (stream effects already sent).
+    public var onStep: ((Event, [Effect]) -> Void)?
+    /// Called when the server connection comes or goes (`ServerConnected`, `ServerName`).
+    public var onServerStatus: ((ServerInfo?) -> Void)?
+
+    public init(loop: MainLoop, settings: Settings, backend options: PulseBackend.Options, logger: Logger) {
+        self.loop = loop
+        self.engine = Engine(settings: settings)
+        self.logger = logger
+        self.backend = PulseBackend(loop: loop, options: options, logger: logger)
+    }
+
+    /// Connects to the server. Call on the loop thread.
+    public func start() {
+        backend.onEvent = { [weak self] e in self?.backendEvent(e) }
+        backend.start()
+    }
+
+    /// The loop's monotonic clock, as the engine's time.
+    public var now: Instant { Instant(nanoseconds: DispatchTime.now().uptimeNanoseconds - epoch) }
+
+    /// A fresh request number for a request event.
+    public func makeRequestID() -> RequestID {
+        defer { nextRequest += 1 }
+        return RequestID(nextRequest)
+    }
+
+    public var serverInfo: ServerInfo? { backend.isConnected ? backend.server : nil }
+
+    private func backendEvent(_ e: BackendEvent) {
+        switch e {
+        case .policy(let event): handle(event)
+        case .connected(let info): onServerStatus?(info)
+        case .disconnected: onServerStatus?(nil)
+        }
+    }
+
+    /// One engine step: the engine decides, the journal records, the server operations go out, the timers are set,
+    /// and `onStep` sees it all. Returns the effects (the reply among them). Call on the loop thread.
+    @discardableResult
+    public func handle(_ event: Event) -> [Effect] {
+        let effects = engine.handle(event, at: now)
+        var touchesStreams = false
+        for e in effects {
+            switch e {
+            case .setStreamMute, .setStreamVolume: touchesStreams = true
+            case .scheduleTimer(let id, let ns):
+                timers[id]?.cancel()
+                timers[id] = loop.timer(afterNanoseconds: ns) { [weak self] in
+                    self?.timers[id] = nil
+                    self?.handle(.timerFired(id))
+                }
+            case .cancelTimer(let id):
+                timers.removeValue(forKey: id)?.cancel()
+            default: break
+            }
+        }
+        if touchesStreams || isStreamEvent(event) {
+            // Journal first: a crash between the two leaves at most an entry for a change never made.
+            backend.updateApplied(engine.appliedChanges)
+            backend.apply(effects)
+        }
+        onStep?(event, effects)
+        return effects
+    }
+
+    private func isStreamEvent(_ e: Event) -> Bool {
+        switch e {
+        case .streamAppeared, .streamChanged, .streamRemoved: return true
+        default: return false
+        }
+    }
+
+    /// Undoes every mute and duck audiod applied, waits until the server has acknowledged them, clears the
+    /// journal's stream entries and disconnects; then calls `done`. Call on the loop thread.
+    public func shutdown(_ done: @escaping () -> Void) {
+        guard !shuttingDown else { return done() }
+        shuttingDown = true
+        for t in timers.values { t.cancel() }
+        timers.removeAll()
+        let effects = engine.restoreEverything()
+        logger.info("restoring \(effects.count) stream change(s) before exit")
+        backend.apply(effects)
+        backend.flush { [weak self] in
+            guard let self else { return done() }
+            if self.backend.isConnected { self.backend.updateApplied(self.engine.appliedChanges) }
+            self.backend.stop()
+            done()
+        }
+    }
+}

@@ -1,0 +1,342 @@
+// Test support, not a product: a private session bus and a headless sound server per test run, real client
+// processes, and an observer that reads the server through `pactl` (a second, independent client).
+// ../shared/ENVIRONMENT.md has the recipes this follows.
+
+import Foundation
+
+/// Which sound server a test runs against.
+public enum ServerKind: String, CaseIterable, Sendable, CustomStringConvertible {
+    case pulseaudio
+    /// PipeWire with WirePlumber and pipewire-pulse.
+    case pipewire
+
+    public var description: String { rawValue }
+
+    /// Whether this machine has the server's programs (CI installs both; a developer may have one).
+    public var isInstalled: Bool {
+        switch self {
+        case .pulseaudio: return TestServer.which("pulseaudio") != nil
+        case .pipewire: return ["pipewire", "wireplumber", "pipewire-pulse"].allSatisfy { TestServer.which($0) != nil }
+        }
+    }
+}
+
+public struct TestKitError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ d: String) { description = d }
+}
+
+/// A private bus and sound server in a fresh directory. Everything it starts it stops by pid.
+public final class TestServer: @unchecked Sendable {
+    public let kind: ServerKind
+    public let directory: String
+    /// The environment for every process of this test run (bus, runtime and state directories, server address).
+    public let environment: [String: String]
+    /// `unix:<dir>/pulse/native`.
+    public let pulseServer: String
+    private let lock = NSLock()
+    private var children: [pid_t] = []
+    private var serverPIDs: [pid_t] = []
+    private var busPID: pid_t = 0
+    private let streamRestore: Bool
+
+    /// Starts a private dbus-daemon and the server. `streamRestore` loads module-stream-restore on PulseAudio
+    /// (the desktop default; PipeWire always runs WirePlumber, which has its own restore-stream).
+    public init(_ kind: ServerKind, streamRestore: Bool = false) throws {
+        self.kind = kind
+        self.streamRestore = streamRestore
+        var template = Array("/tmp/audiod-test-XXXXXX".utf8CString)
+        guard let dir = template.withUnsafeMutableBufferPointer({ buf in
+            buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
+        }) else { throw TestKitError("mkdtemp failed") }
+        directory = dir
+        pulseServer = "unix:\(dir)/pulse/native"
+        var env = ProcessInfo.processInfo.environment
+        env["XDG_RUNTIME_DIR"] = dir
+        env["HOME"] = "\(dir)/home"
+        env["XDG_CONFIG_HOME"] = "\(dir)/home/.config"
+        env["XDG_STATE_HOME"] = "\(dir)/state"
+        env["XDG_DATA_HOME"] = "\(dir)/home/.local/share"
+        env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=\(dir)/bus"
+        env["PULSE_SERVER"] = pulseServer
+        env["PULSE_RUNTIME_PATH"] = "\(dir)/pulse"
+        if kind == .pulseaudio {
+            env["PULSE_STATE_PATH"] = "\(dir)/pulse-state"
+            env["PULSE_COOKIE"] = "\(dir)/cookie"
+        }
+        env["PIPEWIRE_RUNTIME_DIR"] = dir
+        env.removeValue(forKey: "DISPLAY")
+        environment = env
+        for sub in ["home", "home/.config", "state"] {
+            try FileManager.default.createDirectory(atPath: "\(dir)/\(sub)", withIntermediateDirectories: true)
+        }
+        do {
+            try startBus()
+            try startServer()
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    deinit { stop() }
+
+    private func startBus() throws {
+        let pid = try spawnRaw(
+            ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=unix:path=\(directory)/bus"],
+            log: "bus.log")
+        busPID = pid
+        guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/bus") }) else {
+            throw TestKitError("the private dbus-daemon did not start (see \(directory)/bus.log)")
+        }
+    }
+
+    /// Starts (or restarts) the sound server and waits until `pactl info` answers.
+    public func startServer() throws {
+        switch kind {
+        case .pulseaudio:
+            var argv = [
+                "pulseaudio", "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no", "--realtime=no",
+                "--high-priority=no", "--log-target=file:\(directory)/pulse.log", "-L",
+                "module-native-protocol-unix auth-anonymous=1", "-L", "module-null-sink sink_name=null",
+            ]
+            if streamRestore { argv += ["-L", "module-stream-restore"] }
+            serverPIDs = [try spawnRaw(argv, log: "pulse-stdout.log")]
+        case .pipewire:
+            serverPIDs = [try spawnRaw(["pipewire"], log: "pipewire.log")]
+            guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/pipewire-0") }) else {
+                throw TestKitError("pipewire did not start (see \(directory)/pipewire.log)")
+            }
+            serverPIDs.append(try spawnRaw(["wireplumber"], log: "wireplumber.log"))
+            serverPIDs.append(try spawnRaw(["pipewire-pulse"], log: "pipewire-pulse.log"))
+        }
+        guard waitFor(15, { (try? self.pactl(["info"])) != nil }) else {
+            throw TestKitError("\(kind) did not answer pactl info (logs in \(directory))")
+        }
+        if kind == .pipewire {
+            // PipeWire has no sink in a headless run until one is made.
+            _ = try pactl(["load-module", "module-null-sink", "sink_name=null"])
+            guard waitFor(10, { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("null") }) else {
+                throw TestKitError("pipewire-pulse did not create the null sink")
+            }
+        }
+    }
+
+    /// Kills the sound server (SIGKILL), as a crash would.
+    public func killServer() {
+        let pids = lock.withLock { () -> [pid_t] in
+            defer { serverPIDs = [] }
+            return serverPIDs
+        }
+        for p in pids.reversed() {
+            kill(p, SIGKILL)
+            var status: Int32 = 0
+            waitpid(p, &status, 0)
+        }
+    }
+
+    /// Stops every process this run started, by pid, and removes the directory.
+    public func stop() {
+        let kids = lock.withLock { () -> [pid_t] in
+            defer { children = [] }
+            return children
+        }
+        for p in kids { _ = Self.killAndReap(p) }
+        killServer()
+        if busPID > 0 {
+            _ = Self.killAndReap(busPID)
+            busPID = 0
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    // MARK: Processes
+
+    /// Starts a client process (paplay, pacat, parec, a shell…) in this run's environment; `stop()` kills it if
+    /// the test did not.
+    @discardableResult
+    public func spawn(_ argv: [String], environment extra: [String: String] = [:]) throws -> Child {
+        let pid = try spawnRaw(argv, log: nil, extra: extra)
+        return Child(pid: pid)
+    }
+
+    private func spawnRaw(_ argv: [String], log: String?, extra: [String: String] = [:]) throws -> pid_t {
+        let env = environment.merging(extra) { _, new in new }
+        let pid = try Self.posixSpawn(argv, environment: env, stdout: log.map { "\(directory)/\($0)" } ?? "/dev/null")
+        lock.withLock { children.append(pid) }
+        return pid
+    }
+
+    /// Runs a command to completion and returns its standard output; throws on a non-zero exit.
+    public func run(_ argv: [String], environment extra: [String: String] = [:]) throws -> String {
+        let env = environment.merging(extra) { _, new in new }
+        return try Self.runCapturing(argv, environment: env)
+    }
+
+    /// `pactl ARGS` against this run's server.
+    public func pactl(_ args: [String]) throws -> String {
+        try run(["pactl"] + args)
+    }
+
+    // MARK: Observing
+
+    /// Every playback stream, as `pactl -f json list sink-inputs` shows it.
+    public func playbackStreams() throws -> [ObservedStream] {
+        try ObservedStream.parse(pactl(["-f", "json", "list", "sink-inputs"]), record: false)
+    }
+
+    /// Every record stream, as `pactl -f json list source-outputs` shows it.
+    public func recordStreams() throws -> [ObservedStream] {
+        try ObservedStream.parse(pactl(["-f", "json", "list", "source-outputs"]), record: true)
+    }
+
+    /// The playback stream of a process (or of its child), when the server lists it.
+    public func playbackStream(pid: pid_t) -> ObservedStream? {
+        (try? playbackStreams())?.first { $0.pid == UInt32(pid) }
+    }
+
+    /// Waits for a process's playback stream to appear (players take 0.1–0.3 s).
+    public func waitForPlaybackStream(pid: pid_t, timeout: Double = 10) throws -> ObservedStream {
+        var found: ObservedStream?
+        _ = waitFor(timeout) {
+            found = self.playbackStream(pid: pid)
+            return found != nil
+        }
+        guard let found else { throw TestKitError("no playback stream of pid \(pid) within \(timeout) s") }
+        return found
+    }
+
+    // MARK: Helpers
+
+    public static func which(_ name: String) -> String? {
+        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+            let p = "\(dir)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: p) { return p }
+        }
+        return nil
+    }
+
+    static func posixSpawn(_ argv: [String], environment: [String: String], stdout: String) throws -> pid_t {
+        guard let exe = argv.first.flatMap({ $0.hasPrefix("/") ? $0 : which($0) }) else {
+            throw TestKitError("\(argv.first ?? "?") is not installed")
+        }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        // The test runner may block signals; children start with none blocked and default handlers.
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attr, &none)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigdefault(&attr, &all)
+        posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let cArgs = argv.map { strdup($0) } + [nil]
+        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for p in cArgs { free(p) }
+            for p in cEnv { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, exe, &actions, &attr, cArgs, cEnv)
+        guard rc == 0 else { throw TestKitError("cannot start \(exe): \(String(cString: strerror(rc)))") }
+        return pid
+    }
+
+    static func runCapturing(_ argv: [String], environment: [String: String]) throws -> String {
+        var template = Array("/tmp/audiod-out-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkstemp($0) } ?? -1 }
+        guard fd >= 0 else { throw TestKitError("mkstemp failed") }
+        close(fd)
+        let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        defer { unlink(path) }
+        let pid = try posixSpawn(argv, environment: environment, stdout: path)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let out = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        guard status == 0 else {
+            throw TestKitError("\(argv.joined(separator: " ")) failed (status \(status)): \(out)")
+        }
+        return out
+    }
+
+    /// SIGKILL and reap; returns the wait status.
+    static func killAndReap(_ pid: pid_t) -> Int32 {
+        kill(pid, SIGKILL)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        return status
+    }
+}
+
+/// A process a test started.
+public struct Child: Sendable {
+    public let pid: pid_t
+
+    /// Sends a signal.
+    public func signal(_ sig: Int32) { Glibc.kill(pid, sig) }
+
+    /// SIGKILL and reap.
+    public func kill() { _ = TestServer.killAndReap(pid) }
+
+    /// Waits for the process to exit (up to `timeout` seconds); its exit status, or nil if it is still running.
+    public func wait(timeout: Double) -> Int32? {
+        var status: Int32 = 0
+        var result: Int32?
+        _ = waitFor(timeout) {
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == pid { result = status }
+            return r == pid || r < 0
+        }
+        return result
+    }
+}
+
+/// Polls `condition` every 5 ms until it holds or `timeout` seconds pass.
+public func waitFor(_ timeout: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while true {
+        if try condition() { return true }
+        if Date() > deadline { return false }
+        usleep(5_000)
+    }
+}
+
+/// A stream as another client (`pactl`) sees it.
+public struct ObservedStream: Sendable, Equatable {
+    public var index: UInt32
+    public var record: Bool
+    public var muted: Bool
+    public var corked: Bool
+    /// Per-channel `pa_volume_t` values.
+    public var volume: [UInt32]
+    public var properties: [String: String]
+
+    public var pid: UInt32? { properties["application.process.id"].flatMap { UInt32($0) } }
+    public var applicationName: String { properties["application.name"] ?? "" }
+
+    static func parse(_ json: String, record: Bool) throws -> [ObservedStream] {
+        guard let list = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]] else {
+            throw TestKitError("pactl printed no JSON list: \(json.prefix(200))")
+        }
+        return list.compactMap { o in
+            guard let index = (o["index"] as? NSNumber)?.uint32Value else { return nil }
+            let volumes = (o["volume"] as? [String: Any]) ?? [:]
+            // pactl prints channels in channel-map order; JSON objects are unordered, so sort by the map.
+            let map = ((o["channel_map"] as? String) ?? "").split(separator: ",").map(String.init)
+            let keys = map.isEmpty ? volumes.keys.sorted() : map
+            let vol = keys.compactMap { k in ((volumes[k] as? [String: Any])?["value"] as? NSNumber)?.uint32Value }
+            var props: [String: String] = [:]
+            for (k, v) in (o["properties"] as? [String: Any]) ?? [:] { props[k] = "\(v)" }
+            return ObservedStream(
+                index: index, record: record, muted: (o["mute"] as? Bool) ?? false,
+                corked: (o["corked"] as? Bool) ?? false, volume: vol, properties: props)
+        }
+    }
+}

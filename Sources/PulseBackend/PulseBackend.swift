@@ -1,0 +1,578 @@
+import AudioPolicy
+import Logging
+
+/// What the backend tells its owner, on the loop thread.
+public enum BackendEvent: Sendable, Equatable {
+    /// Connected and the server's streams and devices have been read (and reported as `.policy` events).
+    case connected(ServerInfo)
+    /// The connection is gone; the backend reconnects by itself.
+    case disconnected(reason: String)
+    /// Something for the engine.
+    case policy(Event)
+}
+
+/// The sound server as the engine sees it: turns the server's streams and devices into engine events, and the
+/// engine's stream effects into server operations. One instance per server connection lifetime; it reconnects
+/// by itself. Confined to the loop thread.
+///
+/// Two rules keep the engine's picture exact (docs/BACKEND.md):
+/// - *Settled reads.* Every read carries a sequence number. A reply to a read issued before audiod's latest
+///   operation on that stream is dropped (and the stream read again), so that the engine never mistakes its own
+///   change for the user's, nor a stale value for a new one.
+/// - *Nothing left behind.* What audiod applied is journaled before it is sent; restore databases are kept at the
+///   user's values (module-stream-restore is rewritten; a stream that starts with a policy value audiod left in
+///   any restore database is put back at once).
+public final class PulseBackend {
+    public struct Options: Sendable {
+        /// The server to connect to; nil for libpulse's default (`$PULSE_SERVER`, then the user's server).
+        public var server: String?
+        /// Where the journal lives; nil for none (tests of other parts).
+        public var journalPath: String?
+        /// The client name audiod shows on the server.
+        public var clientName: String
+        /// First reconnect delay, doubled up to `maximumBackoff`.
+        public var initialBackoffNanoseconds: UInt64
+        public var maximumBackoffNanoseconds: UInt64
+        /// How far a volume may be from the one audiod set and still count as audiod's.
+        public var volumeTolerance: UInt32
+
+        public init(
+            server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
+            initialBackoffNanoseconds: UInt64 = 50_000_000, maximumBackoffNanoseconds: UInt64 = 1_000_000_000,
+            volumeTolerance: UInt32 = 64
+        ) {
+            self.server = server
+            self.journalPath = journalPath
+            self.clientName = clientName
+            self.initialBackoffNanoseconds = initialBackoffNanoseconds
+            self.maximumBackoffNanoseconds = maximumBackoffNanoseconds
+            self.volumeTolerance = volumeTolerance
+        }
+    }
+
+    private struct Tracked {
+        var raw: RawStream
+        /// What the engine was last told; nil until the stream has been reported.
+        var fed: StreamInfo?
+        var chainPID: UInt32?
+        var chain: [UInt32] = []
+        var restoreKey: String?
+    }
+
+    let loop: MainLoop
+    let options: Options
+    var logger: Logger
+    /// Receives everything the backend reports.
+    public var onEvent: ((BackendEvent) -> Void)?
+
+    private var context: PulseContext?
+    public private(set) var server: ServerInfo?
+    /// Reads of the server's initial state still outstanding; reports wait until they are all in.
+    private var enumerating = 0
+    public var isConnected: Bool { server != nil && enumerating == 0 && context != nil }
+    private var reconnectTimer: LoopTimer?
+    private var backoff: UInt64
+    private var stopped = false
+    private var hasRestoreDatabase = false
+
+    private var seq: UInt64 = 0
+    private var streams: [StreamID: Tracked] = [:]
+    /// Replies to reads issued at or before this number are stale (audiod changed the stream, or it went away).
+    private var barrier: [StreamID: UInt64] = [:]
+    private var accepted: [StreamID: UInt64] = [:]
+    private var sinks: [UInt32: RawDevice] = [:]
+    private var sources: [UInt32: RawDevice] = [:]
+    private var clients: [UInt32: RawClient] = [:]
+    /// Device names the engine has been told are available.
+    private var availableDevices: Set<String> = []
+
+    /// What audiod applied, as the engine last said (`updateApplied(_:)`).
+    private var applied: [StreamID: AppliedChange] = [:]
+    private var leaks: [String: Journal.Leak] = [:]
+    /// The journal of a previous run (or connection), applied once the server's streams are known.
+    private var recovery: Journal?
+    private var journalWritten: Journal?
+    private var pendingOperations = 0
+    private var flushWaiters: [() -> Void] = []
+
+    public init(loop: MainLoop, options: Options, logger: Logger) {
+        self.loop = loop
+        self.options = options
+        self.logger = logger
+        self.backoff = options.initialBackoffNanoseconds
+        if let path = options.journalPath {
+            do {
+                recovery = try Journal.load(from: path)
+                if let r = recovery {
+                    leaks = r.leaks
+                    logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
+                }
+            } catch {
+                logger.error("journal unreadable, ignored", metadata: ["path": "\(path)", "error": "\(error)"])
+            }
+        }
+    }
+
+    // MARK: Connection
+
+    /// Connects (and keeps reconnecting until `stop()`).
+    public func start() {
+        stopped = false
+        connect()
+    }
+
+    private func connect() {
+        guard !stopped, context == nil else { return }
+        do {
+            let c = try PulseContext(loop: loop, name: options.clientName)
+            c.delegate = self
+            context = c
+            try c.connect(server: options.server)
+        } catch {
+            logger.debug("cannot connect to the sound server", metadata: ["error": "\(error)"])
+            dropConnection(reason: "\(error)")
+        }
+    }
+
+    /// Disconnects for good (no reconnect). Operations not yet acknowledged are dropped.
+    public func stop() {
+        stopped = true
+        reconnectTimer?.cancel()
+        reconnectTimer = nil
+        if context != nil { dropConnection(reason: "stopped") }
+    }
+
+    private func dropConnection(reason: String) {
+        let wasConnected = server != nil
+        context?.close()
+        context = nil
+        server = nil
+        enumerating = 0
+        pendingOperations = 0
+        // The streams went with the connection. What audiod applied stays in the journal (not rewritten while
+        // disconnected), so the next connection can undo it if the streams are still there, and otherwise knows
+        // which restore-database entries carry policy values.
+        if recovery == nil, let j = journalWritten { recovery = j }
+        let gone = streams.keys.sorted()
+        streams.removeAll()
+        barrier.removeAll()
+        accepted.removeAll()
+        clients.removeAll()
+        if wasConnected {
+            onEvent?(.disconnected(reason: reason))
+            for id in gone { onEvent?(.policy(.streamRemoved(id))) }
+        }
+        for w in flushWaiters { w() }
+        flushWaiters.removeAll()
+        guard !stopped else { return }
+        let delay = backoff
+        backoff = min(backoff * 2, options.maximumBackoffNanoseconds)
+        reconnectTimer = loop.timer(afterNanoseconds: delay) { [weak self] in
+            self?.reconnectTimer = nil
+            self?.connect()
+        }
+    }
+
+    private func ready() {
+        guard let c = context else { return }
+        backoff = options.initialBackoffNanoseconds
+        // Subscribe first, then read everything: an event that arrives meanwhile triggers a read whose sequence
+        // number orders it against the lists.
+        enumerating = 7
+        let listSeq = nextSeq()
+        c.subscribe { [weak self] ok in
+            if !ok { self?.logger.warning("subscription refused by the sound server") }
+            self?.enumerated()
+        }
+        c.serverInfo { [weak self] info in
+            self?.server = info
+            self?.enumerated()
+        }
+        c.restoreVersion { [weak self] version in
+            self?.hasRestoreDatabase = version != nil
+            self?.enumerated()
+        }
+        c.devices(source: false) { [weak self] list in
+            for d in list { self?.sinks[d.index] = d }
+            self?.enumerated()
+        }
+        c.devices(source: true) { [weak self] list in
+            for d in list { self?.sources[d.index] = d }
+            self?.enumerated()
+        }
+        c.clients { [weak self] list in
+            for cl in list { self?.clients[cl.index] = cl }
+            self?.enumerated()
+        }
+        c.streams(record: false) { [weak self] list in
+            guard let self else { return }
+            for s in list { self.received(s, seq: listSeq) }
+            self.context?.streams(record: true) { [weak self] list in
+                guard let self else { return }
+                for s in list { self.received(s, seq: listSeq) }
+                self.enumerated()
+            }
+        }
+    }
+
+    private func enumerated() {
+        guard enumerating > 0 else { return }
+        enumerating -= 1
+        guard enumerating == 0 else { return }
+        guard let server else {
+            dropConnection(reason: "the server did not describe itself")
+            return
+        }
+        logger.info("connected to the sound server", metadata: [
+            "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
+        ])
+        // Devices first, so that streams are reported on known devices; gone devices are reported gone.
+        let now = Set(sinks.values.filter(\.available).map(\.name))
+        for d in availableDevices.subtracting(now).sorted() { onEvent?(.policy(.deviceRemoved(d))) }
+        for d in now.subtracting(availableDevices).sorted() { onEvent?(.policy(.deviceAppeared(d))) }
+        availableDevices = now
+        recover(server)
+        onEvent?(.connected(server))
+        for id in streams.keys.sorted() { report(id) }
+    }
+
+    /// Undoes what the journal says a previous run (or connection) left on streams that still exist, and turns
+    /// changes on streams that are gone into restore-database leaks.
+    private func recover(_ server: ServerInfo) {
+        guard let journal = recovery else { return }
+        recovery = nil
+        var undone = 0
+        for e in journal.entries {
+            let id = StreamID(e.record ? .record : .playback, e.index)
+            if journal.serverCookie == server.cookie, var t = streams[id],
+                t.raw.properties["application.name", default: ""] == e.applicationName
+            {
+                if e.unmute, t.raw.muted {
+                    operate(id, mute: false)
+                    t.raw.muted = false
+                    undone += 1
+                }
+                if let a = e.appliedVolume, let r = e.restoreVolume, r.count == t.raw.volume.count,
+                    Volume(channels: t.raw.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+                {
+                    operate(id, volume: r)
+                    t.raw.volume = r
+                    undone += 1
+                }
+                streams[id] = t
+            } else if let key = e.restoreKey {
+                leaks[key] = Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume)
+            }
+        }
+        if undone > 0 { logger.notice("undid \(undone) change(s) a previous run left on streams") }
+        writeJournal()
+    }
+
+    // MARK: Reads
+
+    private func nextSeq() -> UInt64 {
+        seq &+= 1
+        return seq
+    }
+
+    private func read(_ id: StreamID) {
+        guard let c = context else { return }
+        let s = nextSeq()
+        c.stream(record: id.kind == .record, index: id.index) { [weak self] raw in
+            guard let self, let raw else { return }
+            self.received(raw, seq: s)
+        }
+    }
+
+    private func received(_ raw: RawStream, seq s: UInt64) {
+        let id = StreamID(raw.isRecord ? .record : .playback, raw.index)
+        if s <= barrier[id, default: 0] {
+            // Issued before audiod's own latest change (or the stream's removal): stale. Read again, unless the
+            // stream is gone.
+            if streams[id] != nil { read(id) }
+            return
+        }
+        guard s > accepted[id, default: 0] else { return }
+        accepted[id] = s
+        var t = streams[id] ?? Tracked(raw: raw)
+        t.raw = raw
+        streams[id] = t
+        if enumerating == 0 { report(id) }
+    }
+
+    /// Tells the engine about a stream: appeared (after correcting a leaked policy value) or changed.
+    private func report(_ id: StreamID) {
+        guard var t = streams[id] else { return }
+        let props = mergedProperties(t.raw)
+        let pid = props["application.process.id"].flatMap { UInt32($0) }
+        if pid != t.chainPID {
+            t.chainPID = pid
+            t.chain = pid.map(ProcessTable.chain) ?? []
+            // A process that already exited still has its pid: the engine matches by the pid first.
+            if t.chain.isEmpty, let pid { t.chain = [pid] }
+        }
+        if t.fed == nil {
+            t.restoreKey = RestoreKey.of(props, record: id.kind == .record)
+            correctLeak(id, &t)
+        }
+        let info = StreamInfo(
+            id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
+            applicationID: props["application.id"], binary: props["application.process.binary"],
+            role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
+            corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
+            device: deviceName(t.raw))
+        let first = t.fed == nil
+        let changed = t.fed != info
+        t.fed = info
+        streams[id] = t
+        if first {
+            onEvent?(.policy(.streamAppeared(info)))
+        } else if changed {
+            onEvent?(.policy(.streamChanged(info)))
+        }
+    }
+
+    private func mergedProperties(_ raw: RawStream) -> [String: String] {
+        // The server copies the client's properties into its streams; the client's own count where the stream
+        // lacks them (and for a PULSE_PROP set after the stream was made).
+        guard let c = raw.client, let client = clients[c] else { return raw.properties }
+        return raw.properties.merging(client.properties) { stream, _ in stream }
+    }
+
+    private func deviceName(_ raw: RawStream) -> String {
+        let table = raw.isRecord ? sources : sinks
+        return table[raw.device]?.name ?? "#\(raw.device)"
+    }
+
+    /// A new stream that starts with a policy value audiod left in the server's restore database (on a stream
+    /// of the same app that ended while silenced, or that is silenced now) is put back to the user's values
+    /// before the engine sees it: otherwise the engine would take the policy value for the user's.
+    private func correctLeak(_ id: StreamID, _ t: inout Tracked) {
+        guard let key = t.restoreKey else { return }
+        var source: Journal.Leak? = leaks[key]
+        if source == nil {
+            for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
+                source = Journal.Leak(
+                    unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
+                    restoreVolume: change.restoreVolume?.channels)
+                break
+            }
+        }
+        guard let leak = source else { return }
+        var corrected = false
+        if leak.unmute, t.raw.muted {
+            operate(id, mute: false)
+            t.raw.muted = false
+            corrected = true
+        }
+        if let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == t.raw.volume.count,
+            Volume(channels: t.raw.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+        {
+            operate(id, volume: r)
+            t.raw.volume = r
+            corrected = true
+        }
+        if corrected {
+            logger.info("a new stream started with a policy value left in the restore database; put back", metadata: [
+                "stream": "\(id)", "key": "\(key)",
+            ])
+        }
+        if leaks.removeValue(forKey: key) != nil { writeJournal() }
+    }
+
+    // MARK: Server events
+
+    private func removed(_ id: StreamID) {
+        barrier[id] = nextSeq()
+        accepted[id] = nil
+        guard let t = streams.removeValue(forKey: id) else { return }
+        if let key = t.restoreKey {
+            let before = leaks[key]
+            defer { if leaks[key] != before { writeJournal() } }
+            if let change = applied[id] {
+                // It ended while silenced by audiod: the restore database now holds the policy value.
+                leaks[key] = Journal.Leak(
+                    unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
+                    restoreVolume: change.restoreVolume?.channels)
+            } else {
+                leaks[key] = nil
+            }
+        }
+        if t.fed != nil { onEvent?(.policy(.streamRemoved(id))) }
+    }
+
+    private func deviceChanged(source: Bool, index: UInt32, _ change: Change) {
+        if change == .remove {
+            let old = source ? sources.removeValue(forKey: index) : sinks.removeValue(forKey: index)
+            if !source, let d = old, availableDevices.remove(d.name) != nil { onEvent?(.policy(.deviceRemoved(d.name))) }
+            return
+        }
+        context?.device(source: source, index: index) { [weak self] d in
+            guard let self, let d else { return }
+            if source {
+                self.sources[index] = d
+            } else {
+                self.sinks[index] = d
+                if self.enumerating == 0 {
+                    if d.available, !self.availableDevices.contains(d.name) {
+                        self.availableDevices.insert(d.name)
+                        self.onEvent?(.policy(.deviceAppeared(d.name)))
+                    } else if !d.available, self.availableDevices.remove(d.name) != nil {
+                        self.onEvent?(.policy(.deviceRemoved(d.name)))
+                    }
+                }
+            }
+            // Streams reported on a device not yet known get its name now.
+            guard self.enumerating == 0 else { return }
+            for (id, t) in self.streams where t.raw.device == index && t.raw.isRecord == source && t.fed != nil {
+                self.report(id)
+            }
+        }
+    }
+
+    private func clientChanged(index: UInt32, _ change: Change) {
+        if change == .remove {
+            clients[index] = nil
+            return
+        }
+        context?.client(index: index) { [weak self] cl in
+            guard let self, let cl else { return }
+            let old = self.clients[index]
+            self.clients[index] = cl
+            guard old != nil, old != cl, self.enumerating == 0 else { return }
+            for (id, t) in self.streams where t.raw.client == index && t.fed != nil { self.report(id) }
+        }
+    }
+
+    // MARK: Effects
+
+    /// Carries out the engine's stream effects (others are ignored). Unknown streams are skipped: the engine may
+    /// act on a stream the server removed a moment ago.
+    public func apply(_ effects: [Effect]) {
+        for e in effects {
+            switch e {
+            case .setStreamMute(let id, let mute):
+                guard streams[id] != nil else { continue }
+                operate(id, mute: mute)
+            case .setStreamVolume(let id, let v):
+                guard streams[id] != nil else { continue }
+                operate(id, volume: v.channels)
+            default:
+                continue
+            }
+        }
+    }
+
+    private func operate(_ id: StreamID, mute: Bool) {
+        guard let c = context else { return }
+        barrier[id] = nextSeq()
+        pendingOperations += 1
+        c.setMute(record: id.kind == .record, index: id.index, mute) { [weak self] ok in
+            self?.operationDone(id, ok, "mute")
+        }
+    }
+
+    private func operate(_ id: StreamID, volume: [UInt32]) {
+        guard let c = context else { return }
+        barrier[id] = nextSeq()
+        pendingOperations += 1
+        c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
+            self?.operationDone(id, ok, "volume")
+        }
+    }
+
+    private func operationDone(_ id: StreamID, _ ok: Bool, _ what: String) {
+        pendingOperations -= 1
+        if !ok, streams[id] != nil {
+            logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
+        }
+        if ok { repairRestoreDatabase(id) }
+        if pendingOperations == 0 {
+            let w = flushWaiters
+            flushWaiters.removeAll()
+            for f in w { f() }
+        }
+    }
+
+    /// module-stream-restore saves whatever a client sets, audiod's policy values too, and hands them to the
+    /// app's next stream. Writing the entry back with the user's values keeps the database the user's.
+    private func repairRestoreDatabase(_ id: StreamID) {
+        guard hasRestoreDatabase, let change = applied[id], let t = streams[id], let key = t.restoreKey,
+            let c = context
+        else { return }
+        pendingOperations += 1
+        c.restoreEntries { [weak self] entries in
+            guard let self else { return }
+            defer { self.operationDone(id, true, "restore") }
+            guard var entry = entries?.first(where: { $0.name == key }) else { return }
+            if change.unmute { entry.muted = false }
+            if let r = change.restoreVolume, r.channels.count == entry.volume.count { entry.volume = r.channels }
+            self.pendingOperations += 1
+            self.context?.writeRestoreEntry(entry) { [weak self] ok in
+                if !ok { self?.logger.warning("could not rewrite a stream-restore entry", metadata: ["key": "\(key)"]) }
+                self?.pendingOperations -= 1
+            }
+        }
+    }
+
+    /// Calls `done` once every operation sent so far has been answered (or the connection is gone).
+    public func flush(_ done: @escaping () -> Void) {
+        guard context != nil, pendingOperations > 0 else { return done() }
+        flushWaiters.append(done)
+    }
+
+    /// What the engine has applied now (`Engine.appliedChanges`). Journals it before the operations are sent.
+    public func updateApplied(_ changes: [AppliedChange]) {
+        var next: [StreamID: AppliedChange] = [:]
+        for c in changes { next[c.stream] = c }
+        guard next != applied else { return }
+        applied = next
+        if isConnected { writeJournal() }
+    }
+
+    private func writeJournal() {
+        guard let path = options.journalPath, let server else { return }
+        let entries = applied.keys.sorted().compactMap { id -> Journal.Entry? in
+            guard let c = applied[id] else { return nil }
+            return Journal.Entry(
+                record: id.kind == .record, index: id.index, applicationName: c.applicationName,
+                restoreKey: streams[id]?.restoreKey, unmute: c.unmute, appliedVolume: c.appliedVolume?.channels,
+                restoreVolume: c.restoreVolume?.channels)
+        }
+        let j = Journal(serverCookie: server.cookie, entries: entries, leaks: leaks)
+        guard j != journalWritten else { return }
+        do {
+            try j.save(to: path)
+            journalWritten = j
+        } catch {
+            logger.error("cannot write the journal", metadata: ["path": "\(path)", "error": "\(error)"])
+        }
+    }
+}
+
+extension PulseBackend: PulseContextDelegate {
+    func contextStateChanged(_ state: PulseContext.State) {
+        switch state {
+        case .connecting: break
+        case .ready: ready()
+        case .failed(let error):
+            logger.warning("sound server connection lost", metadata: ["error": "\(error)"])
+            dropConnection(reason: error.description)
+        }
+    }
+
+    func subscriptionEvent(_ facility: Facility, _ change: Change, index: UInt32) {
+        switch facility {
+        case .playback, .record:
+            let id = StreamID(facility == .record ? .record : .playback, index)
+            if change == .remove { removed(id) } else { read(id) }
+        case .sink: deviceChanged(source: false, index: index, change)
+        case .source: deviceChanged(source: true, index: index, change)
+        case .client: clientChanged(index: index, change)
+        case .server:
+            context?.serverInfo { [weak self] info in
+                if let info { self?.server = info }
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+import AudioPolicy
+import AudiodTestKit
+import Foundation
+import Testing
+
+/// The engine's effects carried out on real streams of a real server, checked by another client (`pactl`).
+/// Every test runs on PulseAudio and on PipeWire (pipewire-pulse + WirePlumber), each on its own private bus and
+/// server.
+@Suite(.serialized)
+struct EnforcementTests {
+    static let servers = ServerKind.allCases
+
+    @Test("an interruption mutes the stream and re-activation unmutes it", arguments: servers)
+    func muteAndUnmute(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        let music = try playback(server, name: "music-app")
+        let video = try playback(server, name: "video-app")
+        let a = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: video.pid)
+
+        let first = live.session(pid: music.pid, "playback", activate: true)
+        #expect(server.playbackStream(pid: music.pid)?.muted == false)
+        let second = live.session(pid: video.pid, "playback", activate: true)
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "interrupted stream not muted")
+        #expect(server.playbackStream(pid: video.pid)?.muted == false)
+        #expect(live.streamView(a.index)?.userMuted == false, "the engine took its own mute for the user's")
+
+        live.deactivate(second)
+        live.activate(first)
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "stream not unmuted")
+    }
+
+    @Test("a duck is DuckLevel × the user's volume and is restored exactly", arguments: servers)
+    func duckAndRestore(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        let music = try playback(server, name: "music-app")
+        let nav = try playback(server, name: "nav-app")
+        let s = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: nav.pid)
+        _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "80%"])
+        var user: [UInt32] = []
+        #expect(waitFor(5) {
+            user = server.playbackStream(pid: music.pid)?.volume ?? []
+            return (user.first ?? 0) < Volume.norm && live.streamView(s.index)?.userVolume.channels == user
+        }, "the user's 80 % did not reach the engine")
+
+        _ = live.session(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
+        let prompt = live.session(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
+        let expected = ducked(user)
+        var seen: [UInt32] = []
+        let duckedOK = waitFor(5) {
+            seen = server.playbackStream(pid: music.pid)?.volume ?? []
+            return Volume(channels: seen).isClose(to: Volume(channels: expected), tolerance: 64)
+        }
+        #expect(duckedOK, "ducked volume \(seen), expected \(expected)")
+        #expect(server.playbackStream(pid: nav.pid)?.volume.first == Volume.norm, "the ducking app was ducked")
+
+        live.deactivate(prompt)
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == user }, "volume not restored to \(user)")
+    }
+
+    @Test("the user's own change to a ducked or muted stream survives the policy lifting", arguments: servers)
+    func userChangeKept(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        let music = try playback(server, name: "music-app")
+        let nav = try playback(server, name: "nav-app")
+        let game = try playback(server, name: "game-app")
+        let call = try playback(server, name: "call-app")
+        let m = try server.waitForPlaybackStream(pid: music.pid)
+        let g = try server.waitForPlaybackStream(pid: game.pid)
+        _ = try server.waitForPlaybackStream(pid: nav.pid)
+        _ = try server.waitForPlaybackStream(pid: call.pid)
+
+        // Ducked, then the user sets 50 % and mutes: after the duck ends the stream is muted at 50 %.
+        _ = live.session(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
+        let prompt = live.session(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
+        #expect(waitFor(5) { (server.playbackStream(pid: music.pid)?.volume.first ?? Volume.norm) < Volume.norm })
+        _ = try server.pactl(["set-sink-input-volume", "\(m.index)", "50%"])
+        _ = try server.pactl(["set-sink-input-mute", "\(m.index)", "1"])
+        let half = Volume.norm / 2
+        #expect(waitFor(5) {
+            live.streamView(m.index)?.userVolume.channels == [half, half] && live.streamView(m.index)?.userMuted == true
+        }, "the user's 50 % and mute were not seen")
+        // Still ducked: the user's new volume, re-ducked.
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked([half, half]) })
+        live.deactivate(prompt)
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == [half, half] }, "user's 50 % lost")
+        #expect(server.playbackStream(pid: music.pid)?.muted == true, "user's mute lost")
+
+        // Muted by the user before a call interrupts it: when the call ends, it is still muted.
+        _ = try server.pactl(["set-sink-input-mute", "\(g.index)", "1"])
+        #expect(waitFor(5) { live.streamView(g.index)?.userMuted == true }, "user's mute not seen")
+        let gameSession = live.session(pid: game.pid, "solo-ambient", activate: true)
+        let callSession = live.session(pid: call.pid, "play-and-record", mode: "voice-chat", activate: true)
+        #expect(waitFor(5) { live.streamView(g.index)?.policyMuted == true }, "game not silenced by the call")
+        live.deactivate(callSession)
+        live.activate(gameSession)
+        #expect(waitFor(5) { live.streamView(g.index)?.policyMuted == false })
+        usleep(200_000)
+        #expect(server.playbackStream(pid: game.pid)?.muted == true, "audiod unmuted a stream the user muted")
+    }
+
+    @Test("streams of a child process belong to the parent's session", arguments: servers)
+    func childProcessAttribution(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        // `; true` keeps the shell alive as the parent instead of exec'ing pacat.
+        let shell = try server.spawn(["sh", "-c", "pacat --playback /dev/zero; true"])
+        var stream: ObservedStream?
+        #expect(waitFor(10) {
+            stream = (try? server.playbackStreams())?.first { s in
+                s.pid.map { ProcessTableView.parent(of: $0) == UInt32(shell.pid) } ?? false
+            }
+            return stream != nil
+        }, "no stream from the shell's child")
+        let session = live.session(pid: shell.pid, "playback", activate: true)
+        let index = try #require(stream).index
+        #expect(waitFor(5) { live.streamView(index)?.session == session }, "child's stream not in the parent's session")
+        #expect(stream?.pid != UInt32(shell.pid))
+    }
+
+    @Test("a record stream is silenced while its session is interrupted by a call", arguments: servers)
+    func recordStreamMuted(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        let recorder = try server.spawn(["parec", "-d", "null.monitor", "/dev/null"])
+        let call = try playback(server, name: "call-app")
+        _ = try server.waitForPlaybackStream(pid: call.pid)
+        var rec: ObservedStream?
+        #expect(waitFor(10) {
+            rec = (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }
+            return rec != nil
+        }, "no record stream")
+        let memo = live.session(pid: recorder.pid, "record", activate: true)
+        let callSession = live.session(pid: call.pid, "play-and-record", mode: "voice-chat", activate: true)
+        #expect(waitFor(5) {
+            (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == true
+        }, "the recorder kept recording during a call")
+        live.deactivate(callSession)
+        live.activate(memo)
+        #expect(waitFor(5) {
+            (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == false
+        }, "the recorder stayed muted after its own re-activation")
+    }
+}
+
+/// /proc reading for the tests themselves.
+enum ProcessTableView {
+    static func parent(of pid: UInt32) -> UInt32? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count >= 2 ? UInt32(fields[1]) : nil
+    }
+}
