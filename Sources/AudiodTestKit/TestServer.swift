@@ -195,12 +195,13 @@ public final class TestServer: @unchecked Sendable {
         (try? playbackStreams())?.first { $0.pid == UInt32(pid) }
     }
 
-    /// Waits for a process's playback stream to appear (players take 0.1–0.3 s).
+    /// Waits for a process's playback stream to appear (players take 0.1–0.3 s) with its volume set:
+    /// pipewire-pulse may list a new stream at volume 0 for a moment before the node is configured.
     public func waitForPlaybackStream(pid: pid_t, timeout: Double = 10) throws -> ObservedStream {
         var found: ObservedStream?
         _ = waitFor(timeout) {
             found = self.playbackStream(pid: pid)
-            return found != nil
+            return found.map { !$0.volume.isEmpty && !$0.volume.contains(0) } ?? false
         }
         guard let found else { throw TestKitError("no playback stream of pid \(pid) within \(timeout) s") }
         return found

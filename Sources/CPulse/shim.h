@@ -6,3 +6,5 @@
 // The loop's timers are timerfds watched by pa_mainloop (monotonic, and independent of any pa_context); Swift's
 // Glibc module does not export <sys/timerfd.h>.
 #include <sys/timerfd.h>
+// The loop's cross-thread wakeup; not exported by Swift's Glibc module either.
+#include <sys/eventfd.h>

@@ -1,4 +1,5 @@
 import AudioPolicy
+import Foundation
 import Logging
 
 /// What the backend tells its owner, on the loop thread.
@@ -35,11 +36,13 @@ public final class PulseBackend {
         public var maximumBackoffNanoseconds: UInt64
         /// How far a volume may be from the one audiod set and still count as audiod's.
         public var volumeTolerance: UInt32
+        /// How long after a stream appears a leaked policy value on it is still put back.
+        public var leakWindowNanoseconds: UInt64
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
             initialBackoffNanoseconds: UInt64 = 50_000_000, maximumBackoffNanoseconds: UInt64 = 1_000_000_000,
-            volumeTolerance: UInt32 = 64
+            volumeTolerance: UInt32 = 64, leakWindowNanoseconds: UInt64 = 2_000_000_000
         ) {
             self.server = server
             self.journalPath = journalPath
@@ -47,6 +50,7 @@ public final class PulseBackend {
             self.initialBackoffNanoseconds = initialBackoffNanoseconds
             self.maximumBackoffNanoseconds = maximumBackoffNanoseconds
             self.volumeTolerance = volumeTolerance
+            self.leakWindowNanoseconds = leakWindowNanoseconds
         }
     }
 
@@ -57,6 +61,8 @@ public final class PulseBackend {
         var chainPID: UInt32?
         var chain: [UInt32] = []
         var restoreKey: String?
+        /// A leaked policy value to undo if the stream shows it, until a deadline (monotonic ns).
+        var correction: (leak: Journal.Leak, until: UInt64)?
     }
 
     let loop: MainLoop
@@ -311,10 +317,8 @@ public final class PulseBackend {
             // A process that already exited still has its pid: the engine matches by the pid first.
             if t.chain.isEmpty, let pid { t.chain = [pid] }
         }
-        if t.fed == nil {
-            t.restoreKey = RestoreKey.of(props, record: id.kind == .record)
-            correctLeak(id, &t)
-        }
+        if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
+        correctLeak(id, &t)
         let info = StreamInfo(
             id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
             applicationID: props["application.id"], binary: props["application.process.binary"],
@@ -332,6 +336,12 @@ public final class PulseBackend {
         }
     }
 
+    private func monotonicNow() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
     private func mergedProperties(_ raw: RawStream) -> [String: String] {
         // The server copies the client's properties into its streams; the client's own count where the stream
         // lacks them (and for a PULSE_PROP set after the stream was made).
@@ -346,26 +356,38 @@ public final class PulseBackend {
 
     /// A new stream that starts with a policy value audiod left in the server's restore database (on a stream
     /// of the same app that ended while silenced, or that is silenced now) is put back to the user's values
-    /// before the engine sees it: otherwise the engine would take the policy value for the user's.
+    /// before the engine sees it: otherwise the engine would take the policy value for the user's. WirePlumber
+    /// applies its saved state a moment *after* the stream appears, so the watch lasts a short window.
     private func correctLeak(_ id: StreamID, _ t: inout Tracked) {
-        guard let key = t.restoreKey else { return }
-        var source: Journal.Leak? = leaks[key]
-        if source == nil {
-            for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
-                source = Journal.Leak(
-                    unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
-                    restoreVolume: change.restoreVolume?.channels)
-                break
+        if t.fed == nil, let key = t.restoreKey {
+            var source: Journal.Leak? = leaks.removeValue(forKey: key)
+            if source != nil {
+                writeJournal()
+            } else {
+                for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
+                    source = Journal.Leak(
+                        unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
+                        restoreVolume: change.restoreVolume?.channels)
+                    break
+                }
             }
+            if let leak = source { t.correction = (leak, monotonicNow() + options.leakWindowNanoseconds) }
         }
-        guard let leak = source else { return }
+        guard let (leak, until) = t.correction else { return }
+        guard monotonicNow() <= until else {
+            t.correction = nil
+            return
+        }
+        // Only what audiod does not hold on this stream itself: its own mute or duck is not a leak.
+        let mine = applied[id]
         var corrected = false
-        if leak.unmute, t.raw.muted {
+        if leak.unmute, t.raw.muted, !(mine?.unmute ?? false) {
             operate(id, mute: false)
             t.raw.muted = false
             corrected = true
         }
-        if let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == t.raw.volume.count,
+        if mine?.appliedVolume == nil, let a = leak.appliedVolume, let r = leak.restoreVolume,
+            r.count == t.raw.volume.count,
             Volume(channels: t.raw.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
         {
             operate(id, volume: r)
@@ -373,11 +395,10 @@ public final class PulseBackend {
             corrected = true
         }
         if corrected {
-            logger.info("a new stream started with a policy value left in the restore database; put back", metadata: [
-                "stream": "\(id)", "key": "\(key)",
+            logger.info("a stream started with a policy value left in the restore database; put back", metadata: [
+                "stream": "\(id)", "key": "\(t.restoreKey ?? "")",
             ])
         }
-        if leaks.removeValue(forKey: key) != nil { writeJournal() }
     }
 
     // MARK: Server events
@@ -482,16 +503,20 @@ public final class PulseBackend {
     }
 
     private func operationDone(_ id: StreamID, _ ok: Bool, _ what: String) {
-        pendingOperations -= 1
         if !ok, streams[id] != nil {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
         }
         if ok { repairRestoreDatabase(id) }
-        if pendingOperations == 0 {
-            let w = flushWaiters
-            flushWaiters.removeAll()
-            for f in w { f() }
-        }
+        finishOperation()
+    }
+
+    private func finishOperation() {
+        pendingOperations -= 1
+        guard pendingOperations <= 0 else { return }
+        pendingOperations = 0
+        let waiters = flushWaiters
+        flushWaiters.removeAll()
+        for w in waiters { w() }
     }
 
     /// module-stream-restore saves whatever a client sets, audiod's policy values too, and hands them to the
@@ -503,14 +528,15 @@ public final class PulseBackend {
         pendingOperations += 1
         c.restoreEntries { [weak self] entries in
             guard let self else { return }
-            defer { self.operationDone(id, true, "restore") }
-            guard var entry = entries?.first(where: { $0.name == key }) else { return }
+            // pipewire-pulse answers with an empty list: there the leak is undone on the app's next stream.
+            guard var entry = entries?.first(where: { $0.name == key }), self.context != nil else {
+                return self.finishOperation()
+            }
             if change.unmute { entry.muted = false }
             if let r = change.restoreVolume, r.channels.count == entry.volume.count { entry.volume = r.channels }
-            self.pendingOperations += 1
             self.context?.writeRestoreEntry(entry) { [weak self] ok in
                 if !ok { self?.logger.warning("could not rewrite a stream-restore entry", metadata: ["key": "\(key)"]) }
-                self?.pendingOperations -= 1
+                self?.finishOperation()
             }
         }
     }

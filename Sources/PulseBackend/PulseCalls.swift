@@ -1,8 +1,8 @@
 // Every libpulse call in audiod lives in this file (STYLE.md §2): the rest of the backend sees Swift values only.
 //
 // Threading: a `MainLoop` runs one `pa_mainloop` on one thread, and every object here is confined to that thread.
-// Other threads reach it only through `MainLoop.execute(_:)`, which queues a closure and wakes the loop with
-// `pa_mainloop_wakeup` (the one libpulse function documented as callable from any thread).
+// Other threads reach it only through `MainLoop.execute(_:)`, which queues a closure and wakes the loop through an
+// eventfd it watches.
 //
 // Callbacks: libpulse's C callbacks cannot capture, so each takes an `Unmanaged` pointer to the Swift object that
 // registered it. libpulse offers no destroy-notify, so the object keeps itself alive (`retain`) for as long as the
@@ -18,7 +18,7 @@ import Synchronization
 ///
 /// Idle, it sleeps in `poll` with no timeout: no wakeups. Work from other threads arrives through `execute(_:)`.
 public final class MainLoop: @unchecked Sendable {
-    // The pointers below are only used on the loop thread, except `mainloop` for `pa_mainloop_wakeup`.
+    // The pointers below are only used on the loop thread.
     let mainloop: OpaquePointer
     let api: UnsafeMutablePointer<pa_mainloop_api>
     private let queue = Mutex<[@Sendable () -> Void]>([])
@@ -28,15 +28,24 @@ public final class MainLoop: @unchecked Sendable {
     /// pthread id of the loop thread, for `isOnLoop`.
     private let loopThread = Mutex<pthread_t?>(nil)
 
+    private let wakeFD: Int32
+
     /// Creates the loop (`pa_mainloop_new`); call `start()` to run it.
     public init() throws(PulseError) {
-        guard let m = pa_mainloop_new() else { throw PulseError(code: .outOfMemory, context: "pa_mainloop_new") }
+        let fd = eventfd(0, Int32(EFD_CLOEXEC | EFD_NONBLOCK))
+        guard fd >= 0 else { throw PulseError(code: .outOfMemory, context: "eventfd") }
+        guard let m = pa_mainloop_new() else {
+            close(fd)
+            throw PulseError(code: .outOfMemory, context: "pa_mainloop_new")
+        }
+        wakeFD = fd
         mainloop = m
         api = pa_mainloop_get_api(m)
     }
 
     deinit {
         pa_mainloop_free(mainloop)
+        close(wakeFD)
     }
 
     /// Starts the loop thread (`pa_mainloop_iterate`, blocking, until `stop()`).
@@ -50,12 +59,21 @@ public final class MainLoop: @unchecked Sendable {
 
     private func run() {
         loopThread.withLock { $0 = pthread_self() }
+        // Cross-thread work arrives through an eventfd that the loop watches like any other fd. Not
+        // pa_mainloop_wakeup: it only writes its pipe while the loop is inside poll, so a wakeup sent between two
+        // iterations is lost and the loop sleeps with work queued (seen here as a hang).
+        let watch = self.watch(fd: wakeFD) { [self] in
+            var value: UInt64 = 0
+            _ = read(wakeFD, &value, 8)
+            drain()
+        }
         while running.withLock({ $0 }) {
             drain()
-            // Blocks in poll until an fd, a timer or pa_mainloop_wakeup wakes it: zero wakeups when idle.
+            // Blocks in poll until an fd or a timer wakes it: zero wakeups when idle.
             if pa_mainloop_iterate(mainloop, 1, nil) < 0 { break }
         }
         drain()
+        watch.cancel()
         loopThread.withLock { $0 = nil }
         finished.signal()
     }
@@ -72,16 +90,21 @@ public final class MainLoop: @unchecked Sendable {
         }
     }
 
+    private func wake() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
     /// Whether the caller runs on the loop thread.
     public var isOnLoop: Bool {
         loopThread.withLock { t in t.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
     }
 
-    /// Runs `work` on the loop thread, soon (`pa_mainloop_wakeup`). From the loop thread itself it still queues,
+    /// Runs `work` on the loop thread, soon. From the loop thread itself it still queues,
     /// so that the caller's stack unwinds first.
     public func execute(_ work: @escaping @Sendable () -> Void) {
         queue.withLock { $0.append(work) }
-        pa_mainloop_wakeup(mainloop)
+        wake()
     }
 
     /// Runs `work` on the loop thread and waits for its result. Never call it from the loop thread.
@@ -110,7 +133,7 @@ public final class MainLoop: @unchecked Sendable {
     /// Stops the loop after the queued work has run, and waits for the thread to end.
     public func stop() {
         guard running.withLock({ r in defer { r = false }; return r }) else { return }
-        pa_mainloop_wakeup(mainloop)
+        wake()
         if !isOnLoop { finished.wait() }
     }
 
