@@ -6,11 +6,14 @@ import PackageDescription
 let package = Package(
     name: "audiod",
     products: [
+        .executable(name: "audiod", targets: ["audiod"]),
         .library(name: "AudioPolicy", targets: ["AudioPolicy"]),
     ],
     dependencies: [
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         .target(
@@ -31,6 +34,17 @@ let package = Package(
         .target(
             name: "AudiodCore",
             dependencies: ["AudioPolicy", "PulseBackend", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The daemon: command line, logging and services only.
+        .executableTarget(
+            name: "audiod",
+            dependencies: [
+                "AudioPolicy", "AudiodCore", "PulseBackend",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // Test support (no product): a private bus and sound server per test run, client processes, an observer.
@@ -57,6 +71,12 @@ let package = Package(
                 "AudioPolicy", "PulseBackend", "AudiodCore", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // Runs the built audiod binary (built by `swift build --build-tests`) against real servers.
+        .testTarget(
+            name: "AudiodTests",
+            dependencies: ["AudiodTestKit"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

@@ -154,9 +154,10 @@ public final class TestServer: @unchecked Sendable {
 
     /// Starts a client process (paplay, pacat, parec, a shell…) in this run's environment; `stop()` kills it if
     /// the test did not.
+    /// `log` names a file in the run's directory for its output (default: discarded).
     @discardableResult
-    public func spawn(_ argv: [String], environment extra: [String: String] = [:]) throws -> Child {
-        let pid = try spawnRaw(argv, log: nil, extra: extra)
+    public func spawn(_ argv: [String], environment extra: [String: String] = [:], log: String? = nil) throws -> Child {
+        let pid = try spawnRaw(argv, log: log, extra: extra)
         return Child(pid: pid)
     }
 
@@ -168,6 +169,20 @@ public final class TestServer: @unchecked Sendable {
     }
 
     /// Runs a command to completion and returns its standard output; throws on a non-zero exit.
+    /// A file of the run's directory, e.g. a log written by `spawn(_:log:)`.
+    public func file(_ name: String) -> String {
+        (try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8)) ?? ""
+    }
+
+    /// A program built by this package (next to the test bundle in `.build/<config>/`).
+    public static func builtProduct(_ name: String) -> String {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        // The test binary may sit inside a bundle directory (`….xctest/…`).
+        while dir.path.contains(".xctest") { dir = dir.deletingLastPathComponent() }
+        return dir.appendingPathComponent(name).path
+    }
+
     public func run(_ argv: [String], environment extra: [String: String] = [:]) throws -> String {
         let env = environment.merging(extra) { _, new in new }
         return try Self.runCapturing(argv, environment: env)
