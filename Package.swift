@@ -57,6 +57,15 @@ let package = Package(
             dependencies: ["AudioPolicy"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // Enforcement latency on real servers, next to the floor (a client that mutes directly).
+        .executableTarget(
+            name: "PulseBenchmarks",
+            dependencies: [
+                "AudioPolicy", "AudiodCore", "PulseBackend", "AudiodTestKit",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .testTarget(
             name: "AudioPolicyTests",
             dependencies: [

@@ -54,7 +54,7 @@ public final class Arbiter: @unchecked Sendable {
         switch e {
         case .policy(let event): handle(event)
         case .connected(let info): onServerStatus?(info)
-        case .disconnected: onServerStatus?(nil)
+        case .disconnected: if !shuttingDown { onServerStatus?(nil) }
         }
     }
 

@@ -23,7 +23,8 @@ public enum BackendEvent: Sendable, Equatable {
 /// - *Nothing left behind.* What audiod applied is journaled before it is sent; restore databases are kept at the
 ///   user's values (module-stream-restore is rewritten; a stream that starts with a policy value audiod left in
 ///   any restore database is put back at once).
-public final class PulseBackend {
+public final class PulseBackend: @unchecked Sendable {
+    // @unchecked: confined to `loop`'s thread; other threads only hand it to closures they run there.
     public struct Options: Sendable {
         /// The server to connect to; nil for libpulse's default (`$PULSE_SERVER`, then the user's server).
         public var server: String?
@@ -229,6 +230,10 @@ public final class PulseBackend {
             dropConnection(reason: "the server did not describe itself")
             return
         }
+        // pipewire-pulse answers the stream-restore test but its list stays empty (WirePlumber keeps the real
+        // state): reading it after every operation only loads the server. There the next-stream correction does
+        // the work.
+        if server.name.contains("PipeWire") { hasRestoreDatabase = false }
         logger.info("connected to the sound server", metadata: [
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
         ])
