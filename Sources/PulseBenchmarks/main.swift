@@ -98,7 +98,7 @@ for kind in kinds {
         loop: loop, settings: Settings(),
         backend: .init(server: server.pulseServer, journalPath: "\(journalDir)/journal.json"), logger: logger)
     loop.sync { arbiter.start() }
-    guard waitFor(10, { loop.sync { arbiter.serverInfo != nil } }) else { fatalError("arbiter did not connect") }
+    guard waitFor(10, { loop.sync { arbiter.serverInfo != nil } }) else { throw BenchFailure("arbiter did not connect") }
     _ = waitFor(5) { loop.sync { arbiter.engine.streamViews.count >= 2 } }
     func request(_ make: @escaping @Sendable (RequestID) -> Event) -> Reply? {
         loop.sync {
@@ -107,26 +107,26 @@ for kind in kinds {
             return nil
         }
     }
-    func create(_ pid: pid_t) -> SessionID {
+    func create(_ pid: pid_t) throws -> SessionID {
         guard case .session(let id)? = request({ .createSession($0, NewSession(pid: UInt32(pid))) }) else {
-            fatalError("CreateSession failed")
+            throw BenchFailure("CreateSession failed")
         }
         _ = request { .setCategory($0, id, category: "playback", mode: "default", options: []) }
         return id
     }
-    let a = create(music.pid)
-    let b = create(video.pid)
+    let a = try create(music.pid)
+    let b = try create(video.pid)
     var audiodTimes: [UInt64] = []
     for _ in 0..<iterations {
         _ = request { .setActive($0, a, active: true, options: []) }
-        guard observer.wait(index: m.index, muted: false) != nil else { fatalError("music not unmuted") }
+        guard observer.wait(index: m.index, muted: false) != nil else { throw BenchFailure("music not unmuted") }
         let t0 = Box()
         loop.sync {
             t0.value = nowNs()
             let r = arbiter.makeRequestID()
             _ = arbiter.handle(.setActive(r, b, active: true, options: []))
         }
-        guard let t1 = observer.wait(index: m.index, muted: true) else { fatalError("music not muted") }
+        guard let t1 = observer.wait(index: m.index, muted: true) else { throw BenchFailure("music not muted") }
         audiodTimes.append(t1 - t0.value)
         _ = request { .setActive($0, b, active: false, options: []) }
     }
@@ -142,7 +142,7 @@ for kind in kinds {
     floorLoop.start()
     let direct = PulseBackend(loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger)
     floorLoop.sync { direct.start() }
-    guard waitFor(10, { floorLoop.sync { direct.isConnected } }) else { fatalError("direct client did not connect") }
+    guard waitFor(10, { floorLoop.sync { direct.isConnected } }) else { throw BenchFailure("direct client did not connect") }
     let id = StreamID.playback(m.index)
     var floorTimes: [UInt64] = []
     for _ in 0..<iterations {
@@ -151,10 +151,10 @@ for kind in kinds {
             t0.value = nowNs()
             direct.apply([.setStreamMute(id, true)])
         }
-        guard let t1 = observer.wait(index: m.index, muted: true) else { fatalError("floor: not muted") }
+        guard let t1 = observer.wait(index: m.index, muted: true) else { throw BenchFailure("floor: not muted") }
         floorTimes.append(t1 - t0.value)
         floorLoop.sync { direct.apply([.setStreamMute(id, false)]) }
-        guard observer.wait(index: m.index, muted: false) != nil else { fatalError("floor: not unmuted") }
+        guard observer.wait(index: m.index, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
     }
     floorLoop.sync { direct.stop() }
     floorLoop.stop()
@@ -167,3 +167,9 @@ for kind in kinds {
 }
 
 final class Box: @unchecked Sendable { var value: UInt64 = 0 }
+
+/// A run that cannot measure: thrown so that the servers the run started are stopped on the way out.
+struct BenchFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
