@@ -167,3 +167,47 @@ enum ProcessTableView {
         return fields.count >= 2 ? UInt32(fields[1]) : nil
     }
 }
+
+/// Devices and tags: what the backend reads besides mute and volume.
+@Suite(.serialized)
+struct DeviceAndTagTests {
+    static let servers = ServerKind.allCases
+
+    @Test("a stream tagged audiod.session through PULSE_PROP belongs to that session", arguments: servers)
+    func sessionTag(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        // A session for a process that is not the player's ancestor: only the tag can tie them.
+        let holder = try server.spawn(["sleep", "60"])
+        let session = live.session(pid: holder.pid, "playback")
+        let tagged = try server.spawn(["pacat", "--playback", "/dev/zero"],
+                                      environment: ["PULSE_PROP": "audiod.session=\(session.rawValue)"])
+        let s = try server.waitForPlaybackStream(pid: tagged.pid)
+        #expect(waitFor(5) { live.streamView(s.index)?.session == session }, "tagged stream not in its session")
+    }
+
+    @Test("headphones unplugged: the stream the server moved to the speakers is silenced", arguments: servers)
+    func deviceRemoved(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+        let module = try server.pactl(["load-module", "module-null-sink", "sink_name=headphones"])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(waitFor(10) { ((try? server.pactl(["list", "short", "sinks"])) ?? "").contains("headphones") })
+        let music = try server.spawn(["pacat", "--playback", "--device=headphones", "/dev/zero"])
+        let s = try server.waitForPlaybackStream(pid: music.pid)
+        #expect(waitFor(5) { live.streamView(s.index)?.info.device == "headphones" }, "device name not read")
+        _ = live.session(pid: music.pid, "playback", activate: true)
+
+        _ = try server.pactl(["unload-module", module])
+        // The server moves the stream to the remaining sink; audiod must not let it play there (SPEC §6).
+        #expect(waitFor(10) {
+            let now = server.playbackStream(pid: music.pid)
+            return now?.muted == true
+        }, "the unplugged stream plays on: \(String(describing: server.playbackStream(pid: music.pid)))")
+        #expect(waitFor(5) { live.streamView(s.index)?.info.device == "null" || live.streamView(s.index) == nil })
+    }
+}
