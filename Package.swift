@@ -24,6 +24,14 @@ let package = Package(
         // (STYLE.md §1–§2). No pkgConfig: libpulse.pc's `-D_REENTRANT -pthread` are flags SwiftPM refuses with a
         // warning, and the headers live in /usr/include anyway; the modulemap links `pulse`.
         .systemLibrary(name: "CPulse"),
+        // libdbus-1 (Debian: libdbus-1-dev). Never a product; only DBusService imports it.
+        .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        // The only importer of CDBus: bus connections joined to the audiod loop, messages, the API objects.
+        .target(
+            name: "DBusService",
+            dependencies: ["AudioPolicy", "CDBus", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // The only importer of CPulse: the sound server as engine events in, engine effects out.
         .target(
             name: "PulseBackend",
@@ -33,7 +41,9 @@ let package = Package(
         // The engine run against the server on one loop thread; the D-Bus service and audiod build on it.
         .target(
             name: "AudiodCore",
-            dependencies: ["AudioPolicy", "PulseBackend", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "AudioPolicy", "PulseBackend", "DBusService", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The daemon: command line, logging and services only.
@@ -86,6 +96,11 @@ let package = Package(
         .testTarget(
             name: "AudiodTests",
             dependencies: ["AudiodTestKit"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            name: "DBusServiceTests",
+            dependencies: ["DBusService", "AudiodCore", "PulseBackend", "AudiodTestKit"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

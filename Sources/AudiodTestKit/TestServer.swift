@@ -356,3 +356,36 @@ public struct ObservedStream: Sendable, Equatable {
         }
     }
 }
+
+/// A private dbus-daemon alone (for tests of the bus layer that need no sound server).
+public final class TestBus: @unchecked Sendable {
+    public let directory: String
+    public let address: String
+    private var pid: pid_t = 0
+
+    public init() throws {
+        var template = Array("/tmp/audiod-bus-XXXXXX".utf8CString)
+        guard let dir = template.withUnsafeMutableBufferPointer({ buf in
+            buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
+        }) else { throw TestKitError("mkdtemp failed") }
+        directory = dir
+        address = "unix:path=\(dir)/bus"
+        pid = try TestServer.posixSpawn(
+            ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=\(address)"],
+            environment: ProcessInfo.processInfo.environment, stdout: "\(dir)/bus.log")
+        guard waitFor(10, { FileManager.default.fileExists(atPath: "\(dir)/bus") }) else {
+            stop()
+            throw TestKitError("the private dbus-daemon did not start")
+        }
+    }
+
+    deinit { stop() }
+
+    public func stop() {
+        if pid > 0 {
+            _ = TestServer.killAndReap(pid)
+            pid = 0
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}

@@ -22,6 +22,8 @@ public final class MainLoop: @unchecked Sendable {
     let mainloop: OpaquePointer
     let api: UnsafeMutablePointer<pa_mainloop_api>
     private let queue = Mutex<[@Sendable () -> Void]>([])
+    /// Work queued from the loop thread itself (`soon`); touched only there.
+    private var local: [() -> Void] = []
     private let running = Mutex(false)
     private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
@@ -79,6 +81,11 @@ public final class MainLoop: @unchecked Sendable {
     }
 
     private func drain() {
+        while !local.isEmpty {
+            let work = local
+            local.removeAll(keepingCapacity: true)
+            for w in work { w() }
+        }
         while true {
             let work = queue.withLock { q -> [@Sendable () -> Void] in
                 let w = q
@@ -139,7 +146,19 @@ public final class MainLoop: @unchecked Sendable {
 
     /// Watches `fd` for input on the loop (`pa_mainloop_api.io_new`). The handler runs on the loop thread.
     func watch(fd: Int32, _ handler: @escaping () -> Void) -> IOWatch {
-        IOWatch(api: api, fd: fd, handler: handler)
+        IOWatch(api: api, fd: fd, events: .input) { _ in handler() }
+    }
+
+    /// Watches `fd` for `events`; the handler gets what happened. Loop thread only.
+    public func watch(fd: Int32, events: IOEvents, _ handler: @escaping (IOEvents) -> Void) -> IOWatch {
+        IOWatch(api: api, fd: fd, events: events, handler: handler)
+    }
+
+    /// Runs `work` on the loop thread after the current callback returns. Loop thread only (the closure need not
+    /// be Sendable: it never leaves the thread).
+    public func soon(_ work: @escaping () -> Void) {
+        local.append(work)
+        wake()
     }
 
     /// A one-shot timer on the monotonic clock (a `timerfd` watched by the loop, so that wall-clock jumps do not
@@ -149,25 +168,41 @@ public final class MainLoop: @unchecked Sendable {
     }
 }
 
-/// An fd watched for input by the loop; `cancel()` stops it.
-final class IOWatch {
+/// What an fd watch waits for / what happened (`pa_io_event_flags_t`).
+public struct IOEvents: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let input = IOEvents(rawValue: PA_IO_EVENT_INPUT.rawValue)
+    public static let output = IOEvents(rawValue: PA_IO_EVENT_OUTPUT.rawValue)
+    public static let hangup = IOEvents(rawValue: PA_IO_EVENT_HANGUP.rawValue)
+    public static let error = IOEvents(rawValue: PA_IO_EVENT_ERROR.rawValue)
+}
+
+/// An fd watched by the loop (`pa_mainloop_api.io_new`); `update(_:)` changes what it waits for (`io_enable`),
+/// `cancel()` stops it (`io_free`). Loop thread only.
+public final class IOWatch {
     private let api: UnsafeMutablePointer<pa_mainloop_api>
     private var event: OpaquePointer?
-    let handler: () -> Void
+    let handler: (IOEvents) -> Void
 
-    init(api: UnsafeMutablePointer<pa_mainloop_api>, fd: Int32, handler: @escaping () -> Void) {
+    init(api: UnsafeMutablePointer<pa_mainloop_api>, fd: Int32, events: IOEvents, handler: @escaping (IOEvents) -> Void) {
         self.api = api
         self.handler = handler
         let me = Unmanaged.passRetained(self)
-        event = api.pointee.io_new?(api, fd, PA_IO_EVENT_INPUT, { _, _, _, _, userdata in
+        event = api.pointee.io_new?(api, fd, pa_io_event_flags_t(rawValue: events.rawValue), { _, _, _, flags, userdata in
             guard let userdata else { return }
-            Unmanaged<IOWatch>.fromOpaque(userdata).takeUnretainedValue().handler()
+            Unmanaged<IOWatch>.fromOpaque(userdata).takeUnretainedValue().handler(IOEvents(rawValue: flags.rawValue))
         }, me.toOpaque())
         if event == nil { me.release() }
     }
 
-    /// `pa_mainloop_api.io_free`; releases the watch's hold on itself.
-    func cancel() {
+    public func update(_ events: IOEvents) {
+        guard let e = event else { return }
+        api.pointee.io_enable?(e, pa_io_event_flags_t(rawValue: events.rawValue))
+    }
+
+    /// Stops watching; releases the watch's hold on itself.
+    public func cancel() {
         guard let e = event else { return }
         event = nil
         api.pointee.io_free?(e)
