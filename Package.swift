@@ -50,7 +50,7 @@ let package = Package(
         .executableTarget(
             name: "audiod",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend",
+                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

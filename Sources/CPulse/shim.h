@@ -8,3 +8,5 @@
 #include <sys/timerfd.h>
 // The loop's cross-thread wakeup; not exported by Swift's Glibc module either.
 #include <sys/eventfd.h>
+// Process-exit watches (pidfd_open, glibc 2.36+): an exited session owner is seen at once, without polling /proc.
+#include <sys/pidfd.h>

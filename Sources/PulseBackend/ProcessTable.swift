@@ -1,3 +1,4 @@
+import CPulse
 import Foundation
 
 /// Reads the process tree from `/proc`: which process plays a stream, and whose child it is (API.md, "Stream
@@ -42,4 +43,35 @@ public enum ProcessTable {
         }
         return nil
     }
+}
+
+/// Watches a process for its exit with a pidfd on the loop: the handler runs once, on the loop thread, as soon as
+/// the process exits (or at once if it is already gone). Dropping the watch stops it.
+public final class ProcessExitWatch {
+    private var watch: IOWatch?
+    private var fd: Int32
+
+    public init(pid: UInt32, loop: MainLoop, _ handler: @escaping () -> Void) {
+        fd = pid <= UInt32(Int32.max) ? pidfd_open(pid_t(pid), 0) : -1
+        guard fd >= 0 else {
+            // No such process (or no pidfd support): it counts as gone.
+            loop.soon(handler)
+            return
+        }
+        watch = loop.watch(fd: fd, events: .input) { [weak self] _ in
+            self?.stop()
+            handler()
+        }
+    }
+
+    private func stop() {
+        watch?.cancel()
+        watch = nil
+        if fd >= 0 {
+            close(fd)
+            fd = -1
+        }
+    }
+
+    deinit { stop() }
 }

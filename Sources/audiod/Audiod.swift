@@ -21,6 +21,9 @@ struct Audiod: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Sound server address (as PULSE_SERVER), e.g. unix:/run/user/1000/pulse/native.", valueName: "address"))
     var server: String?
 
+    @Option(help: ArgumentHelp("D-Bus address of the bus to serve on (default: the session bus, $DBUS_SESSION_BUS_ADDRESS).", valueName: "address"))
+    var bus: String?
+
     @Option(help: ArgumentHelp("Journal file (default: $XDG_RUNTIME_DIR/audiod/journal.json).", valueName: "path"))
     var journal: String?
 
@@ -33,6 +36,7 @@ struct Audiod: AsyncParsableCommand {
                 "log level '\(logLevel)' is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         if let server, server.isEmpty { throw ValidationError("--server must not be empty") }
+        if let bus, bus.isEmpty { throw ValidationError("--bus must not be empty") }
     }
 
     func run() async throws {
@@ -50,6 +54,7 @@ struct Audiod: AsyncParsableCommand {
         let service = ArbiterService(
             settings: Settings(),
             options: PulseBackend.Options(server: server, journalPath: journalPath),
+            busAddress: bus,
             logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: service)],

@@ -1,0 +1,15 @@
+import AudioPolicy
+import DBusService
+import PulseBackend
+
+extension Arbiter: PolicyHost {
+    public var connectedServerName: String? { serverInfo?.name }
+
+    public func processChain(_ pid: UInt32) -> [UInt32] { ProcessTable.chain(pid) }
+
+    public func processOwner(_ pid: UInt32) -> UInt32? { ProcessTable.owner(of: pid) }
+
+    public func watchExit(of pid: UInt32, _ handler: @escaping () -> Void) -> AnyObject? {
+        ProcessExitWatch(pid: pid, loop: loop, handler)
+    }
+}

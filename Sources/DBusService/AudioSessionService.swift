@@ -1,0 +1,631 @@
+import AudioPolicy
+import Foundation
+import Logging
+
+/// What the service needs from the daemon: the engine and its step, and a few facts about processes.
+/// (`AudiodCore.Arbiter` provides it; the service never sees libpulse.)
+public protocol PolicyHost: AnyObject {
+    /// The engine's read model.
+    var engine: Engine { get }
+    func makeRequestID() -> RequestID
+    /// One engine step. Every step's effects, this one's included, also reach `AudioSessionService.publish`.
+    @discardableResult func handle(_ event: Event) -> [Effect]
+    /// `ServerName`, or nil while not connected.
+    var connectedServerName: String? { get }
+    /// The pid, its parent, grandparent… (empty when it does not exist).
+    func processChain(_ pid: UInt32) -> [UInt32]
+    /// The real uid of a live process.
+    func processOwner(_ pid: UInt32) -> UInt32?
+    /// Calls `handler` once when the process exits; the returned token stops the watch when released.
+    func watchExit(of pid: UInt32, _ handler: @escaping () -> Void) -> AnyObject?
+}
+
+/// org.audiod.AudioSession1 on a bus connection: every method, property and signal of API.md, derived from the
+/// interface descriptions. Confined to the loop thread, like the connection and the engine.
+public final class AudioSessionService {
+    public static let version = "0.3.0"
+
+    let bus: DBusConnection
+    weak var host: PolicyHost?
+    var logger: Logger
+
+    private struct Caller { var pid: UInt32; var uid: UInt32 }
+    private struct Owner {
+        var busName: String
+        var uid: UInt32
+        var lifetime: NewSession.Lifetime
+        var pid: UInt32
+    }
+
+    /// Calls waiting for the engine's reply.
+    private var pending: [RequestID: (DBusMessage, (Reply) -> [DBusValue]?)] = [:]
+    private var owners: [SessionID: Owner] = [:]
+    private var sessionsByBusName: [String: Set<SessionID>] = [:]
+    private var credentials: [String: Caller] = [:]
+    /// Exit watches by pid, and which sessions care.
+    private var exitWatches: [UInt32: AnyObject] = [:]
+    private var sessionsByPid: [UInt32: Set<SessionID>] = [:]
+    private var lastServerName: String?
+
+    public init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
+        self.bus = bus
+        self.host = host
+        self.logger = logger
+        bus.onMessage = { [weak self] m in self?.received(m) }
+        bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'")
+    }
+
+    /// Owns the well-known name (after the objects are ready: owning it is what "ready" means for systemd).
+    public func claimName() throws(DBusError) {
+        try bus.requestName(API.busName)
+    }
+
+    static func sessionPath(_ id: SessionID) -> String { API.sessionPathPrefix + "\(id.rawValue)" }
+
+    static func sessionID(path: String) -> SessionID? {
+        guard path.hasPrefix(API.sessionPathPrefix), let n = UInt64(path.dropFirst(API.sessionPathPrefix.count)),
+            "\(n)" == path.dropFirst(API.sessionPathPrefix.count)
+        else { return nil }
+        return SessionID(n)
+    }
+
+    // MARK: Incoming
+
+    private func received(_ m: DBusMessage) {
+        switch m.kind {
+        case .methodCall: methodCall(m)
+        case .signal:
+            if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged" { nameOwnerChanged(m.arguments) }
+        default: break
+        }
+    }
+
+    private func reply(_ m: DBusMessage, _ args: [DBusValue]) {
+        guard !m.noReply, let r = m.makeReturn() else { return }
+        if !r.append(args) {
+            return fail(m, DBusError.failed("audiod could not encode its reply"))
+        }
+        bus.send(r)
+    }
+
+    private func fail(_ m: DBusMessage, _ e: DBusError) {
+        guard !m.noReply, let r = m.makeError(name: e.name, message: e.message) else { return }
+        bus.send(r)
+    }
+
+    private static func invalidArgs(_ message: String) -> DBusError {
+        DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: message)
+    }
+
+    private static func dbusError(_ e: PolicyError) -> DBusError {
+        DBusError(name: e.isAudiodError ? API.errorPrefix + e.name : e.name, message: e.message)
+    }
+
+    private func methodCall(_ m: DBusMessage) {
+        let path = m.path ?? "/"
+        let member = m.member ?? ""
+        let interfaces: [InterfaceDescription]
+        var session: SessionID?
+        if path == API.managerPath {
+            interfaces = API.managerInterfaces
+        } else if let id = Self.sessionID(path: path), host?.engine.session(id) != nil {
+            interfaces = API.sessionInterfaces
+            session = id
+        } else if path == "/" || (API.managerPath + "/session").hasPrefix(path) || objectPaths().contains(where: { $0.hasPrefix(path + "/") }) {
+            // An intermediate node: only introspection (so that tools can walk the tree from "/").
+            if member == "Introspect", m.interface == nil || m.interface == API.introspectable.name {
+                return reply(m, [.string(API.introspection(interfaces: [API.introspectable], children: children(of: path)))])
+            }
+            return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(path) only offers Introspect"))
+        } else {
+            return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no object at \(path)"))
+        }
+        let iface: InterfaceDescription
+        if let name = m.interface {
+            guard let i = interfaces.first(where: { $0.name == name }) else {
+                return fail(m, DBusError(
+                    name: "org.freedesktop.DBus.Error.UnknownInterface",
+                    message: "\(path) has no interface \(name); it has \(interfaces.map(\.name).joined(separator: ", "))"))
+            }
+            iface = i
+        } else {
+            guard let i = interfaces.first(where: { $0.method(member) != nil }) else {
+                return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member) at \(path)"))
+            }
+            iface = i
+        }
+        guard let method = iface.method(member) else {
+            return fail(m, DBusError(
+                name: "org.freedesktop.DBus.Error.UnknownMethod",
+                message: "\(iface.name) has no method \(member); it has \(iface.methods.map(\.name).joined(separator: ", "))"))
+        }
+        guard m.signature == method.inputSignature else {
+            return fail(m, Self.invalidArgs(
+                "\(member) takes (\(method.inputSignature)), not (\(m.signature))"))
+        }
+        let args = m.arguments
+        switch (iface.name, member) {
+        case (API.introspectable.name, "Introspect"):
+            reply(m, [.string(API.introspection(interfaces: interfaces, children: children(of: path)))])
+        case (API.peer.name, "Ping"):
+            reply(m, [])
+        case (API.peer.name, "GetMachineId"):
+            let id = (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            reply(m, [.string(id ?? "")])
+        case (API.properties.name, _):
+            propertiesCall(m, member, args, interfaces: interfaces, session: session)
+        case (API.objectManager.name, "GetManagedObjects"):
+            reply(m, [managedObjects()])
+        case (API.manager.name, _):
+            managerCall(m, member, args)
+        case (API.session.name, _):
+            if let session { sessionCall(m, member, args, session) }
+        default:
+            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+        }
+    }
+
+    private func objectPaths() -> [String] {
+        [API.managerPath] + (host?.engine.sessionIDs.map(Self.sessionPath) ?? [])
+    }
+
+    private func children(of path: String) -> [String] {
+        let prefix = path == "/" ? "/" : path + "/"
+        var names = Set<String>()
+        for p in objectPaths() where p.hasPrefix(prefix) {
+            if let first = p.dropFirst(prefix.count).split(separator: "/").first { names.insert(String(first)) }
+        }
+        return names.sorted { a, b in
+            if let x = UInt64(a), let y = UInt64(b) { return x < y }
+            return a < b
+        }
+    }
+
+    // MARK: Requests into the engine
+
+    /// Sends a request event; the engine's reply (through `publish`) answers `m` with `encode`'s arguments.
+    private func request(_ m: DBusMessage, encode: @escaping (Reply) -> [DBusValue]? = { _ in [] },
+                         _ make: (RequestID) -> Event) {
+        guard let host else { return fail(m, .failed("audiod is shutting down")) }
+        let r = host.makeRequestID()
+        pending[r] = (m, encode)
+        host.handle(make(r))
+        // A request the engine did not answer would hang the caller: never let that happen silently.
+        if pending.removeValue(forKey: r) != nil {
+            fail(m, .failed("audiod did not decide this request"))
+        }
+    }
+
+    /// Carries out the engine's effects on the bus: replies, signals, objects and property changes. Call with every
+    /// step's effects, in order.
+    public func publish(_ effects: [Effect]) {
+        for e in effects {
+            switch e {
+            case .reply(let r, let answer):
+                guard let (m, encode) = pending.removeValue(forKey: r) else { continue }
+                if case .error(let pe) = answer {
+                    fail(m, Self.dbusError(pe))
+                } else if let args = encode(answer) {
+                    reply(m, args)
+                }
+            case .sessionAdded(let id):
+                guard let view = host?.engine.session(id) else { continue }
+                emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [
+                    .objectPath(Self.sessionPath(id)),
+                    .dict(key: "s", value: "a{sv}", [
+                        (.string(API.session.name), sessionProperties(view)),
+                        (.string(API.properties.name), .properties([])),
+                        (.string(API.introspectable.name), .properties([])),
+                        (.string(API.peer.name), .properties([])),
+                    ]),
+                ])
+            case .sessionRemoved(let id):
+                forget(id)
+                emit(API.managerPath, API.objectManager.name, "InterfacesRemoved", [
+                    .objectPath(Self.sessionPath(id)),
+                    .strings(API.sessionInterfaces.map(\.name)),
+                ])
+            case .signal(let id, let s):
+                emitSignal(id, s)
+            case .sessionPropertiesChanged(let id, let props):
+                guard let view = host?.engine.session(id) else { continue }
+                let all = sessionPropertyValues(view)
+                let changed = props.names.compactMap { n in all.first { $0.0 == n } }
+                emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
+                    .string(API.session.name), .properties(changed), .strings([]),
+                ])
+            case .managerPropertiesChanged(let props):
+                let all = managerPropertyValues()
+                let changed = props.names.compactMap { n in all.first { $0.0 == n } }
+                emit(API.managerPath, API.properties.name, "PropertiesChanged", [
+                    .string(API.manager.name), .properties(changed), .strings([]),
+                ])
+            default:
+                continue
+            }
+        }
+    }
+
+    /// The sound server came or went: `ServerConnected` / `ServerName` changed.
+    public func serverStatusChanged() {
+        var changed: [(String, DBusValue)] = [("ServerConnected", .bool(host?.connectedServerName != nil))]
+        if let name = host?.connectedServerName, name != lastServerName {
+            lastServerName = name
+            changed.append(("ServerName", .string(name)))
+        }
+        emit(API.managerPath, API.properties.name, "PropertiesChanged", [
+            .string(API.manager.name), .properties(changed), .strings([]),
+        ])
+    }
+
+    private func emit(_ path: String, _ iface: String, _ member: String, _ args: [DBusValue]) {
+        guard let s = DBusMessage.signal(path: path, interface: iface, member: member) else { return }
+        if s.append(args) {
+            bus.send(s)
+        } else {
+            logger.error("could not encode a signal", metadata: ["member": "\(member)"])
+        }
+    }
+
+    private func emitSignal(_ id: SessionID, _ s: Signal) {
+        let path = Self.sessionPath(id)
+        switch s {
+        case .interruptionBegan(let reason, let interrupter):
+            var details: [(String, DBusValue)] = []
+            if let i = interrupter { details.append(("interrupter", .objectPath(Self.sessionPath(i)))) }
+            emit(path, API.session.name, "InterruptionBegan", [.string(reason.rawValue), .properties(details)])
+        case .interruptionEnded(let resume):
+            emit(path, API.session.name, "InterruptionEnded", [.bool(resume), .properties([])])
+        case .silenceSecondaryAudioHint(let type):
+            emit(path, API.session.name, "SilenceSecondaryAudioHint", [.string(type.rawValue)])
+        case .routeChanged(let reason, let previous, let current):
+            var details: [(String, DBusValue)] = []
+            if let p = previous { details.append(("previous-device", .string(p))) }
+            if let c = current { details.append(("current-device", .string(c))) }
+            emit(path, API.session.name, "RouteChanged", [.string(reason.rawValue), .properties(details)])
+        }
+    }
+
+    // MARK: Properties
+
+    private func sessionPropertyValues(_ v: SessionView) -> [(String, DBusValue)] {
+        [
+            ("Category", .string(v.configuration.category.rawValue)),
+            ("Mode", .string(v.configuration.mode.rawValue)),
+            ("Options", .strings(v.configuration.options.map(\.rawValue))),
+            ("Active", .bool(v.active)),
+            ("Interrupted", .bool(v.interrupted)),
+            ("Mixable", .bool(v.mixable)),
+            ("SecondaryAudioShouldBeSilencedHint", .bool(v.secondaryAudioShouldBeSilencedHint)),
+            ("OtherAudioPlaying", .bool(v.otherAudioPlaying)),
+            ("HandlesSecondaryAudio", .bool(v.handlesSecondaryAudio)),
+            ("ApplicationName", .string(v.applicationName)),
+            ("ProcessID", .uint32(v.processID)),
+            ("Implicit", .bool(v.isImplicit)),
+            ("Streams", .array(element: "u", v.streams.map { .uint32($0) })),
+            ("RecordStreams", .array(element: "u", v.recordStreams.map { .uint32($0) })),
+        ]
+    }
+
+    private func sessionProperties(_ v: SessionView) -> DBusValue { .properties(sessionPropertyValues(v)) }
+
+    private func managerPropertyValues() -> [(String, DBusValue)] {
+        guard let host else { return [] }
+        let e = host.engine
+        return [
+            ("SilentMode", .bool(e.silentMode)),
+            ("OtherAudioPlaying", .bool(e.otherAudioPlaying)),
+            ("PrimaryAudioSession", .objectPath(e.primaryAudioSession.map(Self.sessionPath) ?? "/")),
+            ("ServerName", .string(host.connectedServerName ?? lastServerName ?? "")),
+            ("ServerConnected", .bool(host.connectedServerName != nil)),
+            ("DuckLevel", .double(e.duckLevel)),
+            ("Version", .string(Self.version)),
+        ]
+    }
+
+    private func managedObjects() -> DBusValue {
+        let views = (host?.engine.sessionIDs ?? []).compactMap { host?.engine.session($0) }
+        return .dict(key: "o", value: "a{sa{sv}}", views.map { v in
+            (.objectPath(Self.sessionPath(v.id)), .dict(key: "s", value: "a{sv}", [
+                (.string(API.session.name), sessionProperties(v)),
+                (.string(API.properties.name), .properties([])),
+                (.string(API.introspectable.name), .properties([])),
+                (.string(API.peer.name), .properties([])),
+            ]))
+        })
+    }
+
+    private func propertiesCall(
+        _ m: DBusMessage, _ member: String, _ args: [DBusValue], interfaces: [InterfaceDescription], session: SessionID?
+    ) {
+        guard case .string(let ifaceName)? = args.first else { return fail(m, Self.invalidArgs("the first argument names an interface")) }
+        let values: [(String, DBusValue)]
+        let iface: InterfaceDescription
+        if ifaceName == API.manager.name, session == nil {
+            iface = API.manager
+            values = managerPropertyValues()
+        } else if ifaceName == API.session.name, let s = session, let v = host?.engine.session(s) {
+            iface = API.session
+            values = sessionPropertyValues(v)
+        } else if interfaces.contains(where: { $0.name == ifaceName }) {
+            iface = InterfaceDescription(name: ifaceName, methods: [], properties: [], signals: [])
+            values = []
+        } else {
+            return fail(m, DBusError(
+                name: "org.freedesktop.DBus.Error.UnknownInterface",
+                message: "\(m.path ?? "") has no interface \(ifaceName)"))
+        }
+        switch member {
+        case "GetAll":
+            reply(m, [.properties(values)])
+        case "Get":
+            guard case .string(let name)? = args.dropFirst().first, let value = values.first(where: { $0.0 == name })?.1 else {
+                return fail(m, DBusError(
+                    name: "org.freedesktop.DBus.Error.UnknownProperty",
+                    message: "\(ifaceName) has no property \(args.dropFirst().first?.stringValue ?? ""); it has \(iface.properties.map(\.name).joined(separator: ", "))"))
+            }
+            reply(m, [.variant(value)])
+        case "Set":
+            guard case .string(let name)? = args.dropFirst().first, case .variant(let value)? = args.last else {
+                return fail(m, Self.invalidArgs("Set takes (ssv)"))
+            }
+            guard let p = iface.property(name) else {
+                return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "\(ifaceName) has no property \(name)"))
+            }
+            guard p.writable else {
+                return fail(m, DBusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "\(name) is read-only"))
+            }
+            guard value.signature == p.type else {
+                return fail(m, Self.invalidArgs("\(name) is of type \(p.type), not \(value.signature)"))
+            }
+            switch (name, value) {
+            case ("SilentMode", .bool(let on)):
+                request(m) { .setSilentMode($0, on) }
+            case ("DuckLevel", .double(let level)):
+                request(m) { .setDuckLevel($0, level) }
+            case ("HandlesSecondaryAudio", .bool(let on)):
+                guard let s = session else { return }
+                withOwner(m, s) { [weak self] in self?.request(m) { .setHandlesSecondaryAudio($0, s, on) } }
+            default:
+                fail(m, Self.invalidArgs("\(name) cannot be set"))
+            }
+        default:
+            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+        }
+    }
+
+    // MARK: Manager methods
+
+    private func managerCall(_ m: DBusMessage, _ member: String, _ args: [DBusValue]) {
+        guard let host else { return fail(m, .failed("audiod is shutting down")) }
+        switch member {
+        case "CreateSession":
+            createSession(m, args.first?.propertyMap ?? [:])
+        case "FindSession":
+            guard let pid = args.first?.uint32Value else { return }
+            if let id = host.engine.findSession(pid: pid) {
+                reply(m, [.objectPath(Self.sessionPath(id))])
+            } else {
+                fail(m, DBusError(name: API.errorPrefix + "NoSuchSession", message: "no session was created with pid \(pid)"))
+            }
+        case "GetSessionForProcess":
+            guard let pid = args.first?.uint32Value else { return }
+            let chain = host.processChain(pid)
+            if let id = host.engine.sessionForProcess(chain: chain.isEmpty ? [pid] : chain) {
+                reply(m, [.objectPath(Self.sessionPath(id))])
+            } else {
+                fail(m, DBusError(name: API.errorPrefix + "NoSuchSession", message: "no session owns the streams of pid \(pid)"))
+            }
+        case "ListStreams":
+            guard host.connectedServerName != nil else {
+                return fail(m, DBusError(
+                    name: API.errorPrefix + "ServerUnavailable",
+                    message: "audiod is not connected to the sound server right now; it reconnects by itself"))
+            }
+            reply(m, [.array(element: "a{sv}", host.engine.streamViews.map(streamEntry))])
+        case "SetApplicationCategory":
+            guard let app = args[0].stringValue, let c = args[1].stringValue, let mode = args[2].stringValue,
+                let opts = args[3].stringArray
+            else { return }
+            guard !app.isEmpty else { return fail(m, Self.invalidArgs("the application name must not be empty")) }
+            request(m) { .setApplicationCategory($0, application: app, category: c, mode: mode, options: opts) }
+        case "RemoveApplicationCategory":
+            guard let app = args.first?.stringValue else { return }
+            request(m) { .removeApplicationCategory($0, application: app) }
+        case "ListApplicationCategories":
+            reply(m, [.array(element: "(sssas)", host.engine.applicationRules.map { r in
+                .structure([
+                    .string(r.application), .string(r.configuration.category.rawValue),
+                    .string(r.configuration.mode.rawValue), .strings(r.configuration.options.map(\.rawValue)),
+                ])
+            })])
+        default:
+            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+        }
+    }
+
+    private func streamEntry(_ s: StreamView) -> DBusValue {
+        .properties([
+            ("index", .uint32(s.info.id.index)),
+            ("kind", .string(s.info.id.kind.rawValue)),
+            ("pid", .uint32(s.info.pid ?? 0)),
+            ("application-name", .string(s.info.applicationName)),
+            ("media-role", .string(s.info.role ?? "")),
+            ("session", .objectPath(s.session.map(Self.sessionPath) ?? "/")),
+            ("policy-muted", .bool(s.policyMuted)),
+            ("duck-factor", .double(s.duckFactor)),
+            ("corked", .bool(s.info.corked)),
+            ("user-muted", .bool(s.userMuted)),
+            ("device", .string(s.info.device)),
+            ("audible", .bool(s.audible)),
+        ])
+    }
+
+    private func createSession(_ m: DBusMessage, _ hints: [String: DBusValue]) {
+        // Types first: a hint of the wrong type is InvalidArgs, whatever else is wrong.
+        var name = ""
+        if let v = hints["application-name"] {
+            guard let s = v.stringValue else {
+                return fail(m, Self.invalidArgs("hint 'application-name' must be a string (s), not \(v.signature)"))
+            }
+            name = s
+        }
+        var pidHint: UInt32?
+        if let v = hints["pid"] {
+            guard let p = v.uint32Value else {
+                return fail(m, Self.invalidArgs("hint 'pid' must be an unsigned 32-bit integer (u), not \(v.signature)"))
+            }
+            pidHint = p
+        }
+        var lifetime = NewSession.Lifetime.connection
+        if let v = hints["lifetime"] {
+            guard let s = v.stringValue else {
+                return fail(m, Self.invalidArgs("hint 'lifetime' must be a string (s), not \(v.signature)"))
+            }
+            guard let l = NewSession.Lifetime(rawValue: s) else {
+                return fail(m, Self.invalidArgs("lifetime '\(s)' is not one of connection, process"))
+            }
+            lifetime = l
+        }
+        guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
+        withCaller(sender, m) { [weak self] caller in
+            guard let self, let host = self.host else { return }
+            let pid = pidHint ?? caller.pid
+            guard pid > 0, let uid = host.processOwner(pid) else {
+                return self.fail(m, DBusError(name: API.errorPrefix + "NoSuchProcess", message: "no process has pid \(pid)"))
+            }
+            guard uid == caller.uid else {
+                return self.fail(m, DBusError(
+                    name: "org.freedesktop.DBus.Error.AccessDenied",
+                    message: "pid \(pid) belongs to another user; a session may only hold your own processes"))
+            }
+            self.request(m, encode: { reply in
+                guard case .session(let id) = reply else { return [] }
+                self.adopt(id, owner: Owner(busName: sender, uid: caller.uid, lifetime: lifetime, pid: pid))
+                return [.objectPath(Self.sessionPath(id))]
+            }) { .createSession($0, NewSession(pid: pid, applicationName: name, lifetime: lifetime)) }
+        }
+    }
+
+    // MARK: Session methods
+
+    private func sessionCall(_ m: DBusMessage, _ member: String, _ args: [DBusValue], _ id: SessionID) {
+        withOwner(m, id) { [weak self] in
+            guard let self else { return }
+            switch member {
+            case "SetCategory":
+                guard let c = args[0].stringValue, let mode = args[1].stringValue, let o = args[2].stringArray else { return }
+                self.request(m) { .setCategory($0, id, category: c, mode: mode, options: o) }
+            case "SetActive":
+                guard let active = args[0].boolValue, let o = args[1].stringArray else { return }
+                self.request(m) { .setActive($0, id, active: active, options: o) }
+            case "Release":
+                self.request(m) { .release($0, id) }
+            default:
+                self.fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+            }
+        }
+    }
+
+    /// Runs `body` if the caller may change session `id` (API.md: its owner connection; for a `process` session,
+    /// any connection of the same user); answers AccessDenied otherwise.
+    private func withOwner(_ m: DBusMessage, _ id: SessionID, _ body: @escaping () -> Void) {
+        guard let owner = owners[id] else {
+            return fail(m, DBusError(
+                name: "org.freedesktop.DBus.Error.AccessDenied",
+                message: "session \(id.rawValue) is an implicit session audiod made for an app; change it with SetApplicationCategory"))
+        }
+        guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
+        if sender == owner.busName { return body() }
+        guard owner.lifetime == .process else {
+            return fail(m, DBusError(
+                name: "org.freedesktop.DBus.Error.AccessDenied",
+                message: "session \(id.rawValue) belongs to another connection; only its owner may change it"))
+        }
+        withCaller(sender, m) { [weak self] caller in
+            guard caller.uid == owner.uid else {
+                self?.fail(m, DBusError(
+                    name: "org.freedesktop.DBus.Error.AccessDenied",
+                    message: "session \(id.rawValue) belongs to another user"))
+                return
+            }
+            body()
+        }
+    }
+
+    /// The caller's pid and uid (`GetConnectionCredentials`), cached per connection.
+    private func withCaller(_ sender: String, _ m: DBusMessage, _ body: @escaping (Caller) -> Void) {
+        if let c = credentials[sender] { return body(c) }
+        guard let q = DBusMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetConnectionCredentials")
+        else { return fail(m, .failed("cannot ask the bus who is calling")) }
+        q.append([.string(sender)])
+        bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
+            guard let self else { return }
+            guard let r, r.kind == .methodReturn, let map = r.arguments.first?.propertyMap,
+                let pid = map["ProcessID"]?.uint32Value, let uid = map["UnixUserID"]?.uint32Value
+            else { return self.fail(m, .failed("the bus did not say which process is calling")) }
+            let c = Caller(pid: pid, uid: uid)
+            self.credentials[sender] = c
+            body(c)
+        }
+    }
+
+    // MARK: Owners
+
+    private func adopt(_ id: SessionID, owner: Owner) {
+        owners[id] = owner
+        sessionsByBusName[owner.busName, default: []].insert(id)
+        // The caller may have gone between its call and now: ask, so that its session is not kept forever.
+        if let q = DBusMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "NameHasOwner")
+        {
+            q.append([.string(owner.busName)])
+            bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
+                if let r, r.kind == .methodReturn, r.arguments.first?.boolValue == false { self?.busNameGone(owner.busName) }
+            }
+        }
+        sessionsByPid[owner.pid, default: []].insert(id)
+        if exitWatches[owner.pid] == nil, let host {
+            let pid = owner.pid
+            exitWatches[pid] = host.watchExit(of: pid) { [weak self] in self?.processExited(pid) }
+        }
+    }
+
+    private func forget(_ id: SessionID) {
+        guard let owner = owners.removeValue(forKey: id) else { return }
+        sessionsByBusName[owner.busName]?.remove(id)
+        if sessionsByBusName[owner.busName]?.isEmpty == true { sessionsByBusName[owner.busName] = nil }
+        sessionsByPid[owner.pid]?.remove(id)
+        if sessionsByPid[owner.pid]?.isEmpty == true {
+            sessionsByPid[owner.pid] = nil
+            exitWatches[owner.pid] = nil
+        }
+    }
+
+    private func nameOwnerChanged(_ args: [DBusValue]) {
+        guard args.count == 3, let name = args[0].stringValue, let new = args[2].stringValue, new.isEmpty else { return }
+        credentials[name] = nil
+        busNameGone(name)
+    }
+
+    private func busNameGone(_ name: String) {
+        guard let ids = sessionsByBusName[name] else { return }
+        for id in ids.sorted() where owners[id]?.lifetime == .connection {
+            logger.debug("session owner left the bus", metadata: ["session": "\(id.rawValue)", "owner": "\(name)"])
+            host?.handle(.ownerVanished(id))
+        }
+    }
+
+    private func processExited(_ pid: UInt32) {
+        exitWatches[pid] = nil
+        let ids = sessionsByPid[pid] ?? []
+        for id in ids.sorted() where owners[id]?.lifetime == .process {
+            logger.debug("session process exited", metadata: ["session": "\(id.rawValue)", "pid": "\(pid)"])
+            host?.handle(.ownerVanished(id))
+        }
+        host?.handle(.processExited(pid: pid))
+    }
+}
