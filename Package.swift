@@ -95,7 +95,7 @@ let package = Package(
         // Runs the built audiod binary (built by `swift build --build-tests`) against real servers.
         .testTarget(
             name: "AudiodTests",
-            dependencies: ["AudiodTestKit"],
+            dependencies: ["AudiodTestKit", "AudioPolicy", "DBusService", "AudiodCore", "PulseBackend"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
