@@ -14,6 +14,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
     ],
     targets: [
         .target(
@@ -46,14 +47,21 @@ let package = Package(
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // audiod.toml: parsing and checking, with errors that name file, line and key.
+        .target(
+            name: "AudiodConfig",
+            dependencies: ["AudioPolicy", .product(name: "TOMLKit", package: "TOMLKit")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // The daemon: command line, logging and services only.
         .executableTarget(
             name: "audiod",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService",
+                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodConfig",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -101,6 +109,11 @@ let package = Package(
         .testTarget(
             name: "DBusServiceTests",
             dependencies: ["DBusService", "AudiodCore", "PulseBackend", "AudiodTestKit"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            name: "AudiodConfigTests",
+            dependencies: ["AudiodConfig", "AudioPolicy"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

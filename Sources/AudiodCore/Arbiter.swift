@@ -26,15 +26,33 @@ public final class Arbiter: @unchecked Sendable {
     /// Called when the server connection comes or goes (`ServerConnected`, `ServerName`).
     public var onServerStatus: ((ServerInfo?) -> Void)?
 
-    public init(loop: MainLoop, settings: Settings, backend options: PulseBackend.Options, logger: Logger) {
+    /// Where silent mode and D-Bus app rules are saved; nil for nowhere.
+    let statePath: String?
+
+    public init(
+        loop: MainLoop, settings: Settings, backend options: PulseBackend.Options, statePath: String? = nil,
+        logger: Logger
+    ) {
         self.loop = loop
+        self.statePath = statePath
         self.engine = Engine(settings: settings)
         self.logger = logger
         self.backend = PulseBackend(loop: loop, options: options, logger: logger)
     }
 
-    /// Connects to the server. Call on the loop thread.
+    /// Restores the saved state and connects to the server. Call on the loop thread.
     public func start() {
+        if let path = statePath {
+            do {
+                for e in try StateFile.load(from: path, requestID: makeRequestID) {
+                    for case .reply(_, .error(let err)) in engine.handle(e, at: now) {
+                        logger.warning("a saved rule no longer holds", metadata: ["error": "\(err)"])
+                    }
+                }
+            } catch {
+                logger.error("saved state unreadable; starting without it", metadata: ["path": "\(path)", "error": "\(error)"])
+            }
+        }
         backend.onEvent = { [weak self] e in self?.backendEvent(e) }
         backend.start()
     }
@@ -75,6 +93,12 @@ public final class Arbiter: @unchecked Sendable {
                 }
             case .cancelTimer(let id):
                 timers.removeValue(forKey: id)?.cancel()
+            case .persist:
+                if let path = statePath {
+                    do { try StateFile.save(engine.persistentState, to: path) } catch {
+                        logger.error("cannot save state", metadata: ["path": "\(path)", "error": "\(error)"])
+                    }
+                }
             default: break
             }
         }

@@ -1,15 +1,20 @@
 import AudioPolicy
+import AudiodConfig
 import AudiodCore
 import DBusService
 import Logging
 import PulseBackend
 import ServiceLifecycle
+import UnixSignals
 
 /// audiod as one service: the arbiter (engine + sound server) and its D-Bus API on one loop thread. It owns
 /// `org.audiod.AudioSession1` once everything is ready; on graceful shutdown (SIGTERM/SIGINT) — or if the bus goes
 /// away — it restores every stream it changed before it returns.
 struct ArbiterService: Service {
     let settings: Settings
+    /// Re-read on SIGHUP; nil when audiod runs on built-in settings (then SIGHUP looks for a file again).
+    let configPath: String?
+    let statePath: String?
     let options: PulseBackend.Options
     /// The bus address; nil for `$DBUS_SESSION_BUS_ADDRESS`.
     let busAddress: String?
@@ -22,7 +27,7 @@ struct ArbiterService: Service {
     func run() async throws {
         let loop = try MainLoop()
         loop.start()
-        let arbiter = Arbiter(loop: loop, settings: settings, backend: options, logger: logger)
+        let arbiter = Arbiter(loop: loop, settings: settings, backend: options, statePath: statePath, logger: logger)
         let (lost, lostSignal) = AsyncStream<Void>.makeStream()
         let log = logger
         let address = busAddress
@@ -63,6 +68,10 @@ struct ArbiterService: Service {
                 for await _ in lost { return true }
                 return false
             }
+            group.addTask {
+                for await _ in await UnixSignalsSequence(trapping: .sighup) { await reload(arbiter, loop) }
+                return false
+            }
             let first = await group.next() ?? false
             group.cancelAll()
             lostSignal.finish()
@@ -70,6 +79,28 @@ struct ArbiterService: Service {
         }
         await stop(arbiter, loop)
         if busGone { throw BusLost() }
+    }
+
+    /// SIGHUP: re-read the config; a broken file is logged and the settings in force stay.
+    private func reload(_ arbiter: Arbiter, _ loop: MainLoop) async {
+        guard let path = configPath ?? ConfigFile.find() else {
+            logger.info("SIGHUP: no config file; built-in settings stay")
+            return
+        }
+        let settings: Settings
+        do {
+            settings = try ConfigFile.load(path: path)
+        } catch {
+            logger.error("SIGHUP: config not reloaded, the settings in force stay: \(error)")
+            return
+        }
+        let log = logger
+        await loop.run {
+            let r = arbiter.makeRequestID()
+            for case .reply(r, let answer) in arbiter.handle(.configure(r, settings)) {
+                if case .error(let e) = answer { log.error("SIGHUP: config refused: \(e)") } else { log.info("config reloaded", metadata: ["path": "\(path)"]) }
+            }
+        }
     }
 
     private func stop(_ arbiter: Arbiter, _ loop: MainLoop) async {

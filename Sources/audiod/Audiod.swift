@@ -1,4 +1,6 @@
 import AudioPolicy
+import AudiodConfig
+import AudiodCore
 import ArgumentParser
 import Foundation
 import Logging
@@ -23,6 +25,14 @@ struct Audiod: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("D-Bus address of the bus to serve on (default: the session bus, $DBUS_SESSION_BUS_ADDRESS).", valueName: "address"))
     var bus: String?
+
+    @Option(help: ArgumentHelp(
+        "Config file (default: the first of $XDG_CONFIG_HOME/audiod/audiod.toml, /etc/xdg/audiod/audiod.toml; none: built-in settings). SIGHUP re-reads it.",
+        valueName: "path"))
+    var config: String?
+
+    @Option(help: ArgumentHelp("Saved state: silent mode and D-Bus app rules (default: $XDG_STATE_HOME/audiod/state.json).", valueName: "path"))
+    var state: String?
 
     @Option(help: ArgumentHelp("Journal file (default: $XDG_RUNTIME_DIR/audiod/journal.json).", valueName: "path"))
     var journal: String?
@@ -51,8 +61,22 @@ struct Audiod: AsyncParsableCommand {
         if journalPath == nil {
             logger.warning("XDG_RUNTIME_DIR is not set: no crash journal; a crash would leave its mutes behind")
         }
+        let configPath = config ?? ConfigFile.find()
+        var settings = Settings()
+        if let configPath {
+            do {
+                settings = try ConfigFile.load(path: configPath)
+                logger.info("config read", metadata: ["path": "\(configPath)"])
+            } catch {
+                // A broken config at start is an error a person must see: refuse to run on guesses.
+                FileHandle.standardError.write(Data("audiod: config error: \(error)\n".utf8))
+                throw ExitCode(78)  // EX_CONFIG
+            }
+        }
         let service = ArbiterService(
-            settings: Settings(),
+            settings: settings,
+            configPath: configPath,
+            statePath: state ?? StateFile.defaultPath(),
             options: PulseBackend.Options(server: server, journalPath: journalPath),
             busAddress: bus,
             logger: logger)

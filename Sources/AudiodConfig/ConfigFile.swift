@@ -1,0 +1,179 @@
+import AudioPolicy
+import Foundation
+import TOMLKit
+
+/// A problem in a config file, with where it is.
+public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var file: String
+    /// 1-based; nil when the problem is not tied to a line.
+    public var line: Int?
+    /// The dotted key, e.g. `apps.mpv.category`.
+    public var key: String?
+    public var message: String
+
+    public var description: String {
+        var s = file
+        if let line { s += ":\(line)" }
+        if let key { s += ": \(key)" }
+        return s + ": " + message
+    }
+}
+
+/// audiod's config file (`audiod.toml`): DuckLevel, the default category for unknown apps, the media-role map, app
+/// rules and the linger. Every key is checked; a typo is an error that names the file, line and key (docs/CONFIG.md).
+public enum ConfigFile {
+    /// Where audiod looks, in order: `$XDG_CONFIG_HOME/audiod/audiod.toml` (default `~/.config`), then each
+    /// `$XDG_CONFIG_DIRS` entry (default `/etc/xdg`) + `/audiod/audiod.toml`.
+    public static func searchPath(environment env: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
+        var out: [String] = []
+        if let x = env["XDG_CONFIG_HOME"], !x.isEmpty {
+            out.append(x + "/audiod/audiod.toml")
+        } else if let home = env["HOME"], !home.isEmpty {
+            out.append(home + "/.config/audiod/audiod.toml")
+        }
+        let dirs = (env["XDG_CONFIG_DIRS"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/xdg").split(separator: ":")
+        out += dirs.map { String($0) + "/audiod/audiod.toml" }
+        return out
+    }
+
+    /// The first config file that exists, or nil (then the built-in settings apply).
+    public static func find(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        searchPath(environment: environment).first { FileManager.default.fileExists(atPath: $0) }
+    }
+
+    /// Reads and checks a config file.
+    public static func load(path: String) throws(ConfigError) -> Settings {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ConfigError(file: path, line: nil, key: nil, message: "cannot read the file: \(error.localizedDescription)")
+        }
+        return try parse(text, file: path)
+    }
+
+    static let configurationKeys = ["category", "mode", "options"]
+    static let topKeys = ["duck-level", "linger", "default", "roles", "apps"]
+
+    /// Parses config text; `file` names it in errors.
+    public static func parse(_ text: String, file: String) throws(ConfigError) -> Settings {
+        let table: TOMLTable
+        do {
+            table = try TOMLTable(string: text)
+        } catch let e as TOMLParseError {
+            throw ConfigError(file: file, line: Int(e.source.begin.line), key: nil, message: "not valid TOML: \(e.description)")
+        } catch {
+            throw ConfigError(file: file, line: nil, key: nil, message: "not valid TOML: \(error)")
+        }
+        let lines = LineIndex(text)
+        func fail(_ key: String, _ message: String) -> ConfigError {
+            ConfigError(file: file, line: lines.line(of: key), key: key, message: message)
+        }
+
+        var settings = Settings()
+        for key in table.keys where !topKeys.contains(key) {
+            throw fail(key, "unknown key; accepted: \(topKeys.joined(separator: ", "))")
+        }
+        if let v = table["duck-level"] {
+            guard let d = v.double ?? v.int.map(Double.init), d > 0, d < 1 else {
+                throw fail("duck-level", "must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)")
+            }
+            settings.duckLevel = d
+        }
+        if let v = table["linger"] {
+            guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 3600 else {
+                throw fail("linger", "must be a number of seconds from 0 to 3600 (e.g. 2)")
+            }
+            settings.lingerNanoseconds = UInt64(d * 1e9)
+        }
+        if let v = table["default"] {
+            guard let t = v.table else { throw fail("default", "must be a table: [default] with category, mode, options") }
+            settings.defaultConfiguration = try configuration(t, key: "default", fail)
+        }
+        if let v = table["roles"] {
+            guard let roles = v.table else { throw fail("roles", "must be a table of roles: [roles.music] …") }
+            for role in roles.keys {
+                guard let t = roles[role]?.table else { throw fail("roles.\(role)", "must be a table with category, mode, options") }
+                settings.roleConfigurations[role] = try configuration(t, key: "roles.\(role)", fail)
+            }
+        }
+        if let v = table["apps"] {
+            guard let apps = v.table else { throw fail("apps", "must be a table of applications: [apps.mpv] …") }
+            for app in apps.keys.sorted() {
+                guard !app.isEmpty else { throw fail("apps", "an application name must not be empty") }
+                guard let t = apps[app]?.table else { throw fail("apps.\(app)", "must be a table with category, mode, options") }
+                let c = try configuration(t, key: "apps.\(app)", fail)
+                settings.configRules.append(ApplicationRule(application: app, configuration: c, source: .configFile))
+            }
+        }
+        return settings
+    }
+
+    private static func configuration(
+        _ t: TOMLTable, key: String, _ fail: (String, String) -> ConfigError
+    ) throws(ConfigError) -> Configuration {
+        for k in t.keys where !configurationKeys.contains(k) {
+            throw fail("\(key).\(k)", "unknown key; accepted: \(configurationKeys.joined(separator: ", "))")
+        }
+        guard let category = t["category"]?.string else {
+            throw fail("\(key).category", "is required and must be a string: one of \(Category.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        var mode = "default"
+        if let m = t["mode"] {
+            guard let s = m.string else { throw fail("\(key).mode", "must be a string") }
+            mode = s
+        }
+        var options: [String] = []
+        if let o = t["options"] {
+            guard let arr = o.array else { throw fail("\(key).options", "must be an array of strings") }
+            for item in arr {
+                guard let s = item.string else { throw fail("\(key).options", "must be an array of strings") }
+                options.append(s)
+            }
+        }
+        switch Configuration.parse(category: category, mode: mode, options: options) {
+        case .success(let c): return c
+        case .failure(let e):
+            let field = e.name.contains("Mode") ? "mode" : e.name.contains("Category") ? "category" : "options"
+            throw fail("\(key).\(field)", e.message)
+        }
+    }
+}
+
+/// Finds the line of a dotted key in TOML text: the `[table]` header for a table, the `key =` line for a value.
+/// Good for the files people write (headers and plain keys); nil when it cannot tell.
+struct LineIndex {
+    private var entries: [(path: String, line: Int)] = []
+
+    init(_ text: String) {
+        var table = ""
+        for (i, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.hasPrefix("#") || line.isEmpty { continue }
+            if line.hasPrefix("["), let close = line.firstIndex(of: "]") {
+                table = Self.normalize(String(line[line.index(after: line.startIndex)..<close]))
+                entries.append((table, i + 1))
+            } else if let eq = line.firstIndex(of: "=") {
+                let key = Self.normalize(String(line[..<eq]))
+                entries.append((table.isEmpty ? key : table + "." + key, i + 1))
+            }
+        }
+    }
+
+    /// Dotted keys without quotes or spaces around the parts.
+    static func normalize(_ s: String) -> String {
+        s.split(separator: ".").map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"'")) }
+            .joined(separator: ".")
+    }
+
+    func line(of key: String) -> Int? {
+        if let e = entries.first(where: { $0.path == key }) { return e.line }
+        // A key inside a table written as [a.b] with the value on its own line, or an inline table: the table.
+        var parts = key.split(separator: ".").map(String.init)
+        while !parts.isEmpty {
+            parts.removeLast()
+            if let e = entries.first(where: { $0.path == parts.joined(separator: ".") }) { return e.line }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,77 @@
+import AudioPolicy
+import AudiodConfig
+import Testing
+
+@Suite struct ConfigFileTests {
+    @Test("a full config becomes settings")
+    func full() throws {
+        let s = try ConfigFile.parse("""
+            # audiod.toml
+            duck-level = 0.3
+            linger = 1.5
+
+            [default]
+            category = "ambient"
+
+            [roles.music]
+            category = "playback"
+            options = ["mix-with-others"]
+
+            [apps.mpv]
+            category = "playback"
+
+            [apps."org.mozilla.firefox"]
+            category = "playback"
+            mode = "movie-playback"
+            """, file: "t.toml")
+        #expect(s.duckLevel == 0.3)
+        #expect(s.lingerNanoseconds == 1_500_000_000)
+        #expect(s.defaultConfiguration == Configuration(category: .ambient))
+        #expect(s.roleConfigurations["music"] == Configuration(category: .playback, options: [.mixWithOthers]))
+        #expect(s.configRules.map(\.application) == ["mpv", "org.mozilla.firefox"])
+        #expect(s.configRules.last?.configuration.mode == .moviePlayback)
+        #expect(s.configRules.allSatisfy { $0.source == .configFile })
+    }
+
+    @Test("an empty file is the built-in settings")
+    func empty() throws {
+        #expect(try ConfigFile.parse("", file: "t.toml") == Settings())
+    }
+
+    @Test("errors name the file, the line and the key, and say what is accepted",
+          arguments: [
+            ("duck-level = 2", "t.toml:1: duck-level: must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)"),
+            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, default, roles, apps"),
+            ("[apps.mpv]\ncategory = \"loud\"",
+             "t.toml:2: apps.mpv.category: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"),
+            ("[roles.game]\ncategory = \"ambient\"\nvolume = 3", "t.toml:3: roles.game.volume: unknown key; accepted: category, mode, options"),
+            ("[default]\nmode = \"default\"", "t.toml:1: default.category: is required and must be a string: one of ambient, solo-ambient, playback, record, play-and-record"),
+            ("linger = \"long\"", "t.toml:1: linger: must be a number of seconds from 0 to 3600 (e.g. 2)"),
+          ])
+    func errors(text: String, expected: String) {
+        #expect(throws: (any Error).self) { try ConfigFile.parse(text, file: "t.toml") }
+        do {
+            _ = try ConfigFile.parse(text, file: "t.toml")
+        } catch {
+            #expect(error.description == expected)
+        }
+    }
+
+    @Test("a TOML syntax error says where")
+    func syntax() {
+        do {
+            _ = try ConfigFile.parse("duck-level = 0.2\n[apps\n", file: "bad.toml")
+            Issue.record("accepted broken TOML")
+        } catch {
+            #expect(error.line == 2, "\(error)")
+            #expect(error.description.hasPrefix("bad.toml:2: not valid TOML"))
+        }
+    }
+
+    @Test("the search path follows XDG")
+    func searchPath() {
+        #expect(ConfigFile.searchPath(environment: ["XDG_CONFIG_HOME": "/c", "XDG_CONFIG_DIRS": "/a:/b"])
+            == ["/c/audiod/audiod.toml", "/a/audiod/audiod.toml", "/b/audiod/audiod.toml"])
+        #expect(ConfigFile.searchPath(environment: ["HOME": "/h"]) == ["/h/.config/audiod/audiod.toml", "/etc/xdg/audiod/audiod.toml"])
+    }
+}
