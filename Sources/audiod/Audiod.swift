@@ -2,6 +2,7 @@ import AudioPolicy
 import AudiodConfig
 import AudiodCore
 import ArgumentParser
+import DBusService
 import Foundation
 import Logging
 import PulseBackend
@@ -37,6 +38,11 @@ struct Audiod: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Journal file (default: $XDG_RUNTIME_DIR/audiod/journal.json).", valueName: "path"))
     var journal: String?
 
+    @Option(help: ArgumentHelp(
+        "Write the interface XML (org.audiod.AudioSession1.Manager.xml, …Session.xml) into this directory and exit.",
+        valueName: "dir", visibility: .hidden))
+    var dumpInterfaces: String?
+
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: String = "info"
 
@@ -50,6 +56,13 @@ struct Audiod: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if let dir = dumpInterfaces {
+            for i in [API.manager, API.session] {
+                let xml = API.introspection(interfaces: [i], children: [])
+                try xml.write(toFile: "\(dir)/\(i.name).xml", atomically: true, encoding: .utf8)
+            }
+            return
+        }
         let level = Logger.Level(rawValue: logLevel) ?? .info
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)

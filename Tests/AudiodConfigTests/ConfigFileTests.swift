@@ -1,5 +1,6 @@
 import AudioPolicy
 import AudiodConfig
+import Foundation
 import Testing
 
 @Suite struct ConfigFileTests {
@@ -73,5 +74,16 @@ import Testing
         #expect(ConfigFile.searchPath(environment: ["XDG_CONFIG_HOME": "/c", "XDG_CONFIG_DIRS": "/a:/b"])
             == ["/c/audiod/audiod.toml", "/a/audiod/audiod.toml", "/b/audiod/audiod.toml"])
         #expect(ConfigFile.searchPath(environment: ["HOME": "/h"]) == ["/h/.config/audiod/audiod.toml", "/etc/xdg/audiod/audiod.toml"])
+    }
+}
+
+@Suite struct ExampleConfigTests {
+    @Test("the example config the install step ships parses")
+    func example() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let s = try ConfigFile.load(path: root.appendingPathComponent("examples/audiod.toml").path)
+        #expect(s.duckLevel == 0.2)
+        #expect(s.configRules.map(\.application) == ["mpv", "org.example.SoundBoard"])
+        #expect(s.roleConfigurations["game"]?.category == .ambient)
     }
 }
