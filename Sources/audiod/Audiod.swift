@@ -6,12 +6,11 @@ import DBusService
 import Foundation
 import Logging
 import PulseBackend
-import ServiceLifecycle
 
-/// audiod: audio-session arbitration for Linux. This file only reads the command line, sets up logging and runs
-/// the services; everything else lives in the libraries.
+/// audiod: audio-session arbitration for Linux. This file only reads the command line and the config, sets up
+/// logging and hands over to `Lifecycle`; everything else lives in the libraries.
 @main
-struct Audiod: AsyncParsableCommand {
+struct Audiod: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audiod",
         abstract: "Audio-session arbitration daemon: categories, interruptions and ducking for PulseAudio and PipeWire.",
@@ -55,7 +54,7 @@ struct Audiod: AsyncParsableCommand {
         if let bus, bus.isEmpty { throw ValidationError("--bus must not be empty") }
     }
 
-    func run() async throws {
+    func run() throws {
         if let dir = dumpInterfaces {
             for i in [API.manager, API.session] {
                 let xml = API.introspection(interfaces: [i], children: [])
@@ -86,18 +85,19 @@ struct Audiod: AsyncParsableCommand {
                 throw ExitCode(78)  // EX_CONFIG
             }
         }
-        let service = ArbiterService(
+        let life = Lifecycle(
             settings: settings,
             configPath: configPath,
             statePath: state ?? StateFile.defaultPath(),
             options: PulseBackend.Options(server: server, journalPath: journalPath),
             busAddress: bus,
             logger: logger)
-        let group = ServiceGroup(configuration: .init(
-            services: [.init(service: service)],
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
-        try await group.run()
+        do {
+            try life.run()
+        } catch {
+            logger.critical("\(error)")
+            throw ExitCode.failure
+        }
     }
 }
 

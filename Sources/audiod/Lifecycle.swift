@@ -2,15 +2,18 @@ import AudioPolicy
 import AudiodConfig
 import AudiodCore
 import DBusService
+import Foundation
 import Logging
 import PulseBackend
-import ServiceLifecycle
-import UnixSignals
 
-/// audiod as one service: the arbiter (engine + sound server) and its D-Bus API on one loop thread. It owns
-/// `org.audiod.AudioSession1` once everything is ready; on graceful shutdown (SIGTERM/SIGINT) — or if the bus goes
-/// away — it restores every stream it changed before it returns.
-struct ArbiterService: Service {
+/// audiod's life: the arbiter (engine + sound server) and its D-Bus API on one loop thread, and the main thread
+/// waiting for signals with `sigwait`.
+///
+/// Why not swift-service-lifecycle's ServiceGroup: awaiting in Swift's cooperative pool makes libdispatch wake a
+/// thread once a second for as long as the process lives (measured here: ~40 syscalls per 10 s in a trivial
+/// program that only does `for await` on a stream, none when the main thread blocks in a system call). audiod must
+/// wake zero times a second when idle, so the main thread blocks in `sigwait` and no async code runs.
+struct Lifecycle {
     let settings: Settings
     /// Re-read on SIGHUP; nil when audiod runs on built-in settings (then SIGHUP looks for a file again).
     let configPath: String?
@@ -20,18 +23,25 @@ struct ArbiterService: Service {
     let busAddress: String?
     let logger: Logger
 
-    struct BusLost: Error, CustomStringConvertible {
-        var description: String { "the session bus went away; every stream change was undone" }
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
     }
 
-    func run() async throws {
+    /// Runs until SIGTERM/SIGINT (or the bus going away), then restores every stream it changed and returns.
+    func run() throws {
+        // Taken only by sigwait on this thread: blocked here before any other thread exists, and threads inherit
+        // the mask. SIGUSR1 is audiod's own "the bus went away".
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        for s in [SIGTERM, SIGINT, SIGHUP, SIGUSR1] { sigaddset(&signals, s) }
+        pthread_sigmask(SIG_BLOCK, &signals, nil)
+
         let loop = try MainLoop()
         loop.start()
         let arbiter = Arbiter(loop: loop, settings: settings, backend: options, statePath: statePath, logger: logger)
-        let (lost, lostSignal) = AsyncStream<Void>.makeStream()
         let log = logger
         let address = busAddress
-        let started: Result<Void, DBusError> = await loop.run {
+        let started: Result<Void, DBusError> = loop.sync {
             do {
                 let bus = try DBusConnection(address: address, loop: loop)
                 let service = AudioSessionService(bus: bus, host: arbiter, logger: log)
@@ -42,7 +52,7 @@ struct ArbiterService: Service {
                 }
                 bus.onDisconnect = {
                     log.error("lost the session bus")
-                    lostSignal.yield()
+                    kill(getpid(), SIGUSR1)
                 }
                 arbiter.start()
                 try service.claimName()
@@ -55,34 +65,30 @@ struct ArbiterService: Service {
             }
         }
         if case .failure(let e) = started {
-            await stop(arbiter, loop)
-            throw e
+            stop(arbiter, loop)
+            throw Failure(description: "cannot serve on the session bus: \(e.message)")
         }
-        // Until SIGTERM/SIGINT, cancellation, or the bus going away.
-        let busGone = await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                try? await gracefulShutdown()
-                return false
+
+        var busGone = false
+        waiting: while true {
+            var sig: Int32 = 0
+            guard sigwait(&signals, &sig) == 0 else { continue }
+            switch sig {
+            case SIGHUP: reload(arbiter, loop)
+            case SIGUSR1:
+                busGone = true
+                break waiting
+            default:
+                logger.info("signal \(sig): stopping")
+                break waiting
             }
-            group.addTask {
-                for await _ in lost { return true }
-                return false
-            }
-            group.addTask {
-                for await _ in await UnixSignalsSequence(trapping: .sighup) { await reload(arbiter, loop) }
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            lostSignal.finish()
-            return first
         }
-        await stop(arbiter, loop)
-        if busGone { throw BusLost() }
+        stop(arbiter, loop)
+        if busGone { throw Failure(description: "the session bus went away; every stream change was undone") }
     }
 
     /// SIGHUP: re-read the config; a broken file is logged and the settings in force stay.
-    private func reload(_ arbiter: Arbiter, _ loop: MainLoop) async {
+    private func reload(_ arbiter: Arbiter, _ loop: MainLoop) {
         guard let path = configPath ?? ConfigFile.find() else {
             logger.info("SIGHUP: no config file; built-in settings stay")
             return
@@ -95,18 +101,22 @@ struct ArbiterService: Service {
             return
         }
         let log = logger
-        await loop.run {
+        loop.sync {
             let r = arbiter.makeRequestID()
             for case .reply(r, let answer) in arbiter.handle(.configure(r, settings)) {
-                if case .error(let e) = answer { log.error("SIGHUP: config refused: \(e)") } else { log.info("config reloaded", metadata: ["path": "\(path)"]) }
+                if case .error(let e) = answer {
+                    log.error("SIGHUP: config refused: \(e)")
+                } else {
+                    log.info("config reloaded", metadata: ["path": "\(path)"])
+                }
             }
         }
     }
 
-    private func stop(_ arbiter: Arbiter, _ loop: MainLoop) async {
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            loop.execute { arbiter.shutdown { c.resume() } }
-        }
+    private func stop(_ arbiter: Arbiter, _ loop: MainLoop) {
+        let done = DispatchSemaphore(value: 0)
+        loop.execute { arbiter.shutdown { done.signal() } }
+        done.wait()
         loop.stop()
         logger.info("stopped; every stream change undone")
     }
