@@ -135,6 +135,14 @@ public final class TestServer: @unchecked Sendable {
         }
     }
 
+    /// Kills the private dbus-daemon (SIGKILL), as if the session bus went away.
+    public func killBus() {
+        if busPID > 0 {
+            _ = Self.killAndReap(busPID)
+            busPID = 0
+        }
+    }
+
     /// Stops every process this run started, by pid, and removes the directory.
     public func stop() {
         let kids = lock.withLock { () -> [pid_t] in

@@ -42,6 +42,19 @@ struct DaemonLifecycleTests {
         #expect(!text.contains("\"entries\":[{"), "the journal still lists stream changes after a clean exit: \(text)")
     }
 
+    @Test("the session bus going away: audiod restores every stream and exits non-zero")
+    func busLost() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let daemon = try startDaemon(server)
+        let (music, _) = try musicInterruptedByCall(server)
+        server.killBus()
+        let status = daemon.wait(timeout: 10)
+        #expect(status != nil && status != 0, "audiod exit status \(String(describing: status)) after losing the bus")
+        #expect(server.playbackStream(pid: music.pid)?.muted == false, "a mute outlived audiod")
+        #expect(server.file("audiod.log").contains("lost the session bus"))
+    }
+
     @Test("after SIGKILL, the next start restores what the dead run left", arguments: servers)
     func sigkillThenRestart(kind: ServerKind) throws {
         let server = try TestServer(kind)
