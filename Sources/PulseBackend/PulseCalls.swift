@@ -336,12 +336,8 @@ final class PulseContext {
     private var retained = false
 
     private enum Pending {
-        case stream((RawStream?) -> Void)
-        case streams(([RawStream]) -> Void, [RawStream])
-        case device((RawDevice?) -> Void)
-        case devices(([RawDevice]) -> Void, [RawDevice])
-        case client((RawClient?) -> Void)
-        case clients(([RawClient]) -> Void, [RawClient])
+        /// An info request: items, then the end (the shape of every libpulse info callback).
+        case items(ItemReplies)
         case server((ServerInfo?) -> Void)
         case success((Bool) -> Void)
         case restoreEntries(([RestoreEntry]?) -> Void, [RestoreEntry])
@@ -473,12 +469,7 @@ final class PulseContext {
 
     private func fail(_ p: Pending) {
         switch p {
-        case .stream(let cb): cb(nil)
-        case .streams(let cb, _): cb([])
-        case .device(let cb): cb(nil)
-        case .devices(let cb, _): cb([])
-        case .client(let cb): cb(nil)
-        case .clients(let cb, _): cb([])
+        case .items(let r): r.end(ok: false)
         case .server(let cb): cb(nil)
         case .success(let cb): cb(false)
         case .restoreEntries(let cb, _): cb(nil)
@@ -541,7 +532,7 @@ final class PulseContext {
     /// `pa_context_get_sink_input_info` / `pa_context_get_source_output_info`; nil when the stream is gone.
     func stream(record: Bool, index: UInt32, _ done: @escaping (RawStream?) -> Void) {
         guard let c = context else { return done(nil) }
-        let r = register(.stream(done))
+        let r = register(.items(ItemReplies(one: done)))
         if record {
             track(pa_context_get_source_output_info(c, index, sourceOutputCallback, r), request: r, "source_output")
         } else {
@@ -552,7 +543,7 @@ final class PulseContext {
     /// `pa_context_get_sink_input_info_list` / `pa_context_get_source_output_info_list`.
     func streams(record: Bool, _ done: @escaping ([RawStream]) -> Void) {
         guard let c = context else { return done([]) }
-        let r = register(.streams(done, []))
+        let r = register(.items(ItemReplies(all: done)))
         if record {
             track(pa_context_get_source_output_info_list(c, sourceOutputCallback, r), request: r, "source_outputs")
         } else {
@@ -560,34 +551,10 @@ final class PulseContext {
         }
     }
 
-    fileprivate func deliver(stream: RawStream?, eol: Int32, request n: UInt) {
-        guard let p = pending[n] else { return }
-        switch p {
-        case .stream(let cb):
-            if let stream {
-                pending[n] = .stream({ _ in })  // the eol call that follows finds a no-op
-                cb(stream)
-            } else {
-                pending[n] = nil
-                if eol < 0 { cb(nil) }
-            }
-        case .streams(let cb, var acc):
-            if let stream {
-                acc.append(stream)
-                pending[n] = .streams(cb, acc)
-            } else {
-                pending[n] = nil
-                cb(acc)
-            }
-        default:
-            pending[n] = nil
-        }
-    }
-
     /// `pa_context_get_sink_info_by_index` / `pa_context_get_source_info_by_index`.
     func device(source: Bool, index: UInt32, _ done: @escaping (RawDevice?) -> Void) {
         guard let c = context else { return done(nil) }
-        let r = register(.device(done))
+        let r = register(.items(ItemReplies(one: done)))
         if source {
             track(pa_context_get_source_info_by_index(c, index, sourceCallback, r), request: r, "source")
         } else {
@@ -598,7 +565,7 @@ final class PulseContext {
     /// `pa_context_get_sink_info_list` / `pa_context_get_source_info_list`.
     func devices(source: Bool, _ done: @escaping ([RawDevice]) -> Void) {
         guard let c = context else { return done([]) }
-        let r = register(.devices(done, []))
+        let r = register(.items(ItemReplies(all: done)))
         if source {
             track(pa_context_get_source_info_list(c, sourceCallback, r), request: r, "sources")
         } else {
@@ -606,65 +573,28 @@ final class PulseContext {
         }
     }
 
-    fileprivate func deliver(device: RawDevice?, eol: Int32, request n: UInt) {
-        guard let p = pending[n] else { return }
-        switch p {
-        case .device(let cb):
-            if let device {
-                pending[n] = .device({ _ in })
-                cb(device)
-            } else {
-                pending[n] = nil
-                if eol < 0 { cb(nil) }
-            }
-        case .devices(let cb, var acc):
-            if let device {
-                acc.append(device)
-                pending[n] = .devices(cb, acc)
-            } else {
-                pending[n] = nil
-                cb(acc)
-            }
-        default:
-            pending[n] = nil
-        }
-    }
-
     /// `pa_context_get_client_info` / `pa_context_get_client_info_list`.
     func client(index: UInt32, _ done: @escaping (RawClient?) -> Void) {
         guard let c = context else { return done(nil) }
-        let r = register(.client(done))
+        let r = register(.items(ItemReplies(one: done)))
         track(pa_context_get_client_info(c, index, clientCallback, r), request: r, "client")
     }
 
     func clients(_ done: @escaping ([RawClient]) -> Void) {
         guard let c = context else { return done([]) }
-        let r = register(.clients(done, []))
+        let r = register(.items(ItemReplies(all: done)))
         track(pa_context_get_client_info_list(c, clientCallback, r), request: r, "clients")
     }
 
-    fileprivate func deliver(client: RawClient?, eol: Int32, request n: UInt) {
-        guard let p = pending[n] else { return }
-        switch p {
-        case .client(let cb):
-            if let client {
-                pending[n] = .client({ _ in })
-                cb(client)
-            } else {
-                pending[n] = nil
-                if eol < 0 { cb(nil) }
-            }
-        case .clients(let cb, var acc):
-            if let client {
-                acc.append(client)
-                pending[n] = .clients(cb, acc)
-            } else {
-                pending[n] = nil
-                cb(acc)
-            }
-        default:
-            pending[n] = nil
+    /// An item of an info reply (`eol == 0`), or its end (`eol > 0`: done, `eol < 0`: failed or not found).
+    fileprivate func deliver(item: Any?, eol: Int32, request n: UInt) {
+        guard case .items(let r)? = pending[n] else { return }
+        if eol == 0, let item {
+            r.add(item)
+            return
         }
+        pending[n] = nil
+        r.end(ok: eol > 0)
     }
 
     fileprivate func deliver(success: Bool, request n: UInt) {
@@ -757,6 +687,25 @@ final class PulseContext {
     }
 }
 
+/// Collects the items of one info request and hands them over at its end: the first (or nil) for a single
+/// object, all of them for a list.
+final class ItemReplies {
+    private var items: [Any] = []
+    private let finish: ([Any], Bool) -> Void
+
+    init<T>(one done: @escaping (T?) -> Void) {
+        finish = { items, ok in done(ok ? items.first as? T : nil) }
+    }
+
+    init<T>(all done: @escaping ([T]) -> Void) {
+        finish = { items, _ in done(items.compactMap { $0 as? T }) }
+    }
+
+    func add(_ item: Any) { items.append(item) }
+
+    func end(ok: Bool) { finish(items, ok) }
+}
+
 // MARK: - C callbacks (non-isolated, capture nothing)
 
 private let successCallback: pa_context_success_cb_t = { c, success, userdata in
@@ -773,7 +722,7 @@ private let sinkInputCallback: pa_sink_input_info_cb_t = { c, info, eol, userdat
             properties: properties(i.proplist), corked: i.corked != 0, muted: i.mute != 0, volume: channels(i.volume),
             hasVolume: i.has_volume != 0, channelMap: i.channel_map)
     }
-    me.deliver(stream: eol == 0 ? s : nil, eol: eol, request: n)
+    me.deliver(item: s, eol: eol, request: n)
 }
 
 private let sourceOutputCallback: pa_source_output_info_cb_t = { c, info, eol, userdata in
@@ -785,7 +734,7 @@ private let sourceOutputCallback: pa_source_output_info_cb_t = { c, info, eol, u
             properties: properties(i.proplist), corked: i.corked != 0, muted: i.mute != 0, volume: channels(i.volume),
             hasVolume: i.has_volume != 0, channelMap: i.channel_map)
     }
-    me.deliver(stream: eol == 0 ? s : nil, eol: eol, request: n)
+    me.deliver(item: s, eol: eol, request: n)
 }
 
 private let sinkCallback: pa_sink_info_cb_t = { c, info, eol, userdata in
@@ -795,7 +744,7 @@ private let sinkCallback: pa_sink_info_cb_t = { c, info, eol, userdata in
         let available = i.active_port.map { Int($0.pointee.available) != Int(PA_PORT_AVAILABLE_NO.rawValue) } ?? true
         return RawDevice(index: i.index, name: string(i.name), available: available)
     }
-    me.deliver(device: eol == 0 ? d : nil, eol: eol, request: n)
+    me.deliver(item: d, eol: eol, request: n)
 }
 
 private let sourceCallback: pa_source_info_cb_t = { c, info, eol, userdata in
@@ -805,13 +754,13 @@ private let sourceCallback: pa_source_info_cb_t = { c, info, eol, userdata in
         let available = i.active_port.map { Int($0.pointee.available) != Int(PA_PORT_AVAILABLE_NO.rawValue) } ?? true
         return RawDevice(index: i.index, name: string(i.name), available: available)
     }
-    me.deliver(device: eol == 0 ? d : nil, eol: eol, request: n)
+    me.deliver(item: d, eol: eol, request: n)
 }
 
 private let clientCallback: pa_client_info_cb_t = { c, info, eol, userdata in
     guard let (me, n) = PulseContext.take(c, userdata) else { return }
     let cl = info.map { RawClient(index: $0.pointee.index, properties: properties($0.pointee.proplist)) }
-    me.deliver(client: eol == 0 ? cl : nil, eol: eol, request: n)
+    me.deliver(item: cl, eol: eol, request: n)
 }
 
 // MARK: - Conversions
