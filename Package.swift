@@ -8,6 +8,7 @@ let package = Package(
     products: [
         .executable(name: "audiod", targets: ["audiod"]),
         .library(name: "AudioPolicy", targets: ["AudioPolicy"]),
+        .library(name: "AudiodClient", targets: ["AudiodClient"]),
     ],
     dependencies: [
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
@@ -30,6 +31,12 @@ let package = Package(
         .target(
             name: "DBusService",
             dependencies: ["AudioPolicy", "CDBus", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The Swift client library: AudioSession for apps, AudiodConnection for tools; the public API only.
+        .target(
+            name: "AudiodClient",
+            dependencies: ["DBusService"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The only importer of CPulse: the sound server as engine events in, engine effects out.
@@ -100,7 +107,7 @@ let package = Package(
         // Runs the built audiod binary (built by `swift build --build-tests`) against real servers.
         .testTarget(
             name: "AudiodTests",
-            dependencies: ["AudiodTestKit", "AudioPolicy", "DBusService", "AudiodCore", "PulseBackend"],
+            dependencies: ["AudiodTestKit", "AudioPolicy", "DBusService", "AudiodCore", "PulseBackend", "AudiodClient"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
