@@ -7,6 +7,7 @@ let package = Package(
     name: "audiod",
     products: [
         .executable(name: "audiod", targets: ["audiod"]),
+        .executable(name: "audioctl", targets: ["audioctl"]),
         .library(name: "AudioPolicy", targets: ["AudioPolicy"]),
         .library(name: "AudiodClient", targets: ["AudiodClient"]),
     ],
@@ -66,6 +67,15 @@ let package = Package(
                 "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodConfig",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // audioctl: the public D-Bus API from a terminal, through the client library only.
+        .executableTarget(
+            name: "audioctl",
+            dependencies: [
+                "AudiodClient", "DBusService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

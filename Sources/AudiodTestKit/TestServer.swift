@@ -273,6 +273,22 @@ public final class TestServer: @unchecked Sendable {
         return pid
     }
 
+    /// Runs a command to completion; its exit status and its output (stdout and stderr together), whatever the
+    /// status.
+    public func runStatus(_ argv: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, output: String) {
+        var template = Array("/tmp/audiod-out-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkstemp($0) } ?? -1 }
+        guard fd >= 0 else { throw TestKitError("mkstemp failed") }
+        close(fd)
+        let path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        defer { unlink(path) }
+        let pid = try Self.posixSpawn(argv, environment: environment.merging(extra) { _, new in new }, stdout: path)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        return (code, (try? String(contentsOfFile: path, encoding: .utf8)) ?? "")
+    }
+
     static func runCapturing(_ argv: [String], environment: [String: String]) throws -> String {
         var template = Array("/tmp/audiod-out-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkstemp($0) } ?? -1 }

@@ -1,0 +1,194 @@
+import AudiodTestKit
+import DBusService
+import Foundation
+import Testing
+
+/// The built audioctl against the built audiod on a private bus and server.
+@Suite(.serialized)
+struct AudioctlTests {
+    let audioctl = TestServer.builtProduct("audioctl")
+
+    func ctl(_ server: TestServer, _ args: String...) throws -> (status: Int32, output: String) {
+        try server.runStatus([audioctl] + args)
+    }
+
+    func json(_ text: String) -> Any? {
+        try? JSONSerialization.jsonObject(with: Data(text.utf8))
+    }
+
+    @Test("status, sessions and streams, as text and JSON")
+    func status() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music-app", role: "music")
+        let s = try server.waitForPlaybackStream(pid: music.pid)
+        #expect(waitFor(5) { (try? ctl(server, "streams"))?.output.contains("music-app") == true })
+
+        let text = try ctl(server, "status")
+        #expect(text.status == 0)
+        #expect(text.output.contains("server:   pulseaudio 16.1"), "\(text.output)")
+        #expect(text.output.contains("silent:   off"))
+        #expect(text.output.contains("playback \(s.index)  music-app  pid \(music.pid)  role music"), "\(text.output)")
+
+        let j = try ctl(server, "status", "--json")
+        let o = json(j.output) as? [String: Any]
+        #expect(o?["ServerConnected"] as? Bool == true)
+        #expect(o?["SilentMode"] as? Bool == false)
+        #expect((o?["Streams"] as? [[String: Any]])?.first?["application-name"] as? String == "music-app")
+        let sessions = o?["Sessions"] as? [[String: Any]]
+        #expect(sessions?.first?["Implicit"] as? Bool == true, "\(j.output)")
+
+        let sj = json(try ctl(server, "sessions", "--json").output) as? [[String: Any]]
+        #expect(sj?.first?["Category"] as? String == "playback")
+        let st = json(try ctl(server, "streams", "--json").output) as? [[String: Any]]
+        #expect(st?.first?["index"] as? Int == Int(s.index))
+    }
+
+    @Test("silent on, status, toggle, off")
+    func silent() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(try ctl(server, "silent").output == "off\n")
+        #expect(try ctl(server, "silent", "on").output == "on\n")
+        #expect(d.client.property(API.managerPath, API.manager.name, "SilentMode") == .bool(true))
+        #expect(try ctl(server, "silent", "status").output == "on\n")
+        #expect(try ctl(server, "silent", "toggle").output == "off\n")
+        let bad = try ctl(server, "silent", "loud")
+        #expect(bad.status == 64)
+        #expect(bad.output.contains("'loud' is not one of on, off, toggle, status"))
+    }
+
+    @Test("set-category --app makes an app that never talks to audiod obey silent mode; rules lists and removes it")
+    func appRule() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let game = try playback(server, name: "some-game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        let set = try ctl(server, "set-category", "ambient", "--app", "some-game")
+        #expect(set.status == 0, "\(set.output)")
+        let listed = try ctl(server, "rules").output
+        // ambient is mixable: the implied option is listed (API.md: options in force, implied ones included).
+        #expect(listed == "some-game  ambient [mix-with-others]\n", "\(listed)")
+        _ = try ctl(server, "silent", "on")
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the ruled app was not silenced")
+        let rj = json(try ctl(server, "rules", "--json").output) as? [[String: Any]]
+        #expect(rj?.first?["category"] as? String == "ambient")
+        #expect(try ctl(server, "rules", "remove", "some-game").status == 0)
+        let again = try ctl(server, "rules", "remove", "some-game")
+        #expect(again.status == 1)
+        #expect(again.output.contains("no rule"), "\(again.output)")
+    }
+
+    @Test("set-category and activate for a pid, then deactivate")
+    func pidSession() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music")
+        let other = try playback(server, name: "other")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: other.pid)
+        let a = try d.client.makeSession(pid: other.pid, "playback", activate: true)
+        #expect(try ctl(server, "set-category", "playback", "--pid", "\(music.pid)").status == 0)
+        #expect(try ctl(server, "activate", "--pid", "\(music.pid)").status == 0)
+        #expect(waitFor(5) { server.playbackStream(pid: other.pid)?.muted == true }, "activation did not interrupt")
+        #expect(try ctl(server, "deactivate", "--pid", "\(music.pid)", "--notify-others").status == 0)
+        #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true))
+        let none = try ctl(server, "deactivate", "--pid", "1")
+        #expect(none.status == 1)
+    }
+
+    @Test("run interrupts another playback app, releases with notify, and exits with the command's status")
+    func runCommand() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
+        let started = Date()
+        let run = try server.spawn([audioctl, "run", "--category", "playback", "--",
+                                    "sh", "-c", "pacat --playback /dev/zero & p=$!; sleep 1.5; kill $p; exit 7"])
+        // While it runs, the command's stream (a grandchild of audioctl, tagged through PULSE_PROP) belongs to the
+        // session audioctl made for it, named after the command.
+        var owner: String?
+        #expect(waitFor(5) {
+            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
+            for case let s? in items.map(\.propertyMap) where s["pid"]?.uint32Value != UInt32(music.pid) {
+                if case .objectPath(let p)? = s["session"], p != "/" { owner = p }
+            }
+            return owner != nil
+        }, "the command's stream has no session")
+        if let owner { #expect(d.client.property(owner, API.session.name, "ApplicationName") == .string("sh")) }
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the playing app was not interrupted")
+        let status = run.wait(timeout: 10)
+        #expect(status.map { ($0 >> 8) & 0xff } == 7, "audioctl run did not exit with the command's status: \(String(describing: status))")
+        #expect(Date().timeIntervalSince(started) >= 1.5)
+        #expect(d.client.waitForSignal(a, "InterruptionBegan").count == 1)
+        #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "no should-resume after run")
+    }
+
+    @Test("monitor --json prints a scripted scenario's events in order")
+    func monitor() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let mon = try server.spawn([audioctl, "monitor", "--json"], log: "monitor.log")
+        let text = try server.spawn([audioctl, "monitor"], log: "monitor.txt")
+        usleep(300_000)
+        let music = try playback(server, name: "music")
+        let video = try playback(server, name: "video")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: video.pid)
+        let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
+        let b = try d.client.makeSession(pid: video.pid, "playback", activate: true)
+        _ = d.client.session(b, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+        _ = d.client.waitForSignal(a, "InterruptionEnded")
+        usleep(300_000)
+        mon.kill()
+        text.kill()
+        let lines = server.file("monitor.log").split(separator: "\n").compactMap { json(String($0)) as? [String: Any] }
+        let events = lines.map { "\($0["event"] ?? "")@\(($0["path"] as? String)?.split(separator: "/").last ?? "")" }
+        let aid = String(a.split(separator: "/").last ?? "")
+        let bid = String(b.split(separator: "/").last ?? "")
+        func at(_ e: String) -> Int? { events.firstIndex(of: e) }
+        let addedA = lines.firstIndex { $0["event"] as? String == "InterfacesAdded" && (($0["arguments"] as? [Any])?.first as? String) == a }
+        let began = at("InterruptionBegan@\(aid)")
+        let ended = at("InterruptionEnded@\(aid)")
+        #expect(addedA != nil && began != nil && ended != nil, "events: \(events)")
+        if let addedA, let began, let ended { #expect(addedA < began && began < ended, "order: \(events)") }
+        #expect(events.contains("PropertiesChanged@\(bid)"))
+        let human = server.file("monitor.txt")
+        #expect(human.contains("session \(aid) interruption began: default by session \(bid)"), "\(human)")
+        #expect(human.contains("session \(aid) interruption ended: should resume"))
+    }
+
+    @Test("bad input and a missing audiod give the documented message and exit status")
+    func errors() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let bad = try ctl(server, "set-category", "loud")
+        #expect(bad.status == 64)
+        #expect(bad.output.contains("category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"))
+        let notRunning = try ctl(server, "status")
+        #expect(notRunning.status == 2)
+        #expect(notRunning.output.contains("audiod is not running"), "\(notRunning.output)")
+        #expect(notRunning.output.contains("systemctl --user start audiod"))
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let mode = try ctl(server, "set-category", "playback", "--mode", "karaoke", "--pid", "\(getpid())")
+        #expect(mode.status == 1)
+        #expect(mode.output.contains("karaoke"), "\(mode.output)")
+        let both = try ctl(server, "set-category", "playback", "--app", "x", "--pid", "1")
+        #expect(both.status == 64)
+    }
+}
