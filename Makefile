@@ -1,5 +1,6 @@
-# make [PREFIX=/usr/local] [DESTDIR=] install — builds in release mode and installs audiod, its systemd user unit,
-# its D-Bus activation file, the interface XML (generated from the code) and an example config.
+# make [PREFIX=/usr/local] [DESTDIR=] install — builds in release mode and installs audiod and audioctl, the systemd
+# user unit, the D-Bus activation file, the interface XML and man pages (both generated from the code), audioctl's
+# shell completions (bash, zsh, fish) and an example config.
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
@@ -10,11 +11,25 @@ SWIFT ?= swift
 .PHONY: build install uninstall test run
 build:
 	$(SWIFT) build -c release --product audiod
+	$(SWIFT) build -c release --product audioctl
 
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(DATADIR)/dbus-1/services \
-		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/doc/audiod
+		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/doc/audiod $(DESTDIR)$(DATADIR)/man/man1 \
+		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions \
+		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	install -m 755 "$$($(SWIFT) build -c release --show-bin-path)/audiod" $(DESTDIR)$(BINDIR)/audiod
+	install -m 755 "$$($(SWIFT) build -c release --show-bin-path)/audioctl" $(DESTDIR)$(BINDIR)/audioctl
+	# Man pages from the argument-parser definitions (the plugin writes them under .build/plugins).
+	$(SWIFT) package generate-manual
+	install -m 644 .build/plugins/GenerateManual/outputs/audiod/audiod.1 $(DESTDIR)$(DATADIR)/man/man1/audiod.1
+	install -m 644 .build/plugins/GenerateManual/outputs/audioctl/audioctl.1 $(DESTDIR)$(DATADIR)/man/man1/audioctl.1
+	"$$($(SWIFT) build -c release --show-bin-path)/audioctl" --generate-completion-script bash \
+		> $(DESTDIR)$(DATADIR)/bash-completion/completions/audioctl
+	"$$($(SWIFT) build -c release --show-bin-path)/audioctl" --generate-completion-script zsh \
+		> $(DESTDIR)$(DATADIR)/zsh/site-functions/_audioctl
+	"$$($(SWIFT) build -c release --show-bin-path)/audioctl" --generate-completion-script fish \
+		> $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/audioctl.fish
 	sed 's|@bindir@|$(BINDIR)|g' systemd/audiod.service.in > $(DESTDIR)$(USERUNITDIR)/audiod.service
 	sed 's|@bindir@|$(BINDIR)|g' systemd/org.audiod.AudioSession1.service.in \
 		> $(DESTDIR)$(DATADIR)/dbus-1/services/org.audiod.AudioSession1.service
@@ -22,7 +37,10 @@ install: build
 	install -m 644 examples/audiod.toml $(DESTDIR)$(DATADIR)/doc/audiod/audiod.toml.example
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/audiod $(DESTDIR)$(USERUNITDIR)/audiod.service \
+	rm -f $(DESTDIR)$(BINDIR)/audiod $(DESTDIR)$(BINDIR)/audioctl $(DESTDIR)$(USERUNITDIR)/audiod.service \
+		$(DESTDIR)$(DATADIR)/man/man1/audiod.1 $(DESTDIR)$(DATADIR)/man/man1/audioctl.1 \
+		$(DESTDIR)$(DATADIR)/bash-completion/completions/audioctl $(DESTDIR)$(DATADIR)/zsh/site-functions/_audioctl \
+		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/audioctl.fish \
 		$(DESTDIR)$(DATADIR)/dbus-1/services/org.audiod.AudioSession1.service \
 		$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.audiod.AudioSession1.Manager.xml \
 		$(DESTDIR)$(DATADIR)/dbus-1/interfaces/org.audiod.AudioSession1.Session.xml \
