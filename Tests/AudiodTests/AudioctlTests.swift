@@ -40,6 +40,11 @@ struct AudioctlTests {
         let sessions = o?["Sessions"] as? [[String: Any]]
         #expect(sessions?.first?["Implicit"] as? Bool == true, "\(j.output)")
 
+        let sessionsText = try ctl(server, "sessions").output
+        #expect(sessionsText.contains("music-app  pid \(music.pid)  playback  active implicit  streams \(s.index)"), "\(sessionsText)")
+        let streamsText = try ctl(server, "streams").output
+        #expect(streamsText.hasPrefix("playback \(s.index)  music-app  pid \(music.pid)  role music  session "), "\(streamsText)")
+        #expect(streamsText.contains("audible  on null"), "\(streamsText)")
         let sj = json(try ctl(server, "sessions", "--json").output) as? [[String: Any]]
         #expect(sj?.first?["Category"] as? String == "playback")
         let st = json(try ctl(server, "streams", "--json").output) as? [[String: Any]]
