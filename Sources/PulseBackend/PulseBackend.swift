@@ -137,7 +137,8 @@ public final class PulseBackend: @unchecked Sendable {
             try c.connect(server: options.server)
         } catch {
             logger.debug("cannot connect to the sound server", metadata: ["error": "\(error)"])
-            dropConnection(reason: "\(error)")
+            // The state callback may already have dropped this attempt (and scheduled the next one).
+            if context != nil { dropConnection(reason: "\(error)") }
         }
     }
 
@@ -174,6 +175,7 @@ public final class PulseBackend: @unchecked Sendable {
         guard !stopped else { return }
         let delay = backoff
         backoff = min(backoff * 2, options.maximumBackoffNanoseconds)
+        reconnectTimer?.cancel()
         reconnectTimer = loop.timer(afterNanoseconds: delay) { [weak self] in
             self?.reconnectTimer = nil
             self?.connect()

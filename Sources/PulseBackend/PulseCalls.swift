@@ -250,7 +250,8 @@ public final class LoopTimer {
     }
 
     deinit {
-        if fd >= 0 { close(fd) }
+        // Dropped without cancel: stop the watch too, or it would stay registered on a closed (reusable) fd.
+        cancel()
     }
 }
 
@@ -386,6 +387,10 @@ final class PulseContext {
             me.subscriptionEvent(type, index)
         }, me)
         registerForReplies()
+        // A refused connect reports FAILED through the state callback before it returns, and the owner may close
+        // (and so release) the context right there: hold a reference of our own until the error has been read.
+        pa_context_ref(c)
+        defer { pa_context_unref(c) }
         if pa_context_connect(c, server, PA_CONTEXT_NOAUTOSPAWN, nil) < 0 {
             throw PulseError.last(c, "pa_context_connect")
         }
