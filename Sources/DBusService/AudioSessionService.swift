@@ -46,6 +46,7 @@ public final class AudioSessionService {
     private var exitWatches: [UInt32: AnyObject] = [:]
     private var sessionsByPid: [UInt32: Set<SessionID>] = [:]
     private var lastServerName: String?
+    private var mpris: MPRISWatcher?
 
     public init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
         self.bus = bus
@@ -53,6 +54,14 @@ public final class AudioSessionService {
         self.logger = logger
         bus.onMessage = { [weak self] m in self?.received(m) }
         bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'")
+    }
+
+    /// Starts following MPRIS players: their status feeds the engine, its Pause/Play reach them.
+    public func followMediaPlayers() {
+        guard mpris == nil, let host else { return }
+        let w = MPRISWatcher(bus: bus, host: host, logger: logger)
+        mpris = w
+        w.start()
     }
 
     /// Owns the well-known name (after the objects are ready: owning it is what "ready" means for systemd).
@@ -75,7 +84,17 @@ public final class AudioSessionService {
         switch m.kind {
         case .methodCall: methodCall(m)
         case .signal:
-            if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged" { nameOwnerChanged(m.arguments) }
+            if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged" {
+                nameOwnerChanged(m.arguments)
+                let a = m.arguments
+                if a.count == 3, let n = a[0].stringValue, let old = a[1].stringValue, let new = a[2].stringValue {
+                    mpris?.nameOwnerChanged(name: n, old: old, new: new)
+                }
+            } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
+                m.path == MPRISWatcher.path, let sender = m.sender
+            {
+                mpris?.propertiesChanged(sender: sender, m.arguments)
+            }
         default: break
         }
     }
@@ -234,6 +253,10 @@ public final class AudioSessionService {
                 emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
                     .string(API.session.name), .properties(changed), .strings([]),
                 ])
+            case .mprisPause(let player):
+                mpris?.send("Pause", to: player)
+            case .mprisPlay(let player):
+                mpris?.send("Play", to: player)
             case .managerPropertiesChanged(let props):
                 let all = managerPropertyValues()
                 let changed = props.names.compactMap { n in all.first { $0.0 == n } }

@@ -55,6 +55,7 @@ struct Lifecycle {
                     kill(getpid(), SIGUSR1)
                 }
                 arbiter.start()
+                service.followMediaPlayers()
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
                 return .success(())

@@ -1,0 +1,139 @@
+import AudioPolicy
+import Logging
+
+/// Follows MPRIS players on the session bus (SPEC §7) and carries out the engine's `Pause`/`Play` on them.
+///
+/// A player is known by its first well-known name; other names of the same process are aliases (some players
+/// register two). Proxies that stand for other players (playerctld) are ignored. Confined to the loop thread.
+final class MPRISWatcher {
+    static let prefix = "org.mpris.MediaPlayer2."
+    static let path = "/org/mpris/MediaPlayer2"
+    static let playerInterface = "org.mpris.MediaPlayer2.Player"
+    /// Names that re-export other players rather than play themselves.
+    static let proxies: Set<String> = ["org.mpris.MediaPlayer2.playerctld"]
+
+    private struct Player {
+        var name: String
+        var unique: String
+        var pid: UInt32
+    }
+
+    private let bus: DBusConnection
+    private weak var host: PolicyHost?
+    private var logger: Logger
+    /// By the player's (first) well-known name.
+    private var players: [String: Player] = [:]
+    /// Unique connection name → player name, for PropertiesChanged (whose sender is the unique name).
+    private var byUnique: [String: String] = [:]
+    /// Names being looked up, so that a quick appear/vanish does not leave a ghost.
+    private var pending: Set<String> = []
+
+    init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
+        self.bus = bus
+        self.host = host
+        self.logger = logger
+    }
+
+    func start() {
+        bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(Self.path)'")
+        busCall("ListNames", []) { [weak self] r in
+            guard let self, case .array(_, let names)? = r?.arguments.first else { return }
+            for case .string(let n) in names where n.hasPrefix(Self.prefix) { self.appeared(n) }
+        }
+    }
+
+    private func busCall(_ member: String, _ args: [DBusValue], _ reply: @escaping (DBusMessage?) -> Void) {
+        guard let m = DBusMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: member)
+        else { return reply(nil) }
+        m.append(args)
+        bus.call(m, timeoutMilliseconds: 5_000) { r in reply(r?.kind == .methodReturn ? r : nil) }
+    }
+
+    // MARK: Bus events
+
+    /// `NameOwnerChanged` for any name.
+    func nameOwnerChanged(name: String, old: String, new: String) {
+        guard name.hasPrefix(Self.prefix) else { return }
+        if !old.isEmpty { vanished(name) }
+        if !new.isEmpty { appeared(name) }
+    }
+
+    /// `PropertiesChanged` on /org/mpris/MediaPlayer2.
+    func propertiesChanged(sender: String, _ args: [DBusValue]) {
+        guard args.first?.stringValue == Self.playerInterface, let name = byUnique[sender],
+            let raw = args.dropFirst().first?.propertyMap?["PlaybackStatus"]?.stringValue,
+            let status = PlaybackStatus(rawValue: raw)
+        else { return }
+        host?.handle(.playerStatusChanged(PlayerID(name), status))
+    }
+
+    private func appeared(_ name: String) {
+        guard !Self.proxies.contains(name), players[name] == nil, !pending.contains(name) else { return }
+        pending.insert(name)
+        busCall("GetNameOwner", [.string(name)]) { [weak self] r in
+            guard let self else { return }
+            guard case .string(let unique)? = r?.arguments.first else {
+                self.pending.remove(name)
+                return
+            }
+            self.busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
+                guard let self else { return }
+                guard let pid = r?.arguments.first?.uint32Value else {
+                    self.pending.remove(name)
+                    return
+                }
+                self.readStatus(name) { [weak self] status in
+                    guard let self, self.pending.remove(name) != nil else { return }
+                    // One process, several names: the first is the player; the rest add nothing.
+                    if let other = self.players.values.first(where: { $0.pid == pid }) {
+                        self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
+                        return
+                    }
+                    self.players[name] = Player(name: name, unique: unique, pid: pid)
+                    self.byUnique[unique] = name
+                    self.logger.info("MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])
+                    self.host?.handle(.playerAppeared(PlayerInfo(id: PlayerID(name), pid: pid, status: status)))
+                }
+            }
+        }
+    }
+
+    private func readStatus(_ name: String, _ done: @escaping (PlaybackStatus) -> Void) {
+        guard let m = DBusMessage.methodCall(
+            destination: name, path: Self.path, interface: "org.freedesktop.DBus.Properties", member: "Get")
+        else { return done(.stopped) }
+        m.append([.string(Self.playerInterface), .string("PlaybackStatus")])
+        bus.call(m, timeoutMilliseconds: 5_000) { r in
+            if case .variant(.string(let s))? = r?.arguments.first, let status = PlaybackStatus(rawValue: s) {
+                done(status)
+            } else {
+                done(.stopped)
+            }
+        }
+    }
+
+    private func vanished(_ name: String) {
+        pending.remove(name)
+        guard let p = players.removeValue(forKey: name) else { return }
+        byUnique[p.unique] = nil
+        host?.handle(.playerRemoved(PlayerID(name)))
+    }
+
+    // MARK: Effects
+
+    /// MPRIS `Pause` or `Play` (never `Stop` or `PlayPause`: SPEC §8).
+    func send(_ method: String, to player: PlayerID) {
+        guard method == "Pause" || method == "Play",
+            let m = DBusMessage.methodCall(destination: player.busName, path: Self.path, interface: Self.playerInterface, member: method)
+        else { return }
+        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
+            if r == nil || r?.kind == .error {
+                self?.logger.warning("MPRIS \(method) failed", metadata: [
+                    "player": "\(player.busName)", "error": "\(r?.errorName ?? "no reply")",
+                ])
+            }
+        }
+    }
+}

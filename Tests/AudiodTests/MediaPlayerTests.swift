@@ -1,0 +1,141 @@
+import AudiodTestKit
+import DBusService
+import Foundation
+import Testing
+
+/// Apps that never talk to audiod (SPEC §7): real mpv players with mpv-mpris, pacat without MPRIS, a phone-role
+/// stream, and devices that go away — against the built audiod on a private bus and PulseAudio.
+@Suite(.serialized)
+struct MediaPlayerTests {
+    /// A looping tone (sox), made once per test run directory.
+    func tone(_ server: TestServer) throws -> String {
+        let path = "\(server.directory)/tone.ogg"
+        if !FileManager.default.fileExists(atPath: path) {
+            _ = try server.run(["sox", "-n", "-r", "22050", "-c", "2", path, "synth", "20", "sine", "440", "vol", "0.3"])
+        }
+        return path
+    }
+
+    /// Starts mpv (MPRIS through mpv-mpris) and waits for its stream and bus name.
+    func mpv(_ server: TestServer, device: String? = nil) throws -> (Child, String) {
+        var argv = ["mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf"]
+        if let device { argv.append("--audio-device=pulse/\(device)") }
+        argv.append(try tone(server))
+        // HOME is the test run's directory, so no user config applies; /etc/mpv/scripts/mpris.so loads.
+        let p = try server.spawn(argv)
+        _ = try server.waitForPlaybackStream(pid: p.pid)
+        var name: String?
+        _ = waitFor(10) {
+            name = mprisName(server, pid: p.pid)
+            return name != nil
+        }
+        guard let name else { throw TestKitError("mpv \(p.pid) has no MPRIS name") }
+        return (p, name)
+    }
+
+    func mprisName(_ server: TestServer, pid: pid_t) -> String? {
+        let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
+        for line in out.split(separator: "\n") {
+            let f = line.split(separator: " ", omittingEmptySubsequences: true)
+            if f.count > 1, f[0].hasPrefix("org.mpris.MediaPlayer2."), f[1] == "\(pid)" { return String(f[0]) }
+        }
+        return nil
+    }
+
+    func status(_ server: TestServer, _ name: String) -> String? {
+        let out = try? server.run(["busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
+                                   "org.mpris.MediaPlayer2.Player", "PlaybackStatus"])
+        return out?.split(separator: "\"").dropFirst().first.map(String.init)
+    }
+
+    func press(_ server: TestServer, _ name: String, _ method: String) throws {
+        _ = try server.run(["busctl", "--user", "call", name, "/org/mpris/MediaPlayer2", "org.mpris.MediaPlayer2.Player", method])
+    }
+
+    @Test("a second player takes the audio; the first is paused through MPRIS and stays paused; Play takes it back")
+    func twoPlayers() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (first, a) = try mpv(server)
+        #expect(status(server, a) == "Playing")
+        let (second, b) = try mpv(server)
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "first player not paused: \(String(describing: status(server, a)))")
+        #expect(waitFor(5) { server.playbackStream(pid: first.pid)?.corked == true }, "first player's stream not corked")
+        #expect(status(server, b) == "Playing")
+        #expect(server.playbackStream(pid: second.pid)?.muted == false)
+
+        // The user pauses the second: no surprise resume of the first.
+        try press(server, b, "Pause")
+        usleep(500_000)
+        #expect(status(server, a) == "Paused", "audiod resumed a player nobody asked to play")
+
+        // The user presses Play in the first: it takes the audio back, the second stays paused.
+        try press(server, b, "Play")
+        #expect(waitFor(10) { status(server, a) == "Paused" })
+        try press(server, a, "Play")
+        #expect(waitFor(10) { status(server, b) == "Paused" }, "Play in the first did not take the audio back")
+        #expect(waitFor(5) { status(server, a) == "Playing" })
+        #expect(server.playbackStream(pid: first.pid)?.muted == false)
+    }
+
+    @Test("a player interrupted by an explicit session resumes through MPRIS Play on notify-on-deactivation")
+    func resumesAfterNotify() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, a) = try mpv(server)
+        let video = try playback(server, name: "video")
+        _ = try server.waitForPlaybackStream(pid: video.pid)
+        let v = try d.client.makeSession(pid: video.pid, "playback", activate: true)
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "the player kept playing")
+        _ = d.client.session(v, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+        #expect(waitFor(10) { status(server, a) == "Playing" }, "not resumed through MPRIS Play")
+    }
+
+    @Test("an app without MPRIS is muted instead of paused")
+    func withoutMPRIS() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let plain = try playback(server, name: "plain-player", role: "music")
+        _ = try server.waitForPlaybackStream(pid: plain.pid)
+        let (_, b) = try mpv(server)
+        #expect(status(server, b) == "Playing")
+        #expect(waitFor(10) { server.playbackStream(pid: plain.pid)?.muted == true }, "the app without MPRIS kept playing")
+    }
+
+    @Test("a phone-role stream interrupts a player and lets it resume when the call ends")
+    func phoneCall() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, a) = try mpv(server)
+        let call = try playback(server, name: "softphone", role: "phone")
+        _ = try server.waitForPlaybackStream(pid: call.pid)
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "the call did not pause the player")
+        call.kill()
+        // The call's implicit session ends after its linger (2 s) and tells the player it may resume.
+        #expect(waitFor(10) { status(server, a) == "Playing" }, "the player did not resume after the call")
+    }
+
+    @Test("headphones unplugged: the player is paused, not moved to the speakers")
+    func headphonesUnplugged() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let module = try server.pactl(["load-module", "module-null-sink", "sink_name=headphones"])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let (p, a) = try mpv(server, device: "headphones")
+        #expect(status(server, a) == "Playing")
+        _ = try server.pactl(["unload-module", module])
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "the player plays on after its device went away")
+        let s = server.playbackStream(pid: p.pid)
+        #expect(s == nil || s?.muted == true || s?.corked == true, "sound moved to the speakers: \(String(describing: s))")
+    }
+}
