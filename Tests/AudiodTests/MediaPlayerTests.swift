@@ -138,4 +138,49 @@ struct MediaPlayerTests {
         let s = server.playbackStream(pid: p.pid)
         #expect(s == nil || s?.muted == true || s?.corked == true, "sound moved to the speakers: \(String(describing: s))")
     }
+
+    @Test("route changes for explicit sessions: the lost device interrupts with route-disconnected; a new one interrupts nobody")
+    func explicitRouteChanges() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let module = try server.pactl(["load-module", "module-null-sink", "sink_name=headphones"])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(waitFor(10) { ((try? server.pactl(["list", "short", "sinks"])) ?? "").contains("headphones") })
+        let music = try server.spawn(["pacat", "--playback", "--device=headphones", "/dev/zero"])
+        let other = try server.spawn(["pacat", "--playback", "/dev/zero"])
+        let m = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: other.pid)
+        let s = try d.client.makeSession(pid: music.pid, "playback", activate: true)
+        let o = try d.client.makeSession(pid: other.pid, "ambient", activate: true)
+
+        // A new device: the session whose stream the user moves onto it hears new-device-available; nobody is
+        // interrupted.
+        let spk = try server.pactl(["load-module", "module-null-sink", "sink_name=speakers2"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(waitFor(10) { ((try? server.pactl(["list", "short", "sinks"])) ?? "").contains("speakers2") })
+        _ = try server.pactl(["move-sink-input", "\(m.index)", "speakers2"])
+        let routed = d.client.waitForSignal(s, "RouteChanged")
+        #expect(routed.first?.first == .string("new-device-available"), "\(routed)")
+        #expect(routed.first?.last?.propertyMap?["current-device"] == .string("speakers2"))
+        #expect(d.client.received(o, "RouteChanged").isEmpty, "a session not on the new device was told")
+        #expect(d.client.received(s, "InterruptionBegan").isEmpty && d.client.received(o, "InterruptionBegan").isEmpty)
+        #expect(server.playbackStream(pid: music.pid)?.muted == false)
+
+        // That device goes away: the server moves the stream; audiod silences it and interrupts the session.
+        _ = try server.pactl(["unload-module", spk])
+        let began = d.client.waitForSignal(s, "InterruptionBegan")
+        #expect(began.first?.first == .string("route-disconnected"), "\(began)")
+        #expect(waitFor(5) {
+            d.client.received(s, "RouteChanged").contains {
+                $0.first == .string("old-device-unavailable") && $0.last?.propertyMap?["previous-device"] == .string("speakers2")
+            }
+        }, "no old-device-unavailable: \(d.client.received(s, "RouteChanged"))")
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "sound moved on to another device")
+        #expect(d.client.received(s, "InterruptionEnded").isEmpty, "route-disconnected must not be followed by InterruptionEnded")
+        // Its next SetActive(true) lifts that silencing.
+        _ = d.client.session(s, "SetActive", [.bool(true), .strings([])])
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false })
+        _ = module
+    }
 }
