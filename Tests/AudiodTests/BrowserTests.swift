@@ -1,0 +1,122 @@
+import AudiodTestKit
+import DBusService
+import Foundation
+import Testing
+
+/// Real headless browsers (../shared/ENVIRONMENT.md): the app people watch picture-in-picture video in. Neither
+/// talks to audiod nor honours request-cork; both own an MPRIS player.
+@Suite(.serialized)
+struct BrowserTests {
+    let players = MediaPlayerTests()
+
+    /// A page that autoplays the tone in a loop.
+    func page(_ server: TestServer) throws -> String {
+        let tone = try players.tone(server)
+        let html = "\(server.directory)/page.html"
+        try "<html><body><audio src=\"\(URL(fileURLWithPath: tone).lastPathComponent)\" autoplay loop></audio></body></html>"
+            .write(toFile: html, atomically: true, encoding: .utf8)
+        return "file://" + html
+    }
+
+    /// The MPRIS name owned by `pid` or by one of its ancestors, and that owner's pid.
+    func mprisOwner(_ server: TestServer, of streamPID: UInt32) -> (String, UInt32)? {
+        var pid = streamPID
+        for _ in 0..<8 {
+            if let n = players.mprisName(server, pid: pid_t(pid)) { return (n, pid) }
+            guard let parent = ProcessTableView.parent(of: pid), parent > 1 else { return nil }
+            pid = parent
+        }
+        return nil
+    }
+
+    func browserStream(_ server: TestServer, name: String) throws -> ObservedStream {
+        var found: ObservedStream?
+        _ = waitFor(30) {
+            found = (try? server.playbackStreams())?.first { $0.applicationName.lowercased().contains(name) }
+            return found != nil
+        }
+        guard let found else { throw TestKitError("no \(name) stream within 30 s") }
+        return found
+    }
+
+    func stopsSounding(_ server: TestServer, index: UInt32) -> Bool {
+        waitFor(15) {
+            guard let s = (try? server.playbackStreams())?.first(where: { $0.index == index }) else { return true }
+            return s.muted || s.corked
+        }
+    }
+
+    @Test("Chromium: its stream (from a child process) joins its player's session; a second player pauses it through MPRIS")
+    func chromium() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let url = try page(server)
+        _ = try server.spawn([
+            "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--autoplay-policy=no-user-gesture-required", "--user-data-dir=\(server.directory)/chromium", url,
+        ], log: "chromium.log")
+        let s = try browserStream(server, name: "chromium")
+        let streamPID = try #require(s.pid)
+        var owner: (String, UInt32)?
+        #expect(waitFor(30) {
+            owner = mprisOwner(server, of: streamPID)
+            return owner != nil
+        }, "no MPRIS player for Chromium")
+        let (name, ownerPID) = try #require(owner)
+        #expect(ownerPID != streamPID, "Chromium's stream was expected from a child of the MPRIS owner")
+        // The stream belongs to the session of the process that owns the player.
+        guard case .success(let out) = d.client.manager("GetSessionForProcess", [.uint32(ownerPID)]),
+            case .objectPath(let session)? = out.first
+        else { Issue.record("no session for Chromium's player"); return }
+        #expect(waitFor(10) { d.client.property(session, API.session.name, "Streams") == .array(element: "u", [.uint32(s.index)]) },
+                "Chromium's stream not in its player's session")
+
+        let (_, mpv) = try players.mpv(server)
+        #expect(waitFor(15) { players.status(server, name) == "Paused" }, "Chromium not paused through MPRIS")
+        #expect(stopsSounding(server, index: s.index), "Chromium's stream still sounds")
+        #expect(players.status(server, mpv) == "Playing")
+    }
+
+    @Test("Firefox: a second player pauses it through MPRIS and its stream corks")
+    func firefox() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let profile = "\(server.directory)/firefox"
+        try FileManager.default.createDirectory(atPath: profile, withIntermediateDirectories: true)
+        try """
+            user_pref("media.autoplay.default", 0);
+            user_pref("media.autoplay.blocking_policy", 0);
+            user_pref("browser.shell.checkDefaultBrowser", false);
+            """.write(toFile: profile + "/user.js", atomically: true, encoding: .utf8)
+        _ = try server.spawn(["firefox-esr", "--headless", "--no-remote", "--profile", profile, try page(server)], log: "firefox.log")
+        let s = try browserStream(server, name: "firefox")
+        let streamPID = try #require(s.pid)
+        var owner: (String, UInt32)?
+        #expect(waitFor(30) {
+            owner = mprisOwner(server, of: streamPID)
+            return owner != nil
+        }, "no MPRIS player for Firefox")
+        let (name, _) = try #require(owner)
+        let (_, mpv) = try players.mpv(server)
+        #expect(waitFor(15) { players.status(server, name) == "Paused" }, "Firefox not paused through MPRIS")
+        #expect(waitFor(15) {
+            (try? server.playbackStreams())?.first(where: { $0.index == s.index }).map { $0.corked } ?? true
+        }, "Firefox's stream did not cork")
+        #expect(players.status(server, mpv) == "Playing")
+    }
+}
+
+/// /proc reading for the tests.
+enum ProcessTableView {
+    static func parent(of pid: UInt32) -> UInt32? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count >= 2 ? UInt32(fields[1]) : nil
+    }
+}
