@@ -66,6 +66,7 @@ final class MPRISWatcher {
             let raw = args.dropFirst().first?.propertyMap?["PlaybackStatus"]?.stringValue,
             let status = PlaybackStatus(rawValue: raw)
         else { return }
+        logger.debug("MPRIS status", metadata: ["player": "\(name)", "status": "\(raw)"])
         host?.handle(.playerStatusChanged(PlayerID(name), status))
     }
 
@@ -125,6 +126,7 @@ final class MPRISWatcher {
 
     /// MPRIS `Pause` or `Play` (never `Stop` or `PlayPause`: SPEC §8).
     func send(_ method: String, to player: PlayerID) {
+        logger.debug("MPRIS \(method)", metadata: ["player": "\(player.busName)"])
         guard method == "Pause" || method == "Play",
             let m = DBusMessage.methodCall(destination: player.busName, path: Self.path, interface: Self.playerInterface, member: method)
         else { return }
