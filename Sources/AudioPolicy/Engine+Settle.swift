@@ -39,6 +39,23 @@ extension Engine {
         return true
     }
 
+    /// Whether a stream is making sound on its device for the purpose of route changes (§6): audible, or about
+    /// to be — uncorked and unmuted, with a player that has not said it is paused. A player's `Playing` travels the
+    /// bus while its stream starts on the server; an unplug between the two must still not move its sound to the
+    /// speakers. (A `Paused` player's uncorked stream writes silence: Chromium does for ~10 s.)
+    func soundsOnDevice(_ st: StreamState) -> Bool {
+        if st.audible { return true }
+        guard st.kind == .playback, !st.info.corked, !st.userMuted, !st.policyMute, !st.userVolume.isSilent else {
+            return false
+        }
+        for pid in st.info.processChain {
+            if let ps = playersByPid[pid], !ps.isEmpty {
+                return !ps.contains { players[$0]?.info.status == .paused }
+            }
+        }
+        return false
+    }
+
     /// Audibility under the current policy, without committing anything.
     func wouldBeAudible(_ sid: StreamID) -> Bool {
         guard let st = streams[sid] else { return false }

@@ -367,7 +367,12 @@ extension Engine {
     mutating func pausePlayers(of id: SessionID, resumable: Bool) {
         guard let s = sessions[id] else { return }
         for pid in players(ofImplicit: s).sorted() {
-            guard var p = players[pid], p.info.status == .playing else { continue }
+            // A player whose stream sounds is playing, whatever its last PlaybackStatus said: the status travels
+            // the bus and the stream the sound server, and either may arrive first.
+            guard var p = players[pid],
+                p.info.status == .playing
+                    || (streamsByAncestor[p.info.pid] ?? []).contains(where: { streams[$0].map(soundsOnDevice) == true })
+            else { continue }
             p.pausedByAudiod = resumable
             players[pid] = p
             out.mpris.append(.mprisPause(pid))
@@ -398,14 +403,15 @@ extension Engine {
                 st.info.device == device
                 || (st.previousDevice == device && now.since(st.movedAt) <= window)
             guard wasOn else { continue }
-            if st.kind == .playback && st.audible {
+            let sounding = soundsOnDevice(st)
+            if sounding {
                 streams[sid]?.routeSilenced = true
                 markDirty(sid)
             }
             guard let owner = st.session else { continue }
             var entry = bySession[owner] ?? (nil, false)
             if st.info.device != device { entry.current = st.info.device }
-            entry.audible = entry.audible || (st.kind == .playback && st.audible)
+            entry.audible = entry.audible || sounding
             bySession[owner] = entry
         }
         for (id, entry) in bySession.sorted(by: { $0.key < $1.key }) {

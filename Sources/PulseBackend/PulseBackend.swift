@@ -432,7 +432,12 @@ public final class PulseBackend: @unchecked Sendable {
     private func deviceChanged(source: Bool, index: UInt32, _ change: Change) {
         if change == .remove {
             let old = source ? sources.removeValue(forKey: index) : sinks.removeValue(forKey: index)
-            if !source, let d = old, availableDevices.remove(d.name) != nil { onEvent?(.policy(.deviceRemoved(d.name))) }
+            if !source, let d = old, availableDevices.remove(d.name) != nil {
+                logger.debug("device removed", metadata: ["device": "\(d.name)"])
+                onEvent?(.policy(.deviceRemoved(d.name)))
+            } else if !source {
+                logger.debug("sink removed that was not an available device", metadata: ["index": "\(index)", "known": "\(old?.name ?? "no")"])
+            }
             return
         }
         context?.device(source: source, index: index) { [weak self] d in
@@ -443,6 +448,7 @@ public final class PulseBackend: @unchecked Sendable {
                 self.sinks[index] = d
                 if self.enumerating == 0 {
                     if d.available, !self.availableDevices.contains(d.name) {
+                        self.logger.debug("device appeared", metadata: ["device": "\(d.name)"])
                         self.availableDevices.insert(d.name)
                         self.onEvent?(.policy(.deviceAppeared(d.name)))
                     } else if !d.available, self.availableDevices.remove(d.name) != nil {

@@ -114,6 +114,19 @@ import Testing
         #expect(streamOps(moved) == [])
     }
 
+    /// A player whose status signal is still on its way (it says Stopped) while its stream already plays: an
+    /// unplugged device must pause it all the same (seen with mpv: the bus and the sound server race).
+    @Test func unpluggedPlayerIsPausedEvenBeforeItsPlayingStatusArrives() {
+        var h = Harness()
+        let mpv = PlayerID("org.mpris.MediaPlayer2.mpv")
+        _ = h.send(.playerAppeared(PlayerInfo(id: mpv, pid: 100, status: .stopped)))
+        _ = h.play(1, pid: 100, device: "headphones")
+        _ = h.change(.playback(1)) { $0.device = "speakers" }
+        let e = h.send(.deviceRemoved("headphones"))
+        #expect(e.contains(.mprisPause(mpv)), "\(e)")
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), true)])
+    }
+
     @Test func userChangesDuringADuckAreKept() {
         var h = Harness()
         _ = h.play(1, pid: 10, role: "music", volume: Volume(uniform: 50000))

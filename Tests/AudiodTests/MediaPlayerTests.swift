@@ -147,7 +147,7 @@ struct MediaPlayerTests {
         let (p, a) = try mpv(server, device: "headphones")
         #expect(status(server, a) == "Playing")
         _ = try server.pactl(["unload-module", module])
-        #expect(waitFor(10) { status(server, a) == "Paused" }, "the player plays on after its device went away")
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "the player plays on after its device went away: \(server.file("audiod.log").suffix(3000))")
         let s = server.playbackStream(pid: p.pid)
         #expect(s == nil || s?.muted == true || s?.corked == true, "sound moved to the speakers: \(String(describing: s))")
     }
