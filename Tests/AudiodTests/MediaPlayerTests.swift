@@ -33,6 +33,20 @@ struct MediaPlayerTests {
         return (p, name)
     }
 
+    /// mpv, once audiod itself hears it playing: its Playing status travels the bus apart from its stream, and a
+    /// test that acts before audiod has seen it tests a race rather than the policy.
+    func mpv(_ server: TestServer, heardBy d: Daemon, device: String? = nil) throws -> (Child, String) {
+        let (p, name) = try mpv(server, device: device)
+        let heard = waitFor(10) {
+            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
+            return items.compactMap(\.propertyMap).contains {
+                $0["pid"]?.uint32Value == UInt32(p.pid) && $0["audible"]?.boolValue == true
+            }
+        }
+        guard heard else { throw TestKitError("audiod never heard mpv \(p.pid) play") }
+        return (p, name)
+    }
+
     func mprisName(_ server: TestServer, pid: pid_t) -> String? {
         let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
         for line in out.split(separator: "\n") {
@@ -58,7 +72,7 @@ struct MediaPlayerTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let (first, a) = try mpv(server)
+        let (first, a) = try mpv(server, heardBy: d)
         #expect(status(server, a) == "Playing")
         let (second, b) = try mpv(server)
         #expect(waitFor(10) { status(server, a) == "Paused" }, "first player not paused: \(String(describing: status(server, a)))")
@@ -99,7 +113,7 @@ struct MediaPlayerTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let (_, a) = try mpv(server)
+        let (_, a) = try mpv(server, heardBy: d)
         let video = try playback(server, name: "video")
         _ = try server.waitForPlaybackStream(pid: video.pid)
         let v = try d.client.makeSession(pid: video.pid, "playback", activate: true)
@@ -127,7 +141,7 @@ struct MediaPlayerTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let (_, a) = try mpv(server)
+        let (_, a) = try mpv(server, heardBy: d)
         let call = try playback(server, name: "softphone", role: "phone")
         _ = try server.waitForPlaybackStream(pid: call.pid)
         #expect(waitFor(10) { status(server, a) == "Paused" }, "the call did not pause the player")
@@ -144,7 +158,7 @@ struct MediaPlayerTests {
         defer { d.stop() }
         let module = try server.pactl(["load-module", "module-null-sink", "sink_name=headphones"])
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        let (p, a) = try mpv(server, device: "headphones")
+        let (p, a) = try mpv(server, heardBy: d, device: "headphones")
         #expect(status(server, a) == "Playing")
         _ = try server.pactl(["unload-module", module])
         #expect(waitFor(10) { status(server, a) == "Paused" }, "the player plays on after its device went away: \(server.file("audiod.log").suffix(3000))")
