@@ -119,7 +119,7 @@ struct MediaPlayerTests {
         let v = try d.client.makeSession(pid: video.pid, "playback", activate: true)
         #expect(waitFor(10) { status(server, a) == "Paused" }, "the player kept playing")
         _ = d.client.session(v, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
-        #expect(waitFor(10) { status(server, a) == "Playing" }, "not resumed through MPRIS Play")
+        #expect(waitFor(10) { status(server, a) == "Playing" }, "not resumed through MPRIS Play: \(server.file("audiod.log").components(separatedBy: "\n").filter { $0.contains("MPRIS") || $0.contains("session") }.suffix(14).joined(separator: "\n"))")
     }
 
     @Test("an app without MPRIS is muted instead of paused")
