@@ -1,0 +1,151 @@
+import AudiodTestKit
+import DBusService
+import Foundation
+import Testing
+
+/// Random calls at audiod's D-Bus API (issue 7's reliability suite, short version): every call gets a reply or a
+/// named error, audiod keeps answering, and it does not grow.
+@Suite(.serialized)
+struct FuzzTests {
+    struct Rng {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        mutating func int(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+        mutating func pick<T>(_ xs: [T]) -> T { xs[int(xs.count)] }
+    }
+
+    static let words = [
+        "", "playback", "ambient", "solo-ambient", "record", "play-and-record", "loud", "default", "voice-chat",
+        "spoken-audio", "mix-with-others", "duck-others", "notify-others-on-deactivation", "pid", "lifetime",
+        "process", "connection", "application-name", "SilentMode", "DuckLevel", "HandlesSecondaryAudio", "Category",
+        "org.audiod.AudioSession1.Manager", "org.audiod.AudioSession1.Session", "org.freedesktop.DBus.Properties",
+        "mpv", "ünïcödé ✓", String(repeating: "x", count: 3000),
+    ]
+
+    func value(_ r: inout Rng, depth: Int = 0) -> DBusValue {
+        switch r.int(depth > 2 ? 9 : 13) {
+        case 0: return .bool(r.int(2) == 0)
+        case 1: return .uint32(r.pick([0, 1, 2, 4_000_000, UInt32(getpid()), UInt32.max]))
+        case 2: return .int32(Int32(truncatingIfNeeded: r.next()))
+        case 3: return .double(r.pick([0, 0.2, 1, 1.5, -1, .nan, .infinity, 1e300]))
+        case 4, 5: return .string(r.pick(Self.words))
+        case 6: return .objectPath(r.pick(["/", "/org/audiod/AudioSession1", "/org/audiod/AudioSession1/session/1", "/x"]))
+        case 7: return .uint64(r.next())
+        case 8: return .byte(UInt8(truncatingIfNeeded: r.next()))
+        case 9: return .strings((0..<r.int(4)).map { _ in r.pick(Self.words) })
+        case 10: return .variant(value(&r, depth: depth + 1))
+        case 11: return .properties((0..<r.int(4)).map { _ in (r.pick(Self.words), value(&r, depth: depth + 1)) })
+        default: return .structure((0..<(1 + r.int(3))).map { _ in value(&r, depth: depth + 1) })
+        }
+    }
+
+    /// A value of the given (API) type, with contents drawn from the interesting words and numbers.
+    func value(_ r: inout Rng, type: String) -> DBusValue {
+        switch type {
+        case "s": return .string(r.pick(Self.words))
+        case "u": return .uint32(r.pick([0, 1, 2, 4_000_000, UInt32(getpid()), UInt32.max]))
+        case "b": return .bool(r.int(2) == 0)
+        case "d": return .double(r.pick([0, 0.2, 0.5, 1, 1.5, -1, .nan, .infinity]))
+        case "o": return .objectPath(r.pick(["/", "/org/audiod/AudioSession1/session/1"]))
+        case "as": return .strings((0..<r.int(4)).map { _ in r.pick(Self.words) })
+        case "v": return .variant(r.int(2) == 0 ? value(&r, type: r.pick(["b", "d", "s", "u"])) : value(&r))
+        case "a{sv}":
+            return .properties((0..<r.int(4)).map { _ in
+                (r.pick(["pid", "lifetime", "application-name", "x"] + Self.words), .variant(value(&r, type: r.pick(["s", "u", "b", "d"]))).variantInner)
+            })
+        default: return value(&r)
+        }
+    }
+
+    func rss(_ pid: pid_t) -> Int {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+
+    @Test("5,000 random calls: each answered with a reply or a named error; audiod keeps answering and does not grow")
+    func randomCalls() throws {
+        let calls = Int(ProcessInfo.processInfo.environment["AUDIOD_FUZZ_CALLS"] ?? "") ?? 5_000
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server, log: "fuzz.log")
+        defer { d.stop() }
+        let music = try playback(server, name: "music")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        var r = Rng(state: UInt64(ProcessInfo.processInfo.environment["AUDIOD_FUZZ_SEED"] ?? "") ?? 7)
+        let methods: [(String, String)] =
+            API.manager.methods.map { (API.manager.name, $0.name) } + API.session.methods.map { (API.session.name, $0.name) }
+            + API.properties.methods.map { (API.properties.name, $0.name) } + [
+                (API.objectManager.name, "GetManagedObjects"), (API.introspectable.name, "Introspect"),
+                (API.peer.name, "Ping"), ("org.audiod.AudioSession1.Manager", "Explode"), ("org.example.Nope", "Ping"),
+            ]
+        var sessions = ["/org/audiod/AudioSession1/session/1"]
+        var replies = 0, errors: [String: Int] = [:], unnamed = 0
+        // Warm up, then measure growth from here.
+        for _ in 0..<200 { _ = d.client.call(API.managerPath, API.peer.name, "Ping") }
+        let before = rss(d.child.pid)
+        for i in 0..<calls {
+            let (iface, member) = r.pick(methods)
+            let path = r.int(3) == 0 ? API.managerPath : r.pick(sessions + [API.managerPath, "/", "/org/audiod"])
+            // Half the calls with the method's own signature, so that they reach the engine, not just the checks.
+            let signature = ([API.manager, API.session, API.properties].first { $0.name == iface }?.method(member)?.inputs.map(\.type))
+            let args: [DBusValue]
+            if let signature, r.int(2) == 0 {
+                args = signature.map { value(&r, type: $0) }
+            } else {
+                args = (0..<r.int(4)).map { _ in value(&r) }
+            }
+            switch d.client.call(path, iface, member, args) {
+            case .success(let out):
+                replies += 1
+                if case .objectPath(let p)? = out.first, p.hasPrefix(API.sessionPathPrefix) { sessions.append(p) }
+            case .failure(let e):
+                if e.name.hasPrefix("org.freedesktop.DBus.Error.") || e.name.hasPrefix(API.errorPrefix), !e.message.isEmpty || e.name.hasSuffix("NoReply") {
+                    errors[e.name, default: 0] += 1
+                } else {
+                    unnamed += 1
+                    Issue.record("call \(i) \(iface).\(member)(\(args)) on \(path): unnamed error \(e)")
+                }
+            }
+            if i % 500 == 499 {
+                // Keep audiod's state bounded (sessions and rules the calls made are real state, not growth):
+                // what remains of RSS growth is then audiod's own.
+                for p in sessions { _ = d.client.call(p, API.session.name, "Release") }
+                sessions = ["/org/audiod/AudioSession1/session/1"]
+                for w in Self.words { _ = d.client.manager("RemoveApplicationCategory", [.string(w)]) }
+            }
+            if i % 500 == 0 {
+                guard case .success = d.client.call(API.managerPath, API.peer.name, "Ping") else {
+                    Issue.record("audiod stopped answering after \(i) calls: \(server.file("fuzz.log").suffix(2000))")
+                    return
+                }
+            }
+        }
+        let after = rss(d.child.pid)
+        print("fuzz: \(calls) calls, \(replies) replies, errors \(errors.sorted { $0.key < $1.key }.map { "\($0.key.split(separator: ".").last ?? ""): \($0.value)" }.joined(separator: ", ")); RSS \(before) → \(after) kB")
+        #expect(unnamed == 0)
+        #expect(errors["org.freedesktop.DBus.Error.NoReply"] == nil, "some calls were never answered")
+        #expect(after - before < 1024, "audiod grew by \(after - before) kB over \(calls) calls")
+        guard case .success = d.client.call(API.managerPath, API.peer.name, "Ping") else {
+            Issue.record("audiod does not answer after the fuzz")
+            return
+        }
+        #expect(d.child.wait(timeout: 0) == nil, "audiod exited")
+    }
+}
+
+extension DBusValue {
+    /// The value inside a variant (for `.properties`, which wraps each value itself).
+    var variantInner: DBusValue {
+        if case .variant(let v) = self { return v }
+        return self
+    }
+}
