@@ -149,3 +149,40 @@ extension DBusValue {
         return self
     }
 }
+
+/// Clients killed with SIGKILL in the middle of activation (issue 7, short version): every session is released and
+/// nothing is left muted.
+@Suite(.serialized)
+struct KilledClientTests {
+    @Test("audioctl run killed at random moments: sessions released, the interrupted app unmuted")
+    func killDuringActivation() throws {
+        let rounds = Int(ProcessInfo.processInfo.environment["AUDIOD_KILL_ROUNDS"] ?? "") ?? 40
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
+        var r = FuzzTests.Rng(state: 11)
+        for _ in 0..<rounds {
+            let c = try server.spawn([TestServer.builtProduct("audioctl"), "run", "--category", "playback", "--", "sleep", "5"])
+            usleep(UInt32(r.int(60_000)))
+            c.kill()
+            // The music was interrupted (or not yet): re-activating it after each round is what its app would do.
+            _ = d.client.session(a, "SetActive", [.bool(true), .strings([])])
+        }
+        // Every session audioctl made is gone: only the music's remains.
+        var left: [String] = []
+        #expect(waitFor(5) {
+            guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
+                case .dict(_, _, let pairs)? = out.first
+            else { return false }
+            left = pairs.compactMap { if case .objectPath(let p) = $0.0, p != a { return p } else { return nil } }
+            return left.isEmpty
+        }, "sessions of killed clients left behind: \(left)")
+        _ = d.client.session(a, "SetActive", [.bool(true), .strings([])])
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "the music was left muted")
+        // The killed commands' sleep processes are orphans now; they hold no session and no stream.
+    }
+}
