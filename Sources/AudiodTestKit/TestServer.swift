@@ -226,7 +226,10 @@ public final class TestServer: @unchecked Sendable {
             found = self.playbackStream(pid: pid)
             return found.map { !$0.volume.isEmpty && !$0.volume.contains(0) } ?? false
         }
-        guard let found else { throw TestKitError("no playback stream of pid \(pid) within \(timeout) s") }
+        guard let found, !found.volume.isEmpty, !found.volume.contains(0) else {
+            let alive = kill(pid, 0) == 0
+            throw TestKitError("no settled playback stream of pid \(pid) within \(timeout) s (process \(alive ? "alive" : "gone"); server shows \(found.map { "volume \($0.volume), muted \($0.muted)" } ?? "no stream"))")
+        }
         return found
     }
 
@@ -336,6 +339,16 @@ public struct Child: Sendable {
         }
         return result
     }
+}
+
+/// A playback stream that plays silence for as long as it runs (`pacat /dev/zero`), with an optional client name
+/// (`application.name`), media role and further pacat arguments.
+@discardableResult
+public func playback(_ server: TestServer, name: String? = nil, role: String? = nil, extra: [String] = []) throws -> Child {
+    var argv = ["pacat", "--playback", "/dev/zero"]
+    if let name { argv.append("--client-name=\(name)") }
+    if let role { argv.append("--property=media.role=\(role)") }
+    return try server.spawn(argv + extra)
 }
 
 /// Polls `condition` every 5 ms until it holds or `timeout` seconds pass.

@@ -85,11 +85,14 @@ public final class AudioSessionService {
         case .methodCall: methodCall(m)
         case .signal:
             if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged" {
-                nameOwnerChanged(m.arguments)
                 let a = m.arguments
-                if a.count == 3, let n = a[0].stringValue, let old = a[1].stringValue, let new = a[2].stringValue {
-                    mpris?.nameOwnerChanged(name: n, old: old, new: new)
+                guard a.count == 3, let name = a[0].stringValue, let old = a[1].stringValue, let new = a[2].stringValue
+                else { return }
+                if new.isEmpty {
+                    credentials[name] = nil
+                    busNameGone(name)
                 }
+                mpris?.nameOwnerChanged(name: name, old: old, new: new)
             } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
                 m.path == MPRISWatcher.path, let sender = m.sender
             {
@@ -626,12 +629,6 @@ public final class AudioSessionService {
             sessionsByPid[owner.pid] = nil
             exitWatches[owner.pid] = nil
         }
-    }
-
-    private func nameOwnerChanged(_ args: [DBusValue]) {
-        guard args.count == 3, let name = args[0].stringValue, let new = args[2].stringValue, new.isEmpty else { return }
-        credentials[name] = nil
-        busNameGone(name)
     }
 
     private func busNameGone(_ name: String) {

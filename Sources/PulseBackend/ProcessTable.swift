@@ -27,13 +27,6 @@ public enum ProcessTable {
         return ppid
     }
 
-    /// Whether a process with this pid exists now.
-    public static func exists(_ pid: UInt32) -> Bool {
-        guard pid > 0, pid <= UInt32(Int32.max) else { return false }
-        if kill(pid_t(pid), 0) == 0 { return true }
-        return errno == EPERM
-    }
-
     /// The real user id of a process (`Uid:` in `/proc/<pid>/status`), nil when it is gone.
     public static func owner(of pid: UInt32) -> uid_t? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }

@@ -130,13 +130,6 @@ public final class MainLoop: @unchecked Sendable {
         return result
     }
 
-    /// Runs `work` on the loop thread and resumes with its result.
-    public func run<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { (c: CheckedContinuation<T, Never>) in
-            execute { c.resume(returning: work()) }
-        }
-    }
-
     /// Stops the loop after the queued work has run, and waits for the thread to end.
     public func stop() {
         guard running.withLock({ r in defer { r = false }; return r }) else { return }

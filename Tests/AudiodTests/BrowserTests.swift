@@ -1,6 +1,7 @@
 import AudiodTestKit
 import DBusService
 import Foundation
+import PulseBackend
 import Testing
 
 /// Real headless browsers (../shared/ENVIRONMENT.md): the app people watch picture-in-picture video in. Neither
@@ -23,7 +24,7 @@ struct BrowserTests {
         var pid = streamPID
         for _ in 0..<8 {
             if let n = players.mprisName(server, pid: pid_t(pid)) { return (n, pid) }
-            guard let parent = ProcessTableView.parent(of: pid), parent > 1 else { return nil }
+            guard let parent = ProcessTable.parent(of: pid), parent > 1 else { return nil }
             pid = parent
         }
         return nil
@@ -107,16 +108,5 @@ struct BrowserTests {
             (try? server.playbackStreams())?.first(where: { $0.index == s.index }).map { $0.corked } ?? true
         }, "Firefox's stream did not cork")
         #expect(players.status(server, mpv) == "Playing")
-    }
-}
-
-/// /proc reading for the tests.
-enum ProcessTableView {
-    static func parent(of pid: UInt32) -> UInt32? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return nil }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return fields.count >= 2 ? UInt32(fields[1]) : nil
     }
 }

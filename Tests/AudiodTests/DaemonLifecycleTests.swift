@@ -88,10 +88,3 @@ struct DaemonLifecycleTests {
         #expect(third.wait(timeout: 10) == 0)
     }
 }
-
-@discardableResult
-func playback(_ server: TestServer, name: String, role: String? = nil) throws -> Child {
-    var argv = ["pacat", "--playback", "/dev/zero", "--client-name=\(name)"]
-    if let role { argv.append("--property=media.role=\(role)") }
-    return try server.spawn(argv)
-}

@@ -1,6 +1,7 @@
 import AudioPolicy
 import AudiodTestKit
 import Foundation
+import PulseBackend
 import Testing
 
 /// The engine's effects carried out on real streams of a real server, checked by another client (`pactl`).
@@ -120,7 +121,7 @@ struct EnforcementTests {
         var stream: ObservedStream?
         #expect(waitFor(10) {
             stream = (try? server.playbackStreams())?.first { s in
-                s.pid.map { ProcessTableView.parent(of: $0) == UInt32(shell.pid) } ?? false
+                s.pid.map { ProcessTable.parent(of: $0) == UInt32(shell.pid) } ?? false
             }
             return stream != nil
         }, "no stream from the shell's child")
@@ -154,17 +155,6 @@ struct EnforcementTests {
         #expect(waitFor(5) {
             (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == false
         }, "the recorder stayed muted after its own re-activation")
-    }
-}
-
-/// /proc reading for the tests themselves.
-enum ProcessTableView {
-    static func parent(of pid: UInt32) -> UInt32? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return nil }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return fields.count >= 2 ? UInt32(fields[1]) : nil
     }
 }
 

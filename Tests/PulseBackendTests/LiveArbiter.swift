@@ -99,12 +99,3 @@ final class LiveArbiter: @unchecked Sendable {
 func ducked(_ user: [UInt32], level: Double = 0.2) -> [UInt32] {
     user.map { Volume.multiply($0, Volume.fromLinear(level)) }
 }
-
-/// A looping tone-less playback stream (`pacat /dev/zero`) with optional properties.
-@discardableResult
-func playback(_ server: TestServer, name: String? = nil, role: String? = nil, extra: [String] = []) throws -> Child {
-    var argv = ["pacat", "--playback", "/dev/zero"]
-    if let name { argv.append("--client-name=\(name)") }
-    if let role { argv.append("--property=media.role=\(role)") }
-    return try server.spawn(argv + extra)
-}

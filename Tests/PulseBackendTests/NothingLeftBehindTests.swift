@@ -1,6 +1,7 @@
 import AudioPolicy
 import AudiodTestKit
 import Foundation
+import PulseBackend
 import Testing
 
 /// SPEC §8: policy values do not outlive the policy — not in restore databases, not after a crash, not across a
@@ -121,7 +122,7 @@ struct NothingLeftBehindTests {
         let shell = try server.spawn(["sh", "-c", "while true; do pacat --playback /dev/zero; sleep 0.05; done"])
         var stream: ObservedStream?
         #expect(waitFor(10) {
-            stream = (try? server.playbackStreams())?.first { $0.pid.flatMap(ProcessTableView.parent) == UInt32(shell.pid) }
+            stream = (try? server.playbackStreams())?.first { $0.pid.flatMap(ProcessTable.parent) == UInt32(shell.pid) }
             return stream != nil
         })
         _ = silence(live, pid: shell.pid)
@@ -138,7 +139,7 @@ struct NothingLeftBehindTests {
         #expect(reconnect < 2.0, "reconnected after \(reconnect) s; the target is 2 s")
         var again: ObservedStream?
         #expect(waitFor(10) {
-            again = (try? server.playbackStreams())?.first { $0.pid.flatMap(ProcessTableView.parent) == UInt32(shell.pid) }
+            again = (try? server.playbackStreams())?.first { $0.pid.flatMap(ProcessTable.parent) == UInt32(shell.pid) }
             return again?.muted == true
         }, "the policy was not re-applied to the client's new stream")
         let index = try #require(again).index
