@@ -119,6 +119,15 @@ public final class TestServer: @unchecked Sendable {
             guard waitFor(10, { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("null") }) else {
                 throw TestKitError("pipewire-pulse did not create the null sink")
             }
+            // pactl answering does not mean WirePlumber links new streams yet: a stream started too early can sit
+            // unlisted (seen here about once in eight starts). Play a probe until the server lists it.
+            let probe = try spawnRaw(["pacat", "--playback", "/dev/zero", "--client-name=audiod-test-probe"], log: nil)
+            let linked = waitFor(10) { ((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
+            _ = Self.killAndReap(probe)
+            lock.withLock { children.removeAll { $0 == probe } }
+            guard linked else { throw TestKitError("PipeWire did not take a playback stream within 10 s") }
+            // Gone again before any test looks at the streams.
+            _ = waitFor(5) { !((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
         }
     }
 
