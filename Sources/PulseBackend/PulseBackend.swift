@@ -1,5 +1,7 @@
 import AudioPolicy
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Logging
 
 /// What the backend tells its owner, on the loop thread.
@@ -87,6 +89,11 @@ public final class PulseBackend: @unchecked Sendable {
     /// Replies to reads issued at or before this number are stale (audiod changed the stream, or it went away).
     private var barrier: [StreamID: UInt64] = [:]
     private var accepted: [StreamID: UInt64] = [:]
+    /// At most one read per stream in flight; a stream that changes meanwhile is read once more after it.
+    /// (Reading on every change event let stale replies re-issue themselves one for one: under a hundred
+    /// streams changing together the reads in flight only grew, and libpulse's reply list with them.)
+    private var reading: Set<StreamID> = []
+    private var readAgain: Set<StreamID> = []
     private var sinks: [UInt32: RawDevice] = [:]
     private var sources: [UInt32: RawDevice] = [:]
     private var clients: [UInt32: RawClient] = [:]
@@ -165,6 +172,8 @@ public final class PulseBackend: @unchecked Sendable {
         streams.removeAll()
         barrier.removeAll()
         accepted.removeAll()
+        reading.removeAll()
+        readAgain.removeAll()
         clients.removeAll()
         if wasConnected {
             onEvent?(.disconnected(reason: reason))
@@ -290,10 +299,17 @@ public final class PulseBackend: @unchecked Sendable {
 
     private func read(_ id: StreamID) {
         guard let c = context else { return }
+        guard reading.insert(id).inserted else {
+            readAgain.insert(id)
+            return
+        }
         let s = nextSeq()
         c.stream(record: id.kind == .record, index: id.index) { [weak self] raw in
-            guard let self, let raw else { return }
-            self.received(raw, seq: s)
+            guard let self else { return }
+            self.reading.remove(id)
+            let again = self.readAgain.remove(id) != nil
+            if let raw { self.received(raw, seq: s) }
+            if again, self.streams[id] != nil || raw != nil { self.read(id) }
         }
     }
 
