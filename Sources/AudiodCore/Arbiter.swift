@@ -1,5 +1,7 @@
 import AudioPolicy
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Logging
 import PulseBackend
 
@@ -23,6 +25,8 @@ public final class Arbiter: @unchecked Sendable {
 
     /// Called after every engine step with the event and what it produced (stream effects already sent).
     public var onStep: ((Event, [Effect]) -> Void)?
+    /// Steps whose stream operations are on their way, waiting to be announced (`onStep`) in order.
+    private var unpublished: [(Event, [Effect])] = []
     /// Called when the server connection comes or goes (`ServerConnected`, `ServerName`).
     public var onServerStatus: ((ServerInfo?) -> Void)?
 
@@ -107,7 +111,21 @@ public final class Arbiter: @unchecked Sendable {
             backend.updateApplied(engine.appliedChanges)
             backend.apply(effects)
         }
-        onStep?(event, effects)
+        // The mutes leave before the news of them: D-Bus signals about a hundred sessions take milliseconds to
+        // send, and libpulse writes only on the next loop pass. Later steps queue behind, so order is kept.
+        if touchesStreams || !unpublished.isEmpty {
+            unpublished.append((event, effects))
+            if unpublished.count == 1 {
+                loop.afterServerWrites { [weak self] in
+                    guard let self else { return }
+                    let steps = self.unpublished
+                    self.unpublished.removeAll()
+                    for (e, fx) in steps { self.onStep?(e, fx) }
+                }
+            }
+        } else {
+            onStep?(event, effects)
+        }
         return effects
     }
 

@@ -1,5 +1,7 @@
 import AudioPolicy
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Logging
 
 /// What the service needs from the daemon: the engine and its step, and a few facts about processes.
@@ -172,7 +174,7 @@ public final class AudioSessionService {
         case (API.peer.name, "Ping"):
             reply(m, [])
         case (API.peer.name, "GetMachineId"):
-            let id = (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            let id = (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))?.filter { !$0.isWhitespace }
             reply(m, [.string(id ?? "")])
         case (API.properties.name, _):
             propertiesCall(m, member, args, interfaces: interfaces, session: session)
@@ -211,9 +213,11 @@ public final class AudioSessionService {
         guard let host else { return fail(m, .failed("audiod is shutting down")) }
         let r = host.makeRequestID()
         pending[r] = (m, encode)
-        host.handle(make(r))
-        // A request the engine did not answer would hang the caller: never let that happen silently.
-        if pending.removeValue(forKey: r) != nil {
+        let effects = host.handle(make(r))
+        // A request the engine did not answer would hang the caller: never let that happen silently. (The answer
+        // itself may be published a little later, after the step's stream operations have left.)
+        let answered = effects.contains { if case .reply(r, _) = $0 { return true } else { return false } }
+        if !answered, pending.removeValue(forKey: r) != nil {
             fail(m, .failed("audiod did not decide this request"))
         }
     }

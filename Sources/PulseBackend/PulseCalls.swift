@@ -9,7 +9,9 @@
 // C side may call back, and lets go in one known place (`PulseContext.close()`, `IOWatch.cancel()`).
 
 import CPulse
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 // MARK: - Main loop
@@ -25,7 +27,6 @@ public final class MainLoop: @unchecked Sendable {
     /// Work queued from the loop thread itself (`soon`); touched only there.
     private var local: [() -> Void] = []
     private let running = Mutex(false)
-    private var thread: Thread?
     private let finished = DispatchSemaphore(value: 0)
     /// pthread id of the loop thread, for `isOnLoop`.
     private let loopThread = Mutex<pthread_t?>(nil)
@@ -51,12 +52,9 @@ public final class MainLoop: @unchecked Sendable {
     }
 
     /// Starts the loop thread (`pa_mainloop_iterate`, blocking, until `stop()`).
-    public func start(name: String = "audiod-loop") {
+    public func start() {
         running.withLock { $0 = true }
-        let t = Thread { [self] in run() }
-        t.name = name
-        thread = t
-        t.start()
+        startThread { [self] in run() }
     }
 
     private func run() {
@@ -68,6 +66,7 @@ public final class MainLoop: @unchecked Sendable {
             var value: UInt64 = 0
             _ = read(wakeFD, &value, 8)
             drain()
+            runAfterWrites()
         }
         while running.withLock({ $0 }) {
             drain()
@@ -95,6 +94,24 @@ public final class MainLoop: @unchecked Sendable {
             if work.isEmpty { return }
             for w in work { w() }
         }
+    }
+
+    /// Work for after libpulse has written what is queued now. libpulse sends requests from a deferred event on the
+    /// next loop iteration, and pa_mainloop dispatches deferred events before any fd watch: running this from the
+    /// wake-up fd's watch puts it after that write.
+    private var afterWrites: [() -> Void] = []
+
+    /// Runs `work` on the loop thread once the requests queued so far have gone to the sound server. Loop thread
+    /// only. This is how audiod mutes first and announces after: a D-Bus signal sent before the mute would delay it.
+    public func afterServerWrites(_ work: @escaping () -> Void) {
+        afterWrites.append(work)
+        if afterWrites.count == 1 { wake() }
+    }
+
+    private func runAfterWrites() {
+        let work = afterWrites
+        afterWrites.removeAll()
+        for w in work { w() }
     }
 
     private func wake() {
@@ -832,4 +849,20 @@ public struct PulseError: Error, Equatable, Sendable, CustomStringConvertible {
     public var message: String { pa_strerror(code.rawValue).map { String(cString: $0) } ?? "error \(code.rawValue)" }
 
     public var description: String { "\(context): \(message)" }
+}
+
+/// A detached thread running `body` (Foundation's Thread would pull libFoundation and ICU into the daemon: ~6 MB
+/// of resident size for one class).
+func startThread(_ body: @escaping @Sendable () -> Void) {
+    final class Body { let run: @Sendable () -> Void; init(_ r: @escaping @Sendable () -> Void) { run = r } }
+    let arg = Unmanaged.passRetained(Body(body)).toOpaque()
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { arg in
+        guard let arg else { return nil }
+        Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
+        return nil
+    }, arg)
+    // Out of threads at start-up is not something audiod can work around (Foundation's Thread traps too).
+    precondition(rc == 0, "pthread_create failed: \(rc)")
+    pthread_detach(thread)
 }
