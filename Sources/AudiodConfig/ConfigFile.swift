@@ -1,5 +1,7 @@
 import AudioPolicy
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import TOMLKit
 
 /// A problem in a config file, with where it is.
@@ -162,8 +164,11 @@ struct LineIndex {
 
     /// Dotted keys without quotes or spaces around the parts.
     static func normalize(_ s: String) -> String {
-        s.split(separator: ".").map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"'")) }
-            .joined(separator: ".")
+        s.split(separator: ".").map { part in
+            part.drop { $0 == " " || $0 == "\t" || $0 == "\"" || $0 == "'" }
+                .reversed().drop { $0 == " " || $0 == "\t" || $0 == "\"" || $0 == "'" }.reversed()
+        }
+        .map { String($0) }.joined(separator: ".")
     }
 
     func line(of key: String) -> Int? {

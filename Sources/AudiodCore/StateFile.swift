@@ -1,5 +1,7 @@
 import AudioPolicy
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 
 /// What survives a restart (SPEC §4, API.md): silent mode and the app rules set over D-Bus, in
 /// `$XDG_STATE_HOME/audiod/state.json` (default `~/.local/state`).

@@ -8,7 +8,9 @@
 // free functions libdbus calls; every message we create or steal is unreferenced by the `DBusMessage` that owns it.
 
 import CDBus
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 
 // MARK: - The loop libdbus joins
 
@@ -258,7 +260,7 @@ public final class DBusMessage: @unchecked Sendable {
         case .unixFD: return false
         case .string(let s):
             // libdbus aborts on a string with an embedded NUL; Swift strings are otherwise valid UTF-8.
-            return text(TypeCode.string, s.contains("\0") ? s.replacingOccurrences(of: "\0", with: "") : s)
+            return text(TypeCode.string, s.contains("\0") ? s.filter { $0 != "\0" } : s)
         case .objectPath(let s): return DBusSyntax.isPath(s) && text(TypeCode.objectPath, s)
         case .signature(let s): return DBusSyntax.isSignature(s) && text(TypeCode.signature, s)
         case .variant(let inner):

@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// A `DBusLoop` of its own for clients (the Swift client library, `audioctl`), which have no sound-server loop to
@@ -64,8 +66,7 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
 
     public func start() {
         running.withLock { $0 = true }
-        let t = Thread { [self] in run() }
-        t.start()
+        startThread { [self] in run() }
     }
 
     public func stop() {
@@ -186,4 +187,20 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
         // Even on the loop thread: the loop may be about to block in poll.
         wake()
     }
+}
+
+/// A detached thread running `body` (Foundation's Thread would pull libFoundation and ICU into the daemon: ~6 MB
+/// of resident size for one class).
+func startThread(_ body: @escaping @Sendable () -> Void) {
+    final class Body { let run: @Sendable () -> Void; init(_ r: @escaping @Sendable () -> Void) { run = r } }
+    let arg = Unmanaged.passRetained(Body(body)).toOpaque()
+    var thread = pthread_t()
+    let rc = pthread_create(&thread, nil, { arg in
+        guard let arg else { return nil }
+        Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
+        return nil
+    }, arg)
+    // Out of threads at start-up is not something audiod can work around (Foundation's Thread traps too).
+    precondition(rc == 0, "pthread_create failed: \(rc)")
+    pthread_detach(thread)
 }

@@ -1,4 +1,6 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 
 /// What audiod has changed on the server, kept on disk so that a run that crashed (or lost its connection) can be
 /// undone by the next one: SPEC.md §8, "nothing left behind".

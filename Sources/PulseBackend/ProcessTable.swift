@@ -1,5 +1,7 @@
 import CPulse
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 
 /// Reads the process tree from `/proc`: which process plays a stream, and whose child it is (API.md, "Stream
 /// ownership": a session owns the streams of its pid and of that pid's descendants).

@@ -3,7 +3,9 @@ import AudiodConfig
 import AudiodCore
 import ArgumentParser
 import DBusService
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Logging
 import PulseBackend
 
@@ -81,7 +83,8 @@ struct Audiod: ParsableCommand {
                 logger.info("config read", metadata: ["path": "\(configPath)"])
             } catch {
                 // A broken config at start is an error a person must see: refuse to run on guesses.
-                FileHandle.standardError.write(Data("audiod: config error: \(error)\n".utf8))
+                let text = Array("audiod: config error: \(error)\n".utf8)
+                _ = write(2, text, text.count)
                 throw ExitCode(78)  // EX_CONFIG
             }
         }

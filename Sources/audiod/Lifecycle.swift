@@ -2,7 +2,9 @@ import AudioPolicy
 import AudiodConfig
 import AudiodCore
 import DBusService
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Glibc
 import Logging
 import PulseBackend
 
