@@ -82,6 +82,7 @@ let package = Package(
         // Test support (no product): a private bus and sound server per test run, client processes, an observer.
         .target(
             name: "AudiodTestKit",
+            dependencies: ["AudiodCore", "DBusService", "PulseBackend"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
@@ -89,11 +90,11 @@ let package = Package(
             dependencies: ["AudioPolicy"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // Enforcement latency on real servers, next to the floor (a client that mutes directly).
+        // The benchmark command: the built audiod on private servers, next to the floor and the peers.
         .executableTarget(
-            name: "PulseBenchmarks",
+            name: "AudiodBenchmarks",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "AudiodTestKit",
+                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodTestKit", "CPulse",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

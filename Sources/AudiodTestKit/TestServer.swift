@@ -301,7 +301,7 @@ public final class TestServer: @unchecked Sendable {
         return (code, (try? String(contentsOfFile: path, encoding: .utf8)) ?? "")
     }
 
-    static func runCapturing(_ argv: [String], environment: [String: String]) throws -> String {
+    public static func runCapturing(_ argv: [String], environment: [String: String]) throws -> String {
         var template = Array("/tmp/audiod-out-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkstemp($0) } ?? -1 }
         guard fd >= 0 else { throw TestKitError("mkstemp failed") }

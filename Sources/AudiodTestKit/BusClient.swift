@@ -1,26 +1,25 @@
 import AudiodCore
-import AudiodTestKit
 import DBusService
 import Foundation
 import PulseBackend
 import Synchronization
-import Testing
 
 /// A D-Bus client of audiod for tests: its own loop thread and bus connection, calls that wait for their reply,
 /// and every signal audiod emits, recorded in order.
-final class BusClient: @unchecked Sendable {
-    let loop: MainLoop
+public final class BusClient: @unchecked Sendable {
+    public let loop: MainLoop
     private var connection: DBusConnection?
     private let signals = Mutex<[(path: String, member: String, args: [DBusValue], at: Date)]>([])
 
-    init(address: String) throws {
+    /// `recordSignals: false` for a client that only calls: dbus-daemon then routes audiod's signals elsewhere.
+    public init(address: String, recordSignals: Bool = true) throws {
         loop = try MainLoop()
         loop.start()
         let l = loop
         let made: Result<DBusConnection, DBusError> = loop.sync { [self] in
             do {
                 let c = try DBusConnection(address: address, loop: l)
-                c.addMatch("type='signal',sender='org.audiod.AudioSession1'")
+                if recordSignals { c.addMatch("type='signal',sender='org.audiod.AudioSession1'") }
                 c.onMessage = { [self] m in
                     guard m.kind == .signal else { return }
                     let entry = (path: m.path ?? "", member: m.member ?? "", args: m.arguments, at: Date())
@@ -36,10 +35,10 @@ final class BusClient: @unchecked Sendable {
         connection = try made.get()
     }
 
-    var uniqueName: String { let c = connection; return loop.sync { c?.uniqueName ?? "" } }
+    public var uniqueName: String { let c = connection; return loop.sync { c?.uniqueName ?? "" } }
 
     /// Calls a method of audiod; the reply's arguments or the error it answered.
-    func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
+    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
         let c = connection
         let done = DispatchSemaphore(value: 0)
         let box = Mutex<Result<[DBusValue], DBusError>?>(nil)
@@ -69,16 +68,16 @@ final class BusClient: @unchecked Sendable {
         return box.withLock { $0 } ?? .failure(.failed("timed out"))
     }
 
-    func manager(_ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
+    public func manager(_ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
         call(API.managerPath, API.manager.name, member, args)
     }
 
-    func session(_ path: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
+    public func session(_ path: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
         call(path, API.session.name, member, args)
     }
 
     /// CreateSession for `pid` with a category, optionally active; returns the object path.
-    func makeSession(pid: pid_t, _ category: String, mode: String = "default", options: [String] = [],
+    public func makeSession(pid: pid_t, _ category: String, mode: String = "default", options: [String] = [],
                      lifetime: String? = nil, activate: Bool = false) throws -> String {
         var hints: [(String, DBusValue)] = [("pid", .uint32(UInt32(pid))), ("application-name", .string("test-\(pid)"))]
         if let lifetime { hints.append(("lifetime", .string(lifetime))) }
@@ -94,29 +93,34 @@ final class BusClient: @unchecked Sendable {
         return path
     }
 
-    func property(_ path: String, _ interface: String, _ name: String) -> DBusValue? {
+    public func property(_ path: String, _ interface: String, _ name: String) -> DBusValue? {
         guard case .success(let out) = call(path, API.properties.name, "Get", [.string(interface), .string(name)]),
             case .variant(let v)? = out.first
         else { return nil }
         return v
     }
 
+    /// Every signal received so far, in order.
+    public func allSignals() -> [(path: String, member: String, args: [DBusValue])] {
+        signals.withLock { $0.map { ($0.path, $0.member, $0.args) } }
+    }
+
     /// Signals received so far from `path` named `member`.
-    func received(_ path: String, _ member: String) -> [[DBusValue]] {
+    public func received(_ path: String, _ member: String) -> [[DBusValue]] {
         signals.withLock { $0.filter { $0.path == path && $0.member == member }.map(\.args) }
     }
 
-    func waitForSignal(_ path: String, _ member: String, count: Int = 1, timeout: Double = 5) -> [[DBusValue]] {
+    public func waitForSignal(_ path: String, _ member: String, count: Int = 1, timeout: Double = 5) -> [[DBusValue]] {
         _ = waitFor(timeout) { self.received(path, member).count >= count }
         return received(path, member)
     }
 
     /// Waits for InterfacesRemoved of this object path.
-    func waitForRemoval(_ path: String, timeout: Double = 5) -> Bool {
+    public func waitForRemoval(_ path: String, timeout: Double = 5) -> Bool {
         waitFor(timeout) { self.received(API.managerPath, "InterfacesRemoved").contains { $0.first == .objectPath(path) } }
     }
 
-    func close() {
+    public func close() {
         let c = connection
         connection = nil
         loop.sync { c?.close() }
@@ -125,12 +129,13 @@ final class BusClient: @unchecked Sendable {
 }
 
 /// A running audiod binary on a test run's bus and server.
-struct Daemon {
-    let child: Child
-    let client: BusClient
+public struct Daemon {
+    public let child: Child
+    public let client: BusClient
 
-    static func start(_ server: TestServer, log: String = "audiod.log") throws -> Daemon {
-        let child = try server.spawn([TestServer.builtProduct("audiod"), "--log-level", "debug"], log: log)
+    /// Starts the built audiod (debug logging unless `arguments` say otherwise) and waits until it answers.
+    public static func start(_ server: TestServer, arguments: [String] = ["--log-level", "debug"], log: String = "audiod.log") throws -> Daemon {
+        let child = try server.spawn([TestServer.builtProduct("audiod")] + arguments, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let client = try BusClient(address: address)
         guard waitFor(10, { if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }; return false }) else {
@@ -140,7 +145,7 @@ struct Daemon {
         return Daemon(child: child, client: client)
     }
 
-    func stop() {
+    public func stop() {
         client.close()
         child.signal(SIGTERM)
         _ = child.wait(timeout: 10)

@@ -1,0 +1,291 @@
+// The benchmark command (scripts/bench runs it in release mode): the built audiod on a private bus and sound
+// server, measured from the outside next to the floor and the peers, on every installed server.
+//
+// Usage: AudiodBenchmarks [iterations] [pulseaudio|pipewire …]   (default: 200, every installed server)
+// For digging into one figure: BENCH_STREAMS=1,10 (the activation rows), BENCH_EXTRA=98 (the idle ambient
+// sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log stays in the run's directory
+// only while it runs).
+
+import AudioPolicy
+import AudiodCore
+import AudiodTestKit
+import DBusService
+import Foundation
+import Logging
+import PulseBackend
+import Synchronization
+
+let args = Array(CommandLine.arguments.dropFirst())
+let iterations = args.first.flatMap { Int($0) } ?? 200
+let kinds = args.compactMap(ServerKind.init(rawValue:)).isEmpty
+    ? ServerKind.allCases.filter(\.isInstalled) : args.compactMap(ServerKind.init(rawValue:))
+let logger: Logger = {
+    var l = Logger(label: "bench")
+    l.logLevel = .critical
+    return l
+}()
+
+struct Latency { var audiod: [UInt64] = []; var floor: [UInt64] = [] }
+struct Results {
+    var startMs: [Double] = []
+    var idleWakeupsPerSecond = 0.0
+    var idleRSS = 0, idlePSS = 0, loadedRSS = 0, loadedPSS = 0
+    var activation: [(streams: Int, Latency)] = []
+    var roleCork = Latency()  // audiod vs module-role-cork (floor = the module)
+    var callsPerSecond = 0.0, pingsPerSecond = 0.0
+}
+
+/// Resident and proportional set size of a process, in kB.
+func memory(_ pid: pid_t) -> (rss: Int, pss: Int) {
+    func field(_ file: String, _ name: String) -> Int {
+        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        let line = text.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+    return (field("/proc/\(pid)/status", "VmRSS"), field("/proc/\(pid)/smaps_rollup", "Pss"))
+}
+
+/// Context switches of every thread of a process: each is a wake-up (or a preemption).
+func contextSwitches(_ pid: pid_t) -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    return tasks.reduce(0) { sum, t in
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(t)/status", encoding: .utf8)) ?? ""
+        return sum + text.split(separator: "\n").filter { $0.contains("ctxt_switches") }
+            .compactMap { Int($0.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") }.reduce(0, +)
+    }
+}
+
+func sessionID(_ path: String) -> String { String(path.split(separator: "/").last ?? "") }
+
+func expectSuccess(_ r: Result<[DBusValue], DBusError>, _ what: String) throws {
+    if case .failure(let e) = r { throw BenchFailure("\(what): \(e)") }
+}
+
+/// Starts the built audiod and returns it with the time from spawning to its name answering on the bus.
+func startAudiod(_ server: TestServer, config: String, client: BusClient) throws -> (Child, Double) {
+    let t0 = nowNs()
+    // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop (this run's directory is on disk).
+    let journal = "/dev/shm/audiod-bench-\(getpid())/journal.json"
+    let child = try server.spawn([TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"], log: "audiod.log")
+    while nowNs() - t0 < 10_000_000_000 {
+        if case .success = client.call(API.managerPath, API.peer.name, "Ping") {
+            return (child, Double(nowNs() - t0) / 1e6)
+        }
+        usleep(200)
+    }
+    child.kill()
+    throw BenchFailure("audiod did not own its name within 10 s: \(server.file("audiod.log").suffix(1000))")
+}
+
+func run(_ kind: ServerKind) throws -> Results {
+    var r = Results()
+    let server = try TestServer(kind)
+    defer { server.stop() }
+    let busAddress = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+    // Sessions are made for this placeholder process, so that no session claims the benchmark's own streams by pid.
+    let holder = try server.spawn(["sleep", "86400"])
+    let config = "\(server.directory)/audiod.toml"
+    // No linger: a call's implicit session ends with its stream, so that iterations do not wait 2 s each.
+    try "linger = 0\n".write(toFile: config, atomically: true, encoding: .utf8)
+    let bus = try BusClient(address: busAddress, recordSignals: false)
+    defer { bus.close() }
+
+    // Start-up: five starts, the last one stays.
+    var daemon: Child?
+    for i in 0..<5 {
+        let (child, t) = try startAudiod(server, config: config, client: bus)
+        r.startMs.append(t)
+        if i < 4 {
+            child.signal(SIGTERM)
+            _ = child.wait(timeout: 10)
+        } else {
+            daemon = child
+        }
+    }
+    guard let audiod = daemon else { throw BenchFailure("no daemon") }
+    defer { audiod.signal(SIGTERM); _ = audiod.wait(timeout: 10) }
+
+    // Idle: nothing but one idle bus client.
+    sleep(1)
+    (r.idleRSS, r.idlePSS) = memory(audiod.pid)
+    let before = contextSwitches(audiod.pid)
+    sleep(10)
+    r.idleWakeupsPerSecond = Double(contextSwitches(audiod.pid) - before) / 10
+
+    // Loaded: 1,000 sessions and 200 streams belonging to them.
+    do {
+        let owner = try BusClient(address: busAddress, recordSignals: false)
+        var paths: [String] = []
+        for i in 0..<1000 {
+            paths.append(try owner.makeSession(pid: holder.pid, i % 2 == 0 ? "ambient" : "playback",
+                                               options: i % 2 == 0 ? [] : ["mix-with-others"], activate: true))
+        }
+        let tones = try ToneClient(server: server.pulseServer, name: "loaded")
+        for i in 0..<200 { try tones.open(["audiod.session": sessionID(paths[i]), "media.role": "music"]) }
+        guard waitFor(30, {
+            guard case .success(let out) = bus.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
+            return items.count >= 200
+        }) else { throw BenchFailure("audiod did not list the 200 streams") }
+        sleep(1)
+        (r.loadedRSS, r.loadedPSS) = memory(audiod.pid)
+        tones.closeAll()
+        owner.close()
+    }
+
+    let observer = try Observer(server: server.pulseServer, logger: logger)
+    defer { observer.stop() }
+    let floorLoop = try MainLoop()
+    floorLoop.start()
+    let direct = PulseBackend(loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger)
+    floorLoop.sync { direct.start() }
+    defer { floorLoop.sync { direct.stop() }; floorLoop.stop() }
+    guard waitFor(10, { floorLoop.sync { direct.isConnected } }) else { throw BenchFailure("direct client did not connect") }
+
+    // Activation → competing streams muted, with 100 sessions.
+    do {
+        let owner = try BusClient(address: busAddress, recordSignals: false)
+        defer { owner.close() }
+        for _ in 0..<(Int(ProcessInfo.processInfo.environment["BENCH_EXTRA"] ?? "") ?? 98) { _ = try owner.makeSession(pid: holder.pid, "ambient", activate: true) }
+        let a = try owner.makeSession(pid: holder.pid, "playback")
+        let b = try owner.makeSession(pid: holder.pid, "playback", activate: true)
+        for n in (ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100").split(separator: ",").compactMap({ Int($0) }) {
+            let tones = try ToneClient(server: server.pulseServer, name: "competing")
+            var indexes: [UInt32] = []
+            for _ in 0..<n { indexes.append(try tones.open(["audiod.session": sessionID(b), "media.role": "music"]).index) }
+            try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
+            guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("\(n) streams not unmuted") }
+            var lat = Latency()
+            // A hundred streams take the server ~0.25 s to mute whoever asks: fewer rounds keep the run short.
+            let rounds = n >= 100 ? max(10, iterations / 4) : iterations
+            for _ in 0..<rounds {
+                let t0 = nowNs()
+                try expectSuccess(owner.session(a, "SetActive", [.bool(true), .strings([])]), "SetActive a")
+                guard let t1 = observer.wait(indexes, muted: true) else { throw BenchFailure("\(n) streams not muted") }
+                lat.audiod.append(t1 - t0)
+                try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
+                guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("\(n) streams not unmuted") }
+            }
+            let ids = indexes.map { StreamID.playback($0) }
+            for _ in 0..<rounds {
+                let t0 = nowNs()
+                floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, true) }) }
+                guard let t1 = observer.wait(indexes, muted: true) else { throw BenchFailure("floor: not muted") }
+                lat.floor.append(t1 - t0)
+                floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, false) }) }
+                guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
+            }
+            r.activation.append((n, lat))
+            tones.closeAll()
+        }
+    }
+
+    // An app that never talks to audiod starts a phone-role stream; another app's music stream goes quiet.
+    let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+    let m = try server.waitForPlaybackStream(pid: music.pid).index
+    func phoneCalls() throws -> [UInt64] {
+        guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call") }
+        var times: [UInt64] = []
+        let phone = try ToneClient(server: server.pulseServer, name: "phone-app")
+        for _ in 0..<iterations {
+            let started = try phone.open(["media.role": "phone"]).startedAt
+            guard let t1 = observer.wait([m], muted: true) else { throw BenchFailure("music not muted by the call") }
+            times.append(t1 - started)
+            phone.closeAll()
+            guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music not unmuted after the call") }
+        }
+        return times
+    }
+    r.roleCork.audiod = try phoneCalls()
+
+    // Calls per second: SetActive round trips from 8 clients at once, then Peer.Ping on the same daemon.
+    do {
+        let clients = try (0..<8).map { _ in try BusClient(address: busAddress, recordSignals: false) }
+        defer { clients.forEach { $0.close() } }
+        let sessions = try clients.map { try $0.makeSession(pid: holder.pid, "ambient") }
+        func rate(_ call: @escaping @Sendable (Int, Int) -> Void) -> Double {
+            let count = Atomic<Int>(0)
+            let stop = Atomic<Bool>(false)
+            let done = DispatchGroup()
+            for c in 0..<clients.count {
+                done.enter()
+                Thread {
+                    var i = 0
+                    while !stop.load(ordering: .relaxed) { call(c, i); i += 1; count.add(1, ordering: .relaxed) }
+                    done.leave()
+                }.start()
+            }
+            let t0 = nowNs()
+            usleep(3_000_000)
+            stop.store(true, ordering: .relaxed)
+            done.wait()
+            return Double(count.load(ordering: .relaxed)) / (Double(nowNs() - t0) / 1e9)
+        }
+        let cs = clients
+        r.callsPerSecond = rate { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])]) }
+        r.pingsPerSecond = rate { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
+    }
+
+    // The peer: PulseAudio's module-role-cork instead of audiod.
+    if kind == .pulseaudio {
+        audiod.signal(SIGTERM)
+        _ = audiod.wait(timeout: 10)
+        _ = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
+        r.roleCork.floor = try phoneCalls()
+    }
+    music.kill()
+    try? FileManager.default.removeItem(atPath: "/dev/shm/audiod-bench-\(getpid())")
+    return r
+}
+
+let cpu = ((try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? "").split(separator: "\n")
+    .first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? "?"
+print("audiod benchmarks — \(iterations) iterations per latency row (\(max(10, iterations / 4)) with 100 streams)")
+print("machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory / 1_048_576) MB, \(ProcessInfo.processInfo.operatingSystemVersionString)")
+print("audiod: \(TestServer.builtProduct("audiod"))")
+var all: [(ServerKind, Results)] = []
+for kind in kinds {
+    let version = (try? TestServer.runCapturing([kind == .pulseaudio ? "pulseaudio" : "pipewire", "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
+    print("\(kind): \(version.split(separator: "\n").filter { !$0.isEmpty }.joined(separator: "; "))")
+    do {
+        print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 1/10/100 streams, calls, peer)…")
+        fflush(nil)  // progress shows as it happens when piped to a file
+        all.append((kind, try run(kind)))
+    } catch {
+        print("\(kind): FAILED: \(error)")
+        exit(1)
+    }
+}
+
+print("\n### Activation → competing streams muted (100 sessions), as an observer client sees it\n")
+print("| server | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for (kind, r) in all {
+    for (n, l) in r.activation {
+        let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
+        let f50 = percentile(l.floor, 0.5), f99 = percentile(l.floor, 0.99)
+        print("| \(kind) | \(n) | \(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |")
+    }
+}
+print("\n### An unmanaged phone-role stream starts → the music stream muted\n")
+print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for (kind, r) in all {
+    let l = r.roleCork
+    let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
+    if l.floor.isEmpty {
+        print("| \(kind) | \(ms(a50)) | \(ms(a99)) | n/a | n/a | | |")
+    } else {
+        let f50 = percentile(l.floor, 0.5), f99 = percentile(l.floor, 0.99)
+        print("| \(kind) | \(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |")
+    }
+}
+print("\n### Calls, memory, idle\n")
+print("| server | SetActive/s (8 clients) | Peer.Ping/s | ratio | RSS idle | PSS idle | RSS 1,000 sessions + 200 streams | PSS loaded | idle wake-ups/s (10 s) | start → name p50 (max of 5) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for (kind, r) in all {
+    let starts = r.startMs.sorted()
+    print("| \(kind) | \(Int(r.callsPerSecond)) | \(Int(r.pingsPerSecond)) | \(ratio(r.callsPerSecond, r.pingsPerSecond)) "
+        + "| \(r.idleRSS / 1024).\(r.idleRSS % 1024 * 10 / 1024) MB | \(r.idlePSS / 1024).\(r.idlePSS % 1024 * 10 / 1024) MB "
+        + "| \(r.loadedRSS / 1024).\(r.loadedRSS % 1024 * 10 / 1024) MB | \(r.loadedPSS / 1024).\(r.loadedPSS % 1024 * 10 / 1024) MB "
+        + "| \(String(format: "%.1f", r.idleWakeupsPerSecond)) | \(String(format: "%.1f", starts[starts.count / 2])) ms (\(String(format: "%.1f", starts.last ?? 0)) ms) |")
+}

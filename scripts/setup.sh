@@ -1,0 +1,22 @@
+# Sourced by the scripts in this directory: installs the Debian packages given (only those missing) and checks
+# that Swift is there. Usage: source scripts/setup.sh; setup_packages pkg…
+setup_packages() {
+    local missing=() p sudo=""
+    for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        [ "$(id -u)" = 0 ] || sudo="sudo"
+        echo "installing: ${missing[*]}"
+        $sudo apt-get update -qq
+        $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+    fi
+    if ! command -v swift >/dev/null; then
+        echo "error: swift is not on PATH. Install Swift 6.1 or newer (https://www.swift.org/install/linux/)." >&2
+        exit 1
+    fi
+}
+
+# What building audiod needs, and what running it against a private server needs.
+build_packages=(pkg-config libpulse-dev libdbus-1-dev)
+server_packages=(pulseaudio pulseaudio-utils dbus systemd)
+# PipeWire with WirePlumber and pipewire-pulse: the second server every test and benchmark also runs on.
+pipewire_packages=(pipewire pipewire-pulse wireplumber)
