@@ -121,11 +121,15 @@ public final class TestServer: @unchecked Sendable {
             }
             // pactl answering does not mean WirePlumber links new streams yet: a stream started too early can sit
             // unlisted (seen here about once in eight starts). Play a probe until the server lists it.
-            let probe = try spawnRaw(["pacat", "--playback", "/dev/zero", "--client-name=audiod-test-probe"], log: nil)
-            let linked = waitFor(10) { ((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
-            _ = Self.killAndReap(probe)
-            lock.withLock { children.removeAll { $0 == probe } }
-            guard linked else { throw TestKitError("PipeWire did not take a playback stream within 10 s") }
+            // A probe that sits unlisted for 3 s is replaced: a new one is usually taken at once.
+            var linked = false
+            for _ in 0..<4 where !linked {
+                let probe = try spawnRaw(["pacat", "--playback", "/dev/zero", "--client-name=audiod-test-probe"], log: nil)
+                linked = waitFor(3) { ((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
+                _ = Self.killAndReap(probe)
+                lock.withLock { children.removeAll { $0 == probe } }
+            }
+            guard linked else { throw TestKitError("PipeWire did not take a playback stream in 4 tries of 3 s") }
             // Gone again before any test looks at the streams.
             _ = waitFor(5) { !((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
         }
