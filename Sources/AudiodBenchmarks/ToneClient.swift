@@ -48,7 +48,7 @@ final class ToneClient: @unchecked Sendable {
     /// Opens a playback stream with these properties, writing silence; returns its sink-input index and the time
     /// just before it was asked for.
     @discardableResult
-    func open(_ properties: [String: String]) throws -> (index: UInt32, startedAt: UInt64) {
+    func open(_ properties: [String: String], device: String? = nil) throws -> (index: UInt32, startedAt: UInt64) {
         pa_threaded_mainloop_lock(mainloop)
         defer { pa_threaded_mainloop_unlock(mainloop) }
         let props = pa_proplist_new()
@@ -72,7 +72,7 @@ final class ToneClient: @unchecked Sendable {
             }
         }, nil)
         let started = nowNs()
-        guard pa_stream_connect_playback(s, nil, nil, PA_STREAM_NOFLAGS, nil, nil) >= 0 else {
+        guard pa_stream_connect_playback(s, device, nil, PA_STREAM_NOFLAGS, nil, nil) >= 0 else {
             pa_stream_unref(s)
             throw BenchFailure("pa_stream_connect_playback failed")
         }
@@ -81,7 +81,8 @@ final class ToneClient: @unchecked Sendable {
             if st == PA_STREAM_READY { break }
             if st == PA_STREAM_FAILED || st == PA_STREAM_TERMINATED {
                 pa_stream_unref(s)
-                throw BenchFailure("tone stream failed")
+                let why = String(cString: pa_strerror(pa_context_errno(context)))
+                throw BenchFailure("tone stream \(streams.count + 1) failed: \(why)")
             }
             pa_threaded_mainloop_wait(mainloop)
         }
