@@ -15,7 +15,6 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
-        .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
     ],
     targets: [
         .target(
@@ -54,10 +53,11 @@ let package = Package(
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // audiod.toml: parsing and checking, with errors that name file, line and key.
+        // audiod.toml: parsing (its own TOML parser: TOMLKit would link Foundation and ICU into the daemon) and
+        // checking, with errors that name file, line and key.
         .target(
             name: "AudiodConfig",
-            dependencies: ["AudioPolicy", .product(name: "TOMLKit", package: "TOMLKit")],
+            dependencies: ["AudioPolicy"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The daemon: command line, logging and services only.

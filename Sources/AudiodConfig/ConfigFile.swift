@@ -2,7 +2,6 @@ import AudioPolicy
 import Dispatch
 import FoundationEssentials
 import Glibc
-import TOMLKit
 
 /// A problem in a config file, with where it is.
 public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -45,11 +44,12 @@ public enum ConfigFile {
 
     /// Reads and checks a config file.
     public static func load(path: String) throws(ConfigError) -> Settings {
-        let text: String
-        do {
-            text = try String(contentsOfFile: path, encoding: .utf8)
-        } catch {
-            throw ConfigError(file: path, line: nil, key: nil, message: "cannot read the file: \(error.localizedDescription)")
+        guard let data = FileManager.default.contents(atPath: path) else {
+            let why = access(path, R_OK) == 0 ? "it could not be read" : String(cString: strerror(errno))
+            throw ConfigError(file: path, line: nil, key: nil, message: "cannot read the file: \(why)")
+        }
+        guard let text = String(validating: data, as: UTF8.self) else {
+            throw ConfigError(file: path, line: nil, key: nil, message: "cannot read the file: it is not UTF-8 text")
         }
         return try parse(text, file: path)
     }
@@ -61,11 +61,9 @@ public enum ConfigFile {
     public static func parse(_ text: String, file: String) throws(ConfigError) -> Settings {
         let table: TOMLTable
         do {
-            table = try TOMLTable(string: text)
-        } catch let e as TOMLParseError {
-            throw ConfigError(file: file, line: Int(e.source.begin.line), key: nil, message: "not valid TOML: \(e.description)")
+            table = try TOMLParser.parse(text)
         } catch {
-            throw ConfigError(file: file, line: nil, key: nil, message: "not valid TOML: \(error)")
+            throw ConfigError(file: file, line: error.line, key: nil, message: "not valid TOML: \(error.message)")
         }
         let lines = LineIndex(text)
         func fail(_ key: String, _ message: String) -> ConfigError {
@@ -150,7 +148,7 @@ struct LineIndex {
     init(_ text: String) {
         var table = ""
         for (i, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = raw.trimmingCharacters(in: .whitespaces)
+            let line = Substring(raw.drop { $0 == " " || $0 == "\t" })
             if line.hasPrefix("#") || line.isEmpty { continue }
             if line.hasPrefix("["), let close = line.firstIndex(of: "]") {
                 table = Self.normalize(String(line[line.index(after: line.startIndex)..<close]))
