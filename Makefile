@@ -7,33 +7,36 @@ DATADIR ?= $(PREFIX)/share
 # systemd looks for user units under <prefix>/lib/systemd/user.
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SWIFT ?= swift
+# The standard library linked in statically: audiod's resident size 14.7 MB instead of 18.2 MB (shared Swift
+# runtime libraries are mapped whole; docs/BENCHMARKS.md).
+RELEASE ?= -c release --static-swift-stdlib
 
 .PHONY: build install uninstall test run
 build:
-	$(SWIFT) build -c release --product audiod
-	$(SWIFT) build -c release --product audioctl
+	$(SWIFT) build $(RELEASE) --product audiod
+	$(SWIFT) build $(RELEASE) --product audioctl
 
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(DATADIR)/dbus-1/services \
 		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/doc/audiod $(DESTDIR)$(DATADIR)/man/man1 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d
-	install -m 755 "$$($(SWIFT) build -c release --show-bin-path)/audiod" $(DESTDIR)$(BINDIR)/audiod
-	install -m 755 "$$($(SWIFT) build -c release --show-bin-path)/audioctl" $(DESTDIR)$(BINDIR)/audioctl
+	install -m 755 "$$($(SWIFT) build $(RELEASE) --show-bin-path)/audiod" $(DESTDIR)$(BINDIR)/audiod
+	install -m 755 "$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" $(DESTDIR)$(BINDIR)/audioctl
 	# Man pages from the argument-parser definitions (the plugin writes them under .build/plugins).
 	$(SWIFT) package generate-manual
 	install -m 644 .build/plugins/GenerateManual/outputs/audiod/audiod.1 $(DESTDIR)$(DATADIR)/man/man1/audiod.1
 	install -m 644 .build/plugins/GenerateManual/outputs/audioctl/audioctl.1 $(DESTDIR)$(DATADIR)/man/man1/audioctl.1
-	"$$($(SWIFT) build -c release --show-bin-path)/audioctl" --generate-completion-script bash \
+	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script bash \
 		> $(DESTDIR)$(DATADIR)/bash-completion/completions/audioctl
-	"$$($(SWIFT) build -c release --show-bin-path)/audioctl" --generate-completion-script zsh \
+	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script zsh \
 		> $(DESTDIR)$(DATADIR)/zsh/site-functions/_audioctl
-	"$$($(SWIFT) build -c release --show-bin-path)/audioctl" --generate-completion-script fish \
+	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script fish \
 		> $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/audioctl.fish
 	sed 's|@bindir@|$(BINDIR)|g' systemd/audiod.service.in > $(DESTDIR)$(USERUNITDIR)/audiod.service
 	sed 's|@bindir@|$(BINDIR)|g' systemd/org.audiod.AudioSession1.service.in \
 		> $(DESTDIR)$(DATADIR)/dbus-1/services/org.audiod.AudioSession1.service
-	"$$($(SWIFT) build -c release --show-bin-path)/audiod" --dump-interfaces $(DESTDIR)$(DATADIR)/dbus-1/interfaces
+	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audiod" --dump-interfaces $(DESTDIR)$(DATADIR)/dbus-1/interfaces
 	install -m 644 examples/audiod.toml $(DESTDIR)$(DATADIR)/doc/audiod/audiod.toml.example
 
 uninstall:
