@@ -143,7 +143,18 @@ func run(_ kind: ServerKind) throws -> Results {
     let floorLoop = try MainLoop()
     floorLoop.start()
     let direct = PulseBackend(loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger)
-    floorLoop.sync { direct.start() }
+    // The direct client only touches streams it has read: the floor waits until it knows them all.
+    let known = Mutex<Set<UInt32>>([])
+    floorLoop.sync {
+        direct.onEvent = { e in
+            switch e {
+            case .policy(.streamAppeared(let i)), .policy(.streamChanged(let i)): _ = known.withLock { $0.insert(i.id.index) }
+            case .policy(.streamRemoved(let id)): _ = known.withLock { $0.remove(id.index) }
+            default: break
+            }
+        }
+        direct.start()
+    }
     defer { floorLoop.sync { direct.stop() }; floorLoop.stop() }
     guard waitFor(10, { floorLoop.sync { direct.isConnected } }) else { throw BenchFailure("direct client did not connect") }
 
@@ -172,6 +183,9 @@ func run(_ kind: ServerKind) throws -> Results {
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("\(n) streams not unmuted") }
             }
             let ids = indexes.map { StreamID.playback($0) }
+            guard waitFor(10, { known.withLock { $0.isSuperset(of: indexes) } }) else {
+                throw BenchFailure("the direct client did not see the \(n) streams")
+            }
             for _ in 0..<rounds {
                 let t0 = nowNs()
                 floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, true) }) }
