@@ -4,7 +4,7 @@
 // Usage: AudiodBenchmarks [iterations] [pulseaudio|pipewire …]   (default: 200, every installed server)
 // For digging into one figure: BENCH_STREAMS=1,10 (the activation rows), BENCH_EXTRA=98 (the idle ambient
 // sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log stays in the run's directory
-// only while it runs).
+// only while it runs), BENCH_DUMP=1 (every round of the activation rows, to see where a p99 comes from).
 
 import AudioPolicy
 import AudiodCore
@@ -193,6 +193,9 @@ func run(_ kind: ServerKind) throws -> Results {
                 lat.floor.append(t1 - t0)
                 floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, false) }) }
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
+            }
+            if ProcessInfo.processInfo.environment["BENCH_DUMP"] != nil {
+                print("audiod \(n): " + lat.audiod.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " "))
             }
             r.activation.append((n, lat))
             tones.closeAll()
