@@ -21,6 +21,11 @@ let package = Package(
             name: "AudioPolicy",
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // The thread, cross-thread work and start/stop that MainLoop (PulseBackend) and PollLoop (DBusService) share.
+        .target(
+            name: "LoopThread",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // libpulse (Debian: libpulse-dev, installed by scripts/test). Never a product: C stays in leaf targets
         // (STYLE.md §1–§2). No pkgConfig: libpulse.pc's `-D_REENTRANT -pthread` are flags SwiftPM refuses with a
         // warning, and the headers live in /usr/include anyway; the modulemap links `pulse`.
@@ -30,7 +35,7 @@ let package = Package(
         // The only importer of CDBus: bus connections joined to the audiod loop, messages, the API objects.
         .target(
             name: "DBusService",
-            dependencies: ["AudioPolicy", "CDBus", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["AudioPolicy", "CDBus", "LoopThread", .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The Swift client library: AudioSession for apps, AudiodConnection for tools; the public API only.
@@ -42,7 +47,7 @@ let package = Package(
         // The only importer of CPulse: the sound server as engine events in, engine effects out.
         .target(
             name: "PulseBackend",
-            dependencies: ["AudioPolicy", "CPulse", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["AudioPolicy", "CPulse", "LoopThread", .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The engine run against the server on one loop thread; the D-Bus service and audiod build on it.

@@ -1,12 +1,13 @@
 import Dispatch
 import FoundationEssentials
 import Glibc
+import LoopThread
 import Synchronization
 
 /// A `DBusLoop` of its own for clients (the Swift client library, `audioctl`), which have no sound-server loop to
 /// share: one thread in `poll(2)`, fd watches, timers, and work queued from other threads through a pipe.
 public final class PollLoop: DBusLoop, @unchecked Sendable {
-    // @unchecked: `watches`, `timers` and `local` are touched only on the loop thread; `queue` is a Mutex.
+    // @unchecked: `watches` and `timers` are touched only on the loop thread.
 
     final class Watch: DBusLoopWatch {
         let fd: Int32
@@ -40,11 +41,7 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
 
     private var watches: [Watch] = []
     private var timers: [Timer] = []
-    private var local: [() -> Void] = []
-    private let queue = Mutex<[@Sendable () -> Void]>([])
-    private let running = Mutex(false)
-    private let onLoop = Mutex<pthread_t?>(nil)
-    private let finished = DispatchSemaphore(value: 0)
+    private let thread: LoopThread
     private let wakeRead: Int32
     private let wakeWrite: Int32
 
@@ -57,6 +54,11 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
         }
         wakeRead = fds[0]
         wakeWrite = fds[1]
+        let w = fds[1]
+        thread = LoopThread(name: "PollLoop") {
+            var b: UInt8 = 1
+            _ = write(w, &b, 1)
+        }
     }
 
     deinit {
@@ -65,43 +67,18 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
     }
 
     public func start() {
-        running.withLock { $0 = true }
-        startThread { [self] in run() }
+        thread.start { [self] in run() }
     }
 
-    public func stop() {
-        guard running.withLock({ r in defer { r = false }; return r }) else { return }
-        wake()
-        if !isOnLoop { finished.wait() }
-    }
+    public func stop() { thread.stop() }
 
-    public var isOnLoop: Bool { onLoop.withLock { t in t.map { pthread_equal($0, pthread_self()) != 0 } ?? false } }
+    public var isOnLoop: Bool { thread.isOnLoop }
 
     /// Runs `work` on the loop thread, soon.
-    public func execute(_ work: @escaping @Sendable () -> Void) {
-        queue.withLock { $0.append(work) }
-        wake()
-    }
+    public func execute(_ work: @escaping @Sendable () -> Void) { thread.execute(work) }
 
     /// Runs `work` on the loop thread and waits for its result (never from the loop thread).
-    public func sync<T: Sendable>(_ work: @escaping @Sendable () -> T) -> T {
-        precondition(!isOnLoop, "PollLoop.sync called on the loop thread would deadlock")
-        let box = Mutex<T?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        execute {
-            let r = work()
-            box.withLock { $0 = r }
-            done.signal()
-        }
-        done.wait()
-        guard let result = box.withLock({ $0 }) else { preconditionFailure("PollLoop.sync: no result") }
-        return result
-    }
-
-    private func wake() {
-        var b: UInt8 = 1
-        _ = write(wakeWrite, &b, 1)
-    }
+    public func sync<T: Sendable>(_ work: @escaping @Sendable () -> T) -> T { thread.sync(work) }
 
     private static func now() -> UInt64 {
         var ts = timespec()
@@ -110,9 +87,8 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
     }
 
     private func run() {
-        onLoop.withLock { $0 = pthread_self() }
-        while running.withLock({ $0 }) {
-            drain()
+        while thread.isRunning {
+            thread.drain()
             watches.removeAll { $0.cancelled }
             timers.removeAll { $0.cancelled }
             var fds = [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
@@ -144,26 +120,6 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
             timers.removeAll { $0.deadline <= n }
             for t in due where !t.cancelled { t.handler() }
         }
-        drain()
-        onLoop.withLock { $0 = nil }
-        finished.signal()
-    }
-
-    private func drain() {
-        while true {
-            if !local.isEmpty {
-                let l = local
-                local.removeAll()
-                for w in l { w() }
-                continue
-            }
-            let work = queue.withLock { q -> [@Sendable () -> Void] in
-                defer { q.removeAll() }
-                return q
-            }
-            if work.isEmpty { return }
-            for w in work { w() }
-        }
     }
 
     // MARK: DBusLoop
@@ -183,24 +139,7 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
     }
 
     public func dbusSoon(_ work: @escaping () -> Void) {
-        local.append(work)
-        // Even on the loop thread: the loop may be about to block in poll.
-        wake()
+        thread.soon(work)  // which wakes the loop: it may be about to block in poll
     }
 }
 
-/// A detached thread running `body` (Foundation's Thread would pull libFoundation and ICU into the daemon: ~6 MB
-/// of resident size for one class).
-func startThread(_ body: @escaping @Sendable () -> Void) {
-    final class Body { let run: @Sendable () -> Void; init(_ r: @escaping @Sendable () -> Void) { run = r } }
-    let arg = Unmanaged.passRetained(Body(body)).toOpaque()
-    var thread = pthread_t()
-    let rc = pthread_create(&thread, nil, { arg in
-        guard let arg else { return nil }
-        Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
-        return nil
-    }, arg)
-    // Out of threads at start-up is not something audiod can work around (Foundation's Thread traps too).
-    precondition(rc == 0, "pthread_create failed: \(rc)")
-    pthread_detach(thread)
-}

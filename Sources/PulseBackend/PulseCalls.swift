@@ -12,6 +12,7 @@ import CPulse
 import Dispatch
 import FoundationEssentials
 import Glibc
+import LoopThread
 import Synchronization
 
 // MARK: - Main loop
@@ -23,14 +24,7 @@ public final class MainLoop: @unchecked Sendable {
     // The pointers below are only used on the loop thread.
     let mainloop: OpaquePointer
     let api: UnsafeMutablePointer<pa_mainloop_api>
-    private let queue = Mutex<[@Sendable () -> Void]>([])
-    /// Work queued from the loop thread itself (`soon`); touched only there.
-    private var local: [() -> Void] = []
-    private let running = Mutex(false)
-    private let finished = DispatchSemaphore(value: 0)
-    /// pthread id of the loop thread, for `isOnLoop`.
-    private let loopThread = Mutex<pthread_t?>(nil)
-
+    private let thread: LoopThread
     private let wakeFD: Int32
 
     /// Creates the loop (`pa_mainloop_new`); call `start()` to run it.
@@ -44,6 +38,10 @@ public final class MainLoop: @unchecked Sendable {
         wakeFD = fd
         mainloop = m
         api = pa_mainloop_get_api(m)
+        thread = LoopThread(name: "MainLoop") {
+            var one: UInt64 = 1
+            _ = write(fd, &one, 8)
+        }
     }
 
     deinit {
@@ -53,47 +51,25 @@ public final class MainLoop: @unchecked Sendable {
 
     /// Starts the loop thread (`pa_mainloop_iterate`, blocking, until `stop()`).
     public func start() {
-        running.withLock { $0 = true }
-        startThread { [self] in run() }
+        thread.start { [self] in run() }
     }
 
     private func run() {
-        loopThread.withLock { $0 = pthread_self() }
         // Cross-thread work arrives through an eventfd that the loop watches like any other fd. Not
         // pa_mainloop_wakeup: it only writes its pipe while the loop is inside poll, so a wakeup sent between two
         // iterations is lost and the loop sleeps with work queued (seen here as a hang).
         let watch = self.watch(fd: wakeFD) { [self] in
             var value: UInt64 = 0
             _ = read(wakeFD, &value, 8)
-            drain()
+            thread.drain()
             runAfterWrites()
         }
-        while running.withLock({ $0 }) {
-            drain()
+        while thread.isRunning {
+            thread.drain()
             // Blocks in poll until an fd or a timer wakes it: zero wakeups when idle.
             if pa_mainloop_iterate(mainloop, 1, nil) < 0 { break }
         }
-        drain()
         watch.cancel()
-        loopThread.withLock { $0 = nil }
-        finished.signal()
-    }
-
-    private func drain() {
-        while !local.isEmpty {
-            let work = local
-            local.removeAll(keepingCapacity: true)
-            for w in work { w() }
-        }
-        while true {
-            let work = queue.withLock { q -> [@Sendable () -> Void] in
-                let w = q
-                q.removeAll(keepingCapacity: true)
-                return w
-            }
-            if work.isEmpty { return }
-            for w in work { w() }
-        }
     }
 
     /// Work for after libpulse has written what is queued now. libpulse sends requests from a deferred event on the
@@ -120,39 +96,17 @@ public final class MainLoop: @unchecked Sendable {
     }
 
     /// Whether the caller runs on the loop thread.
-    public var isOnLoop: Bool {
-        loopThread.withLock { t in t.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-    }
+    public var isOnLoop: Bool { thread.isOnLoop }
 
     /// Runs `work` on the loop thread, soon. From the loop thread itself it still queues,
     /// so that the caller's stack unwinds first.
-    public func execute(_ work: @escaping @Sendable () -> Void) {
-        queue.withLock { $0.append(work) }
-        wake()
-    }
+    public func execute(_ work: @escaping @Sendable () -> Void) { thread.execute(work) }
 
     /// Runs `work` on the loop thread and waits for its result. Never call it from the loop thread.
-    public func sync<T: Sendable>(_ work: @escaping @Sendable () -> T) -> T {
-        precondition(!isOnLoop, "MainLoop.sync called on the loop thread would deadlock")
-        let box = Mutex<T?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        execute {
-            let r = work()
-            box.withLock { $0 = r }
-            done.signal()
-        }
-        done.wait()
-        // The work ran and stored its result before signalling.
-        guard let result = box.withLock({ $0 }) else { preconditionFailure("MainLoop.sync: no result") }
-        return result
-    }
+    public func sync<T: Sendable>(_ work: @escaping @Sendable () -> T) -> T { thread.sync(work) }
 
     /// Stops the loop after the queued work has run, and waits for the thread to end.
-    public func stop() {
-        guard running.withLock({ r in defer { r = false }; return r }) else { return }
-        wake()
-        if !isOnLoop { finished.wait() }
-    }
+    public func stop() { thread.stop() }
 
     /// Watches `fd` for input on the loop (`pa_mainloop_api.io_new`). The handler runs on the loop thread.
     func watch(fd: Int32, _ handler: @escaping () -> Void) -> IOWatch {
@@ -166,10 +120,7 @@ public final class MainLoop: @unchecked Sendable {
 
     /// Runs `work` on the loop thread after the current callback returns. Loop thread only (the closure need not
     /// be Sendable: it never leaves the thread).
-    public func soon(_ work: @escaping () -> Void) {
-        local.append(work)
-        wake()
-    }
+    public func soon(_ work: @escaping () -> Void) { thread.soon(work) }
 
     /// A one-shot timer on the monotonic clock (a `timerfd` watched by the loop, so that wall-clock jumps do not
     /// move it and it outlives any sound-server connection). The handler runs on the loop thread.
@@ -851,18 +802,3 @@ public struct PulseError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String { "\(context): \(message)" }
 }
 
-/// A detached thread running `body` (Foundation's Thread would pull libFoundation and ICU into the daemon: ~6 MB
-/// of resident size for one class).
-func startThread(_ body: @escaping @Sendable () -> Void) {
-    final class Body { let run: @Sendable () -> Void; init(_ r: @escaping @Sendable () -> Void) { run = r } }
-    let arg = Unmanaged.passRetained(Body(body)).toOpaque()
-    var thread = pthread_t()
-    let rc = pthread_create(&thread, nil, { arg in
-        guard let arg else { return nil }
-        Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
-        return nil
-    }, arg)
-    // Out of threads at start-up is not something audiod can work around (Foundation's Thread traps too).
-    precondition(rc == 0, "pthread_create failed: \(rc)")
-    pthread_detach(thread)
-}
