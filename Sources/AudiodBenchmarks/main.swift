@@ -35,16 +35,6 @@ struct Results {
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
 }
 
-/// Resident and proportional set size of a process, in kB.
-func memory(_ pid: pid_t) -> (rss: Int, pss: Int) {
-    func field(_ file: String, _ name: String) -> Int {
-        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
-        let line = text.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
-        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-    }
-    return (field("/proc/\(pid)/status", "VmRSS"), field("/proc/\(pid)/smaps_rollup", "Pss"))
-}
-
 /// Context switches of every thread of a process: each is a wake-up (or a preemption).
 func contextSwitches(_ pid: pid_t) -> Int {
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
@@ -108,7 +98,7 @@ func run(_ kind: ServerKind) throws -> Results {
     // Idle: nothing but one idle bus client; 3 s first, for a server that has just started to settle (WirePlumber
     // is still at work for a second or two after pactl answers).
     sleep(3)
-    (r.idleRSS, r.idlePSS) = memory(audiod.pid)
+    (r.idleRSS, r.idlePSS) = processMemory(audiod.pid)
     let before = contextSwitches(audiod.pid)
     sleep(10)
     r.idleWakeupsPerSecond = Double(contextSwitches(audiod.pid) - before) / 10
@@ -133,7 +123,7 @@ func run(_ kind: ServerKind) throws -> Results {
             return items.count >= 200
         }) else { throw BenchFailure("audiod did not list the 200 streams") }
         sleep(1)
-        (r.loadedRSS, r.loadedPSS) = memory(audiod.pid)
+        (r.loadedRSS, r.loadedPSS) = processMemory(audiod.pid)
         tones.forEach { $0.closeAll() }
         owner.close()
     }

@@ -439,3 +439,14 @@ public final class TestBus: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
+
+/// Resident and proportional set size of a process, in kB (`VmRSS` of /proc/PID/status, `Pss` of smaps_rollup);
+/// 0 when the process is gone.
+public func processMemory(_ pid: pid_t) -> (rss: Int, pss: Int) {
+    func field(_ file: String, _ name: String) -> Int {
+        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        let line = text.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+    return (field("/proc/\(pid)/status", "VmRSS"), field("/proc/\(pid)/smaps_rollup", "Pss"))
+}

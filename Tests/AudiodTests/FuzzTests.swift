@@ -63,14 +63,6 @@ struct FuzzTests {
         }
     }
 
-    func rss(_ pid: pid_t) -> Int {
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0
-        }
-        return 0
-    }
-
     @Test("5,000 random calls: each answered with a reply or a named error; audiod keeps answering and does not grow")
     func randomCalls() throws {
         let calls = Int(ProcessInfo.processInfo.environment["AUDIOD_FUZZ_CALLS"] ?? "") ?? 5_000
@@ -91,7 +83,7 @@ struct FuzzTests {
         var replies = 0, errors: [String: Int] = [:], unnamed = 0
         // Warm up, then measure growth from here.
         for _ in 0..<200 { _ = d.client.call(API.managerPath, API.peer.name, "Ping") }
-        let before = rss(d.child.pid)
+        let before = processMemory(d.child.pid).rss
         for i in 0..<calls {
             let (iface, member) = r.pick(methods)
             let path = r.int(3) == 0 ? API.managerPath : r.pick(sessions + [API.managerPath, "/", "/org/audiod"])
@@ -129,7 +121,7 @@ struct FuzzTests {
                 }
             }
         }
-        let after = rss(d.child.pid)
+        let after = processMemory(d.child.pid).rss
         print("reliability: fuzz: \(calls) calls, \(replies) replies, errors \(errors.sorted { $0.key < $1.key }.map { "\($0.key.split(separator: ".").last ?? ""): \($0.value)" }.joined(separator: ", ")); RSS \(before) → \(after) kB")
         #expect(unnamed == 0)
         #expect(errors["org.freedesktop.DBus.Error.NoReply"] == nil, "some calls were never answered")

@@ -93,7 +93,7 @@ struct ReliabilityTests {
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
 
         // Load: four clients toggling their sessions as fast as audiod answers, all through the restarts.
-        let stop = Flag()
+        let stop = Switch()
         let calls = Counter()
         var workers: [Thread] = []
         let loaders = try (0..<4).map { _ in try BusClient(address: address, recordSignals: false) }
@@ -101,7 +101,7 @@ struct ReliabilityTests {
             let path = try c.makeSession(pid: holder.pid, i % 2 == 0 ? "ambient" : "playback", options: i % 2 == 0 ? [] : ["mix-with-others"])
             let t = Thread {
                 var on = true
-                while !stop.isSet {
+                while !stop.isOn {
                     _ = c.session(path, "SetActive", [.bool(on), .strings([])])
                     on.toggle()
                     calls.add()
@@ -111,7 +111,7 @@ struct ReliabilityTests {
             workers.append(t)
         }
         defer {
-            stop.set()
+            stop.set(true)
             usleep(200_000)
             loaders.forEach { $0.close() }
         }
@@ -148,14 +148,7 @@ struct ReliabilityTests {
     }
 }
 
-/// A flag and a counter shared with worker threads.
-final class Flag: @unchecked Sendable {
-    private let lock = NSLock()
-    private var on = false
-    var isSet: Bool { lock.withLock { on } }
-    func set() { lock.withLock { on = true } }
-}
-
+/// A switch and a counter shared with worker threads.
 final class Switch: @unchecked Sendable {
     private let lock = NSLock()
     private var on = false

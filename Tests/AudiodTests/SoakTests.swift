@@ -118,7 +118,7 @@ struct SoakTests {
         let holder = try server.spawn(["sleep", "3600"])
 
         let observerBus = d.client  // records every signal audiod sends
-        let stop = Flag(), paused = Switch()
+        let stop = Switch(), paused = Switch()
         let ops = Counter(), errors = Counter()
         var threads: [Thread] = []
         let clients = try (0..<clientCount).map { _ in try BusClient(address: address, recordSignals: false) }
@@ -127,7 +127,7 @@ struct SoakTests {
             let t = Thread {
                 var r = FuzzTests.Rng(state: UInt64(i + 1) * 7919)
                 var session: String?
-                while !stop.isSet {
+                while !stop.isOn {
                     usleep(UInt32(20_000 + r.int(180_000)))
                     if paused.isOn { continue }
                     var result: Result<[DBusValue], DBusError>?
@@ -198,7 +198,7 @@ struct SoakTests {
             }
             paused.set(false)
         }
-        stop.set()
+        stop.set(true)
         for _ in 0..<100 where threads.contains(where: { $0.isExecuting }) { usleep(20_000) }
 
         // 6: InterruptionEnded only after InterruptionBegan, at most once per begin.
