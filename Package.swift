@@ -87,7 +87,7 @@ let package = Package(
         // Test support (no product): a private bus and sound server per test run, client processes, an observer.
         .target(
             name: "AudiodTestKit",
-            dependencies: ["AudiodCore", "DBusService", "PulseBackend"],
+            dependencies: ["AudiodCore", "DBusService", "PulseBackend", "CPulse"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
@@ -99,7 +99,7 @@ let package = Package(
         .executableTarget(
             name: "AudiodBenchmarks",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodTestKit", "CPulse",
+                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -68,9 +68,23 @@ func startAudiod(_ server: TestServer, config: String, client: BusClient) throws
 }
 
 func run(_ kind: ServerKind) throws -> Results {
-    var r = Results()
     let server = try TestServer(kind)
     defer { server.stop() }
+    do {
+        return try measure(kind, server)
+    } catch {
+        // The run's directory goes with the server: keep audiod's log (BENCH_LOG=debug makes it useful) for the
+        // failure to be read afterwards.
+        let kept = "\(NSTemporaryDirectory())/audiod-bench-\(kind)-failure.log"
+        if (try? server.file("audiod.log").write(toFile: kept, atomically: true, encoding: .utf8)) != nil {
+            print("\(kind): audiod's log kept in \(kept)")
+        }
+        throw error
+    }
+}
+
+func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
+    var r = Results()
     let busAddress = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
     // Sessions are made for this placeholder process, so that no session claims the benchmark's own streams by pid.
     let holder = try server.spawn(["sleep", "86400"])
@@ -196,7 +210,7 @@ func run(_ kind: ServerKind) throws -> Results {
     let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
     let m = try server.waitForPlaybackStream(pid: music.pid).index
     func phoneCalls() throws -> [UInt64] {
-        guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call") }
+        guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call (the observer sees \(observer.state(m).map { "\($0)" } ?? "no such stream"))") }
         var times: [UInt64] = []
         let phone = try ToneClient(server: server.pulseServer, name: "phone-app")
         for _ in 0..<iterations {

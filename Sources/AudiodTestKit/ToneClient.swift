@@ -1,21 +1,21 @@
-// Playback streams opened in this process, so that the time a stream starts is known to the microsecond (a
-// spawned pacat would add its own start-up, which dwarfs what is measured). Benchmark support only: the daemon's
-// libpulse code stays in PulseBackend.
+// Playback streams opened in this process: the benchmark knows the time a stream starts to the microsecond (a
+// spawned pacat would add its own start-up, which dwarfs what is measured), and tests can open and close streams
+// faster than processes start. Test and benchmark support only: the daemon's libpulse code stays in PulseBackend.
 
 import CPulse
 import Foundation
 
 /// One libpulse connection on its own threaded mainloop, holding any number of silent playback streams.
-final class ToneClient: @unchecked Sendable {
+public final class ToneClient: @unchecked Sendable {
     private let mainloop: OpaquePointer
     private let context: OpaquePointer
     private var streams: [OpaquePointer] = []
 
-    init(server: String, name: String) throws {
-        guard let m = pa_threaded_mainloop_new() else { throw BenchFailure("pa_threaded_mainloop_new failed") }
+    public init(server: String, name: String) throws {
+        guard let m = pa_threaded_mainloop_new() else { throw TestKitError("pa_threaded_mainloop_new failed") }
         guard let c = pa_context_new(pa_threaded_mainloop_get_api(m), name) else {
             pa_threaded_mainloop_free(m)
-            throw BenchFailure("pa_context_new failed")
+            throw TestKitError("pa_context_new failed")
         }
         mainloop = m
         context = c
@@ -25,12 +25,12 @@ final class ToneClient: @unchecked Sendable {
         pa_threaded_mainloop_lock(m)
         defer { pa_threaded_mainloop_unlock(m) }
         guard pa_context_connect(c, server, PA_CONTEXT_NOFLAGS, nil) >= 0, pa_threaded_mainloop_start(m) >= 0 else {
-            throw BenchFailure("tone client: cannot connect to \(server)")
+            throw TestKitError("tone client: cannot connect to \(server)")
         }
         while true {
             let s = pa_context_get_state(c)
             if s == PA_CONTEXT_READY { break }
-            if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED { throw BenchFailure("tone client: connection failed") }
+            if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED { throw TestKitError("tone client: connection failed") }
             pa_threaded_mainloop_wait(m)
         }
     }
@@ -48,7 +48,7 @@ final class ToneClient: @unchecked Sendable {
     /// Opens a playback stream with these properties, writing silence; returns its sink-input index and the time
     /// just before it was asked for.
     @discardableResult
-    func open(_ properties: [String: String], device: String? = nil) throws -> (index: UInt32, startedAt: UInt64) {
+    public func open(_ properties: [String: String], device: String? = nil) throws -> (index: UInt32, startedAt: UInt64) {
         pa_threaded_mainloop_lock(mainloop)
         defer { pa_threaded_mainloop_unlock(mainloop) }
         let props = pa_proplist_new()
@@ -57,7 +57,7 @@ final class ToneClient: @unchecked Sendable {
         // 8 kHz mono: 200 streams of it cost the server next to nothing.
         var spec = pa_sample_spec(format: PA_SAMPLE_S16LE, rate: 8000, channels: 1)
         guard let s = pa_stream_new_with_proplist(context, "tone", &spec, nil, props) else {
-            throw BenchFailure("pa_stream_new failed")
+            throw TestKitError("pa_stream_new failed")
         }
         pa_stream_set_state_callback(s, { _, ud in
             if let ud { pa_threaded_mainloop_signal(OpaquePointer(ud), 0) }
@@ -71,10 +71,10 @@ final class ToneClient: @unchecked Sendable {
                 left -= n
             }
         }, nil)
-        let started = nowNs()
+        let started = DispatchTime.now().uptimeNanoseconds
         guard pa_stream_connect_playback(s, device, nil, PA_STREAM_NOFLAGS, nil, nil) >= 0 else {
             pa_stream_unref(s)
-            throw BenchFailure("pa_stream_connect_playback failed")
+            throw TestKitError("pa_stream_connect_playback failed")
         }
         while true {
             let st = pa_stream_get_state(s)
@@ -82,7 +82,7 @@ final class ToneClient: @unchecked Sendable {
             if st == PA_STREAM_FAILED || st == PA_STREAM_TERMINATED {
                 pa_stream_unref(s)
                 let why = String(cString: pa_strerror(pa_context_errno(context)))
-                throw BenchFailure("tone stream \(streams.count + 1) failed: \(why)")
+                throw TestKitError("tone stream \(streams.count + 1) failed: \(why)")
             }
             pa_threaded_mainloop_wait(mainloop)
         }
@@ -91,7 +91,7 @@ final class ToneClient: @unchecked Sendable {
     }
 
     /// Closes every stream this client opened.
-    func closeAll() {
+    public func closeAll() {
         pa_threaded_mainloop_lock(mainloop)
         for s in streams { pa_stream_disconnect(s); pa_stream_unref(s) }
         streams = []
