@@ -3,8 +3,8 @@
 //
 // Usage: AudiodBenchmarks [iterations] [pulseaudio|pipewire …]   (default: 200, every installed server)
 // For digging into one figure: BENCH_STREAMS=1,10 (the activation rows), BENCH_EXTRA=98 (the idle ambient
-// sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log stays in the run's directory
-// only while it runs), BENCH_DUMP=1 (every round of the activation rows, to see where a p99 comes from).
+// sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log is kept in $TMPDIR, as it
+// is after a failed run), BENCH_DUMP=1 (every round of the activation rows, to see where a p99 comes from).
 
 import AudioPolicy
 import AudiodCore
@@ -70,15 +70,26 @@ func startAudiod(_ server: TestServer, config: String, client: BusClient) throws
 func run(_ kind: ServerKind) throws -> Results {
     let server = try TestServer(kind)
     defer { server.stop() }
-    do {
-        return try measure(kind, server)
-    } catch {
-        // The run's directory goes with the server: keep audiod's log (BENCH_LOG=debug makes it useful) for the
-        // failure to be read afterwards.
-        let kept = "\(NSTemporaryDirectory())/audiod-bench-\(kind)-failure.log"
-        if (try? server.file("audiod.log").write(toFile: kept, atomically: true, encoding: .utf8)) != nil {
+    // The run's directory goes with the server: audiod's log is kept when the run fails, or when BENCH_LOG asks
+    // for a level (then it is what one wants to read).
+    func keepLog(_ why: String) {
+        let kept = "\(NSTemporaryDirectory())/audiod-bench-\(kind)\(why).log"
+        var text = server.file("audiod.log")
+        if !why.isEmpty {
+            // What the server and its session manager hold, for a stream in a state nobody set.
+            text += "\n--- pactl list sink-inputs\n" + ((try? server.pactl(["list", "sink-inputs"])) ?? "")
+            text += "\n--- WirePlumber's restore-stream\n" + server.file("state/wireplumber/restore-stream")
+        }
+        if (try? text.write(toFile: kept, atomically: true, encoding: .utf8)) != nil {
             print("\(kind): audiod's log kept in \(kept)")
         }
+    }
+    do {
+        let r = try measure(kind, server)
+        if ProcessInfo.processInfo.environment["BENCH_LOG"] != nil { keepLog("") }
+        return r
+    } catch {
+        keepLog("-failure")
         throw error
     }
 }

@@ -85,6 +85,7 @@ public final class Arbiter: @unchecked Sendable {
     @discardableResult
     public func handle(_ event: Event) -> [Effect] {
         let effects = engine.handle(event, at: now)
+        if logger.logLevel <= .debug { logDecisions(event, effects) }
         var touchesStreams = false
         for e in effects {
             switch e {
@@ -127,6 +128,22 @@ public final class Arbiter: @unchecked Sendable {
             onStep?(event, effects)
         }
         return effects
+    }
+
+    /// `--log-level debug` answers "why did this go quiet": every step that touched a stream, a player or a
+    /// session's signals, with the event that caused it.
+    private func logDecisions(_ event: Event, _ effects: [Effect]) {
+        let decisions = effects.filter {
+            switch $0 {
+            case .setStreamMute, .setStreamVolume, .mprisPause, .mprisPlay, .signal, .sessionAdded, .sessionRemoved:
+                return true
+            default: return false
+            }
+        }
+        guard !decisions.isEmpty else { return }
+        logger.debug("decided", metadata: [
+            "event": "\(event)", "effects": "\(decisions.map { "\($0)" }.joined(separator: ", "))",
+        ])
     }
 
     private func isStreamEvent(_ e: Event) -> Bool {
