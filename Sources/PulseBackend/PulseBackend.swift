@@ -41,11 +41,15 @@ public final class PulseBackend: @unchecked Sendable {
         public var volumeTolerance: UInt32
         /// How long after a stream appears a leaked policy value on it is still put back.
         public var leakWindowNanoseconds: UInt64
+        /// On a server that confirms changes late (pipewire-pulse): how long audiod's own value stands against
+        /// reads that still show the old one.
+        public var confirmationNanoseconds: UInt64
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
             initialBackoffNanoseconds: UInt64 = 50_000_000, maximumBackoffNanoseconds: UInt64 = 1_000_000_000,
-            volumeTolerance: UInt32 = 64, leakWindowNanoseconds: UInt64 = 2_000_000_000
+            volumeTolerance: UInt32 = 64, leakWindowNanoseconds: UInt64 = 2_000_000_000,
+            confirmationNanoseconds: UInt64 = 1_000_000_000
         ) {
             self.server = server
             self.journalPath = journalPath
@@ -54,6 +58,7 @@ public final class PulseBackend: @unchecked Sendable {
             self.maximumBackoffNanoseconds = maximumBackoffNanoseconds
             self.volumeTolerance = volumeTolerance
             self.leakWindowNanoseconds = leakWindowNanoseconds
+            self.confirmationNanoseconds = confirmationNanoseconds
         }
     }
 
@@ -94,6 +99,14 @@ public final class PulseBackend: @unchecked Sendable {
     /// streams changing together the reads in flight only grew, and libpulse's reply list with them.)
     private var reading: Set<StreamID> = []
     private var readAgain: Set<StreamID> = []
+    /// pipewire-pulse answers a mute or volume change before its node has it, so a read issued after the change
+    /// can still show the old value — which the engine would take for the user's: an unmute that activates an
+    /// interrupted app, or audiod's lifted mute kept as the user's own. On such a server audiod's value stands
+    /// until a read shows it, or until `confirmationNanoseconds` have passed (then a read tells the truth).
+    private var serverConfirmsLate = false
+    private struct Expected { var mute: Bool?; var volume: [UInt32]?; var until: UInt64 }
+    private var expected: [StreamID: Expected] = [:]
+    private var expiryTimer: LoopTimer?
     private var sinks: [UInt32: RawDevice] = [:]
     private var sources: [UInt32: RawDevice] = [:]
     private var clients: [UInt32: RawClient] = [:]
@@ -174,6 +187,9 @@ public final class PulseBackend: @unchecked Sendable {
         accepted.removeAll()
         reading.removeAll()
         readAgain.removeAll()
+        expected.removeAll()
+        expiryTimer?.cancel()
+        expiryTimer = nil
         clients.removeAll()
         if wasConnected {
             onEvent?(.disconnected(reason: reason))
@@ -244,7 +260,10 @@ public final class PulseBackend: @unchecked Sendable {
         // pipewire-pulse answers the stream-restore test but its list stays empty (WirePlumber keeps the real
         // state): reading it after every operation only loads the server. There the next-stream correction does
         // the work.
-        if server.name.contains("PipeWire") { hasRestoreDatabase = false }
+        if server.name.contains("PipeWire") {
+            hasRestoreDatabase = false
+            serverConfirmsLate = true
+        }
         logger.info("connected to the sound server", metadata: [
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
         ])
@@ -323,6 +342,8 @@ public final class PulseBackend: @unchecked Sendable {
         }
         guard s > accepted[id, default: 0] else { return }
         accepted[id] = s
+        var raw = raw
+        holdExpected(id, &raw)
         var t = streams[id] ?? Tracked(raw: raw)
         t.raw = raw
         streams[id] = t
@@ -429,6 +450,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func removed(_ id: StreamID) {
         barrier[id] = nextSeq()
         accepted[id] = nil
+        expected[id] = nil
         guard let t = streams.removeValue(forKey: id) else { return }
         if let key = t.restoreKey {
             let before = leaks[key]
@@ -516,6 +538,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func operate(_ id: StreamID, mute: Bool) {
         guard let c = context else { return }
         barrier[id] = nextSeq()
+        expect(id) { $0.mute = mute }
         pendingOperations += 1
         c.setMute(record: id.kind == .record, index: id.index, mute) { [weak self] ok in
             self?.operationDone(id, ok, "mute")
@@ -525,6 +548,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func operate(_ id: StreamID, volume: [UInt32]) {
         guard let c = context else { return }
         barrier[id] = nextSeq()
+        expect(id) { $0.volume = volume }
         pendingOperations += 1
         c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
             self?.operationDone(id, ok, "volume")
@@ -534,6 +558,8 @@ public final class PulseBackend: @unchecked Sendable {
     private func operationDone(_ id: StreamID, _ ok: Bool, _ what: String) {
         if !ok, streams[id] != nil {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
+            // Nothing will show audiod's value: the next read is the truth.
+            if expected.removeValue(forKey: id) != nil { read(id) }
         }
         if ok { repairRestoreDatabase(id) }
         finishOperation()
@@ -546,6 +572,48 @@ public final class PulseBackend: @unchecked Sendable {
         let waiters = flushWaiters
         flushWaiters.removeAll()
         for w in waiters { w() }
+    }
+
+    private func expect(_ id: StreamID, _ change: (inout Expected) -> Void) {
+        guard serverConfirmsLate else { return }
+        let until = monotonicNow() + options.confirmationNanoseconds
+        var e = expected[id] ?? Expected(until: until)
+        e.until = until
+        change(&e)
+        expected[id] = e
+        if expiryTimer == nil { armExpiry(after: options.confirmationNanoseconds) }
+    }
+
+    /// Holds audiod's own value on a read that still shows the old one; a read showing audiod's value confirms it.
+    private func holdExpected(_ id: StreamID, _ raw: inout RawStream) {
+        guard var e = expected[id] else { return }
+        if let m = e.mute {
+            if raw.muted == m { e.mute = nil } else { raw.muted = m }
+        }
+        if let v = e.volume {
+            if v.count != raw.volume.count
+                || Volume(channels: raw.volume).isClose(to: Volume(channels: v), tolerance: options.volumeTolerance)
+            {
+                e.volume = nil
+            } else {
+                raw.volume = v
+            }
+        }
+        expected[id] = e.mute == nil && e.volume == nil ? nil : e
+    }
+
+    private func armExpiry(after ns: UInt64) {
+        expiryTimer = loop.timer(afterNanoseconds: ns) { [weak self] in
+            guard let self else { return }
+            self.expiryTimer = nil
+            let now = self.monotonicNow()
+            // Never confirmed: someone else changed the stream meanwhile, or the server kept its value. Read it.
+            for (id, e) in self.expected where e.until <= now {
+                self.expected[id] = nil
+                self.read(id)
+            }
+            if let next = self.expected.values.map(\.until).min() { self.armExpiry(after: next - now) }
+        }
     }
 
     /// module-stream-restore saves whatever a client sets, audiod's policy values too, and hands them to the
