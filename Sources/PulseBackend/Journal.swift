@@ -1,3 +1,4 @@
+import AudioPolicy
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -87,5 +88,14 @@ enum RestoreKey {
         if let n = properties["application.name"], !n.isEmpty { return prefix + "application-name:" + n }
         if let m = properties["media.name"], !m.isEmpty { return prefix + "media-name:" + m }
         return nil
+    }
+}
+
+extension Journal.Leak {
+    /// What a stream leaves in its restore-database entry if it ends (or is saved) with this change on it.
+    init(_ change: AppliedChange) {
+        self.init(
+            unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
+            restoreVolume: change.restoreVolume?.channels)
     }
 }

@@ -44,12 +44,15 @@ public final class PulseBackend: @unchecked Sendable {
         /// On a server that confirms changes late (pipewire-pulse): how long audiod's own value stands against
         /// reads that still show the old one.
         public var confirmationNanoseconds: UInt64
+        /// A stream that ends this soon after audiod lifted a policy value from it may have left that value in
+        /// the restore database (WirePlumber saves late).
+        public var restoreSettleNanoseconds: UInt64
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
             initialBackoffNanoseconds: UInt64 = 50_000_000, maximumBackoffNanoseconds: UInt64 = 1_000_000_000,
             volumeTolerance: UInt32 = 64, leakWindowNanoseconds: UInt64 = 2_000_000_000,
-            confirmationNanoseconds: UInt64 = 1_000_000_000
+            confirmationNanoseconds: UInt64 = 1_000_000_000, restoreSettleNanoseconds: UInt64 = 2_000_000_000
         ) {
             self.server = server
             self.journalPath = journalPath
@@ -59,6 +62,7 @@ public final class PulseBackend: @unchecked Sendable {
             self.volumeTolerance = volumeTolerance
             self.leakWindowNanoseconds = leakWindowNanoseconds
             self.confirmationNanoseconds = confirmationNanoseconds
+            self.restoreSettleNanoseconds = restoreSettleNanoseconds
         }
     }
 
@@ -115,7 +119,13 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// What audiod applied, as the engine last said (`updateApplied(_:)`).
     private var applied: [StreamID: AppliedChange] = [:]
+    /// Restore-database entries that may hold a policy value, by entry name. The database keeps one entry per
+    /// role (or app), written by whichever of its streams changed last: an entry is clean again only when one of
+    /// its streams changes (or starts) with non-policy values — a sibling ending unsilenced writes nothing.
     private var leaks: [String: Journal.Leak] = [:]
+    /// When audiod last lifted a policy value from a stream: WirePlumber saves a change only after reading the
+    /// node back, so a stream that ends just after the lift can leave the policy value behind.
+    private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
     private var journalWritten: Journal?
@@ -188,6 +198,7 @@ public final class PulseBackend: @unchecked Sendable {
         reading.removeAll()
         readAgain.removeAll()
         expected.removeAll()
+        lifted.removeAll()
         expiryTimer?.cancel()
         expiryTimer = nil
         clients.removeAll()
@@ -371,6 +382,12 @@ public final class PulseBackend: @unchecked Sendable {
             device: deviceName(t.raw))
         let first = t.fed == nil
         let changed = t.fed != info
+        if let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
+            let key = t.restoreKey, leaks.removeValue(forKey: key) != nil
+        {
+            // The server saved this change in the stream's entry: it holds non-policy values again.
+            writeJournal()
+        }
         t.fed = info
         streams[id] = t
         if first {
@@ -409,9 +426,7 @@ public final class PulseBackend: @unchecked Sendable {
                 writeJournal()
             } else {
                 for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
-                    source = Journal.Leak(
-                        unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
-                        restoreVolume: change.restoreVolume?.channels)
+                    source = Journal.Leak(change)
                     break
                 }
             }
@@ -457,13 +472,12 @@ public final class PulseBackend: @unchecked Sendable {
             defer { if leaks[key] != before { writeJournal() } }
             if let change = applied[id] {
                 // It ended while silenced by audiod: the restore database now holds the policy value.
-                leaks[key] = Journal.Leak(
-                    unmute: change.unmute, appliedVolume: change.appliedVolume?.channels,
-                    restoreVolume: change.restoreVolume?.channels)
-            } else {
-                leaks[key] = nil
+                leaks[key] = Journal.Leak(change)
+            } else if let l = lifted[id], monotonicNow() - l.at < options.restoreSettleNanoseconds {
+                leaks[key] = l.leak
             }
         }
+        lifted[id] = nil
         if t.fed != nil { onEvent?(.policy(.streamRemoved(id))) }
     }
 
@@ -649,6 +663,9 @@ public final class PulseBackend: @unchecked Sendable {
         var next: [StreamID: AppliedChange] = [:]
         for c in changes { next[c.stream] = c }
         guard next != applied else { return }
+        let now = monotonicNow()
+        for (id, c) in applied where next[id] == nil { lifted[id] = (Journal.Leak(c), now) }
+        for id in next.keys { lifted[id] = nil }
         applied = next
         if isConnected { writeJournal() }
     }

@@ -48,6 +48,66 @@ struct NothingLeftBehindTests {
         #expect(waitFor(5) { live.streamView(s3.index)?.userMuted == false })
     }
 
+    /// The restore database keeps one entry per role: the last stream of that role to change wrote it. A
+    /// sibling that ended later, never silenced, did not write it — so it must not make audiod forget the leak.
+    /// (Seen in the benchmark: a hundred music streams silenced as they closed left the next music player muted.)
+    @Test("a policy mute left in the database is put back even when a sibling of the same role ended after it",
+          arguments: servers)
+    func siblingEndsAfterLeak(kind: ServerKind) throws {
+        let server = try TestServer(kind, streamRestore: true)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+
+        let game = try playback(server, name: "game", role: "music")
+        let sibling = try playback(server, name: "player", role: "music")
+        let g = try server.waitForPlaybackStream(pid: game.pid)
+        let p = try server.waitForPlaybackStream(pid: sibling.pid)
+        #expect(waitFor(5) { live.streamView(g.index) != nil && live.streamView(p.index) != nil })
+        _ = silence(live, pid: game.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
+        #expect(server.playbackStream(pid: sibling.pid)?.muted == false)
+        game.kill()  // ends while muted by audiod: the database saw the mute last
+        #expect(waitFor(5) { live.streamView(g.index) == nil })
+        sibling.kill()  // ends unmuted, but wrote nothing since the mute
+        #expect(waitFor(5) { live.streamView(p.index) == nil })
+
+        let next = try playback(server, name: "radio", role: "music")
+        let n = try server.waitForPlaybackStream(pid: next.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: next.pid)?.muted == false }, "the next music stream started muted")
+        #expect(waitFor(5) { live.streamView(n.index)?.userMuted == false }, "the engine took the leak for the user's")
+    }
+
+    @Test("a user's mute saved after a policy leak is the user's: the next stream keeps it", arguments: servers)
+    func userMuteAfterLeak(kind: ServerKind) throws {
+        let server = try TestServer(kind, streamRestore: true)
+        defer { server.stop() }
+        let live = try LiveArbiter(server)
+        defer { live.shutdown() }
+
+        let game = try playback(server, name: "game", role: "music")
+        let player = try playback(server, name: "player", role: "music")
+        let g = try server.waitForPlaybackStream(pid: game.pid)
+        let p = try server.waitForPlaybackStream(pid: player.pid)
+        #expect(waitFor(5) { live.streamView(g.index) != nil && live.streamView(p.index) != nil })
+        _ = silence(live, pid: game.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
+        game.kill()
+        #expect(waitFor(5) { live.streamView(g.index) == nil })
+        // The user mutes the music player in a mixer: the database now holds the user's mute.
+        _ = try server.pactl(["set-sink-input-mute", "\(p.index)", "1"])
+        #expect(waitFor(5) { live.streamView(p.index)?.userMuted == true }, "the user's mute did not reach the engine")
+        player.kill()
+        #expect(waitFor(5) { live.streamView(p.index) == nil })
+
+        let next = try playback(server, name: "radio", role: "music")
+        let n = try server.waitForPlaybackStream(pid: next.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: next.pid)?.muted == true }, "the user's saved mute was not restored")
+        usleep(500_000)
+        #expect(server.playbackStream(pid: next.pid)?.muted == true, "audiod undid the user's own mute")
+        #expect(live.streamView(n.index)?.userMuted == true)
+    }
+
     @Test("a ducked app's next stream starts at the user's volume", arguments: servers)
     func restoreDatabaseDuckLeak(kind: ServerKind) throws {
         let server = try TestServer(kind, streamRestore: true)
