@@ -108,6 +108,9 @@ public final class PulseBackend: @unchecked Sendable {
     /// interrupted app, or audiod's lifted mute kept as the user's own. On such a server audiod's value stands
     /// until a read shows it, or until `confirmationNanoseconds` have passed (then a read tells the truth).
     private var serverConfirmsLate = false
+    /// WirePlumber applies a stream's saved values a moment after the stream appears; module-stream-restore
+    /// before it exists. Where it is late, a new stream is watched for a leaked policy value for a short window.
+    private var restoreAppliesLate = false
     private struct Expected { var mute: Bool?; var volume: [UInt32]?; var until: UInt64 }
     private var expected: [StreamID: Expected] = [:]
     private var expiryTimer: LoopTimer?
@@ -274,6 +277,7 @@ public final class PulseBackend: @unchecked Sendable {
         if server.name.contains("PipeWire") {
             hasRestoreDatabase = false
             serverConfirmsLate = true
+            restoreAppliesLate = true
         }
         logger.info("connected to the sound server", metadata: [
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
@@ -418,9 +422,12 @@ public final class PulseBackend: @unchecked Sendable {
     /// A new stream that starts with a policy value audiod left in the server's restore database (on a stream
     /// of the same app that ended while silenced, or that is silenced now) is put back to the user's values
     /// before the engine sees it: otherwise the engine would take the policy value for the user's. WirePlumber
-    /// applies its saved state a moment *after* the stream appears, so the watch lasts a short window.
+    /// applies its saved state a moment *after* the stream appears, so there the watch lasts a short window —
+    /// until it has put a value back, or audiod's policy has touched the stream: after either, a mute is the
+    /// user's or audiod's own (a mixer's mute in that window was undone as a leak).
     private func correctLeak(_ id: StreamID, _ t: inout Tracked) {
-        if t.fed == nil, let key = t.restoreKey {
+        let first = t.fed == nil
+        if first, let key = t.restoreKey {
             var source: Journal.Leak? = leaks.removeValue(forKey: key)
             if source != nil {
                 writeJournal()
@@ -430,10 +437,12 @@ public final class PulseBackend: @unchecked Sendable {
                     break
                 }
             }
-            if let leak = source { t.correction = (leak, monotonicNow() + options.leakWindowNanoseconds) }
+            if let leak = source {
+                t.correction = (leak, monotonicNow() + (restoreAppliesLate ? options.leakWindowNanoseconds : 0))
+            }
         }
         guard let (leak, until) = t.correction else { return }
-        guard monotonicNow() <= until else {
+        guard first || monotonicNow() <= until else {
             t.correction = nil
             return
         }
@@ -454,6 +463,7 @@ public final class PulseBackend: @unchecked Sendable {
             corrected = true
         }
         if corrected {
+            t.correction = nil
             logger.info("a stream started with a policy value left in the restore database; put back", metadata: [
                 "stream": "\(id)", "key": "\(t.restoreKey ?? "")",
             ])
@@ -552,6 +562,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func operate(_ id: StreamID, mute: Bool) {
         guard let c = context else { return }
         barrier[id] = nextSeq()
+        streams[id]?.correction = nil
         expect(id) { $0.mute = mute }
         pendingOperations += 1
         c.setMute(record: id.kind == .record, index: id.index, mute) { [weak self] ok in
@@ -562,6 +573,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func operate(_ id: StreamID, volume: [UInt32]) {
         guard let c = context else { return }
         barrier[id] = nextSeq()
+        streams[id]?.correction = nil
         expect(id) { $0.volume = volume }
         pendingOperations += 1
         c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
