@@ -16,6 +16,28 @@ struct NothingLeftBehindTests {
         return live.session(pid: pid, "ambient", activate: true)
     }
 
+    /// A music-role app silenced by policy ends while silenced: the music entry of the restore database now
+    /// holds audiod's mute. With `sibling`, another music-role app started after it (so that its implicit
+    /// session, not the game's, took the audio) plays on; it is returned.
+    @discardableResult
+    func leakMusicMute(_ server: TestServer, _ live: LiveArbiter, sibling: String? = nil) throws
+        -> (Child, ObservedStream)?
+    {
+        let game = try playback(server, name: "game", role: "music")
+        let g = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(waitFor(5) { live.streamView(g.index) != nil })
+        let other = try sibling.map { name -> (Child, ObservedStream) in
+            let c = try playback(server, name: name, role: "music")
+            return (c, try server.waitForPlaybackStream(pid: c.pid))
+        }
+        if let (_, o) = other { #expect(waitFor(5) { live.streamView(o.index) != nil }) }
+        _ = silence(live, pid: game.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
+        game.kill()
+        #expect(waitFor(5) { live.streamView(g.index) == nil })
+        return other
+    }
+
     @Test("an app's next stream starts at the user's values, not at a policy mute it ended with", arguments: servers)
     func restoreDatabaseLeak(kind: ServerKind) throws {
         // PulseAudio with module-stream-restore (as every desktop loads it); PipeWire with WirePlumber.
@@ -59,16 +81,9 @@ struct NothingLeftBehindTests {
         let live = try LiveArbiter(server)
         defer { live.shutdown() }
 
-        let game = try playback(server, name: "game", role: "music")
-        let sibling = try playback(server, name: "player", role: "music")
-        let g = try server.waitForPlaybackStream(pid: game.pid)
-        let p = try server.waitForPlaybackStream(pid: sibling.pid)
-        #expect(waitFor(5) { live.streamView(g.index) != nil && live.streamView(p.index) != nil })
-        _ = silence(live, pid: game.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
+        // The game ends while muted by audiod: the database saw the mute last.
+        guard let (sibling, p) = try leakMusicMute(server, live, sibling: "player") else { return }
         #expect(server.playbackStream(pid: sibling.pid)?.muted == false)
-        game.kill()  // ends while muted by audiod: the database saw the mute last
-        #expect(waitFor(5) { live.streamView(g.index) == nil })
         sibling.kill()  // ends unmuted, but wrote nothing since the mute
         #expect(waitFor(5) { live.streamView(p.index) == nil })
 
@@ -85,15 +100,7 @@ struct NothingLeftBehindTests {
         let live = try LiveArbiter(server)
         defer { live.shutdown() }
 
-        let game = try playback(server, name: "game", role: "music")
-        let player = try playback(server, name: "player", role: "music")
-        let g = try server.waitForPlaybackStream(pid: game.pid)
-        let p = try server.waitForPlaybackStream(pid: player.pid)
-        #expect(waitFor(5) { live.streamView(g.index) != nil && live.streamView(p.index) != nil })
-        _ = silence(live, pid: game.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
-        game.kill()
-        #expect(waitFor(5) { live.streamView(g.index) == nil })
+        guard let (player, p) = try leakMusicMute(server, live, sibling: "player") else { return }
         // The user mutes the music player in a mixer: the database now holds the user's mute.
         _ = try server.pactl(["set-sink-input-mute", "\(p.index)", "1"])
         #expect(waitFor(5) { live.streamView(p.index)?.userMuted == true }, "the user's mute did not reach the engine")
@@ -118,12 +125,7 @@ struct NothingLeftBehindTests {
         let live = try LiveArbiter(server)
         defer { live.shutdown() }
 
-        let game = try playback(server, name: "game", role: "music")
-        let g = try server.waitForPlaybackStream(pid: game.pid)
-        _ = silence(live, pid: game.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
-        game.kill()
-        #expect(waitFor(5) { live.streamView(g.index) == nil })
+        try leakMusicMute(server, live)
 
         let next = try playback(server, name: "radio", role: "music")
         let n = try server.waitForPlaybackStream(pid: next.pid)
