@@ -301,26 +301,20 @@ for kind in kinds {
 print("\n### Activation → competing streams muted (100 sessions), as an observer client sees it\n")
 print("| server | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
+/// audiod p50 | p99 | floor p50 | p99 | ratios; the floor's cells empty when it was not measured.
+func cells(_ l: Latency) -> String {
+    let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
+    guard !l.floor.isEmpty else { return "\(ms(a50)) | \(ms(a99)) | n/a | n/a | | |" }
+    let f50 = percentile(l.floor, 0.5), f99 = percentile(l.floor, 0.99)
+    return "\(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |"
+}
 for (kind, r) in all {
-    for (n, l) in r.activation {
-        let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
-        let f50 = percentile(l.floor, 0.5), f99 = percentile(l.floor, 0.99)
-        print("| \(kind) | \(n) | \(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |")
-    }
+    for (n, l) in r.activation { print("| \(kind) | \(n) | \(cells(l))") }
 }
 print("\n### An unmanaged phone-role stream starts → the music stream muted\n")
 print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
 print("|---|---:|---:|---:|---:|---:|---:|")
-for (kind, r) in all {
-    let l = r.roleCork
-    let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
-    if l.floor.isEmpty {
-        print("| \(kind) | \(ms(a50)) | \(ms(a99)) | n/a | n/a | | |")
-    } else {
-        let f50 = percentile(l.floor, 0.5), f99 = percentile(l.floor, 0.99)
-        print("| \(kind) | \(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |")
-    }
-}
+for (kind, r) in all { print("| \(kind) | \(cells(r.roleCork))") }
 print("\n### Calls, memory, idle\n")
 print("| server | SetActive/s (8 clients) | Peer.Ping/s | ratio | RSS idle | PSS idle | RSS 1,000 sessions + 200 streams | PSS loaded | idle wake-ups/s (10 s) | start → name p50 (max of 5) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

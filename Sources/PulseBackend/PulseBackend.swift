@@ -103,14 +103,14 @@ public final class PulseBackend: @unchecked Sendable {
     /// streams changing together the reads in flight only grew, and libpulse's reply list with them.)
     private var reading: Set<StreamID> = []
     private var readAgain: Set<StreamID> = []
-    /// pipewire-pulse answers a mute or volume change before its node has it, so a read issued after the change
-    /// can still show the old value — which the engine would take for the user's: an unmute that activates an
-    /// interrupted app, or audiod's lifted mute kept as the user's own. On such a server audiod's value stands
-    /// until a read shows it, or until `confirmationNanoseconds` have passed (then a read tells the truth).
-    private var serverConfirmsLate = false
-    /// WirePlumber applies a stream's saved values a moment after the stream appears; module-stream-restore
-    /// before it exists. Where it is late, a new stream is watched for a leaked policy value for a short window.
-    private var restoreAppliesLate = false
+    /// PipeWire is late twice over. pipewire-pulse answers a mute or volume change before its node has it, so a
+    /// read issued after the change can still show the old value — which the engine would take for the user's:
+    /// an unmute that activates an interrupted app, or audiod's lifted mute kept as the user's own. There audiod's
+    /// value stands until a read shows it, or until `confirmationNanoseconds` have passed (then a read tells the
+    /// truth). And WirePlumber applies a stream's saved values a moment after the stream appears
+    /// (module-stream-restore before it exists), so there a new stream is watched for a leaked policy value for a
+    /// short window.
+    private var onPipeWire = false
     private struct Expected { var mute: Bool?; var volume: [UInt32]?; var until: UInt64 }
     private var expected: [StreamID: Expected] = [:]
     private var expiryTimer: LoopTimer?
@@ -276,8 +276,7 @@ public final class PulseBackend: @unchecked Sendable {
         // the work.
         if server.name.contains("PipeWire") {
             hasRestoreDatabase = false
-            serverConfirmsLate = true
-            restoreAppliesLate = true
+            onPipeWire = true
         }
         logger.info("connected to the sound server", metadata: [
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
@@ -438,7 +437,7 @@ public final class PulseBackend: @unchecked Sendable {
                 }
             }
             if let leak = source {
-                t.correction = (leak, monotonicNow() + (restoreAppliesLate ? options.leakWindowNanoseconds : 0))
+                t.correction = (leak, monotonicNow() + (onPipeWire ? options.leakWindowNanoseconds : 0))
             }
         }
         guard let (leak, until) = t.correction else { return }
@@ -601,7 +600,7 @@ public final class PulseBackend: @unchecked Sendable {
     }
 
     private func expect(_ id: StreamID, _ change: (inout Expected) -> Void) {
-        guard serverConfirmsLate else { return }
+        guard onPipeWire else { return }
         let until = monotonicNow() + options.confirmationNanoseconds
         var e = expected[id] ?? Expected(until: until)
         e.until = until
