@@ -17,8 +17,15 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.0"),
     ],
     targets: [
+        // The words of the contract (categories, modes, options, reasons, error and bus names): shared by the
+        // engine, the daemon and the client library, depending on nothing.
+        .target(
+            name: "AudioVocabulary",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .target(
             name: "AudioPolicy",
+            dependencies: ["AudioVocabulary"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The thread, cross-thread work and start/stop that MainLoop (PulseBackend) and PollLoop (DBusService) share.
@@ -30,18 +37,28 @@ let package = Package(
         // (STYLE.md §1–§2). No pkgConfig: libpulse.pc's `-D_REENTRANT -pthread` are flags SwiftPM refuses with a
         // warning, and the headers live in /usr/include anyway; the modulemap links `pulse`.
         .systemLibrary(name: "CPulse"),
-        // libdbus-1 (Debian: libdbus-1-dev). Never a product; only DBusService imports it.
+        // libdbus-1 (Debian: libdbus-1-dev). Never a product; only DBusTransport imports it.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
-        // The only importer of CDBus: bus connections joined to the audiod loop, messages, the API objects.
+        // The only importer of CDBus: bus connections joined to a loop (the daemon's, or a PollLoop of their own
+        // for clients), messages and values. Shared by the daemon's service, the client library and audioctl.
         .target(
-            name: "DBusService",
-            dependencies: ["AudioPolicy", "CDBus", "LoopThread", .product(name: "Logging", package: "swift-log")],
+            name: "DBusTransport",
+            dependencies: ["CDBus", "LoopThread"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The Swift client library: AudioSession for apps, AudiodConnection for tools; the public API only.
+        // The daemon's half of the bus: the API objects on a transport connection, MPRIS players.
+        .target(
+            name: "DBusService",
+            dependencies: [
+                "AudioPolicy", "AudioVocabulary", "DBusTransport", .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The Swift client library: AudioSession for apps, AudiodConnection for tools; the public API only. It
+        // links the transport and the vocabulary, never the engine or the service.
         .target(
             name: "AudiodClient",
-            dependencies: ["DBusService"],
+            dependencies: ["DBusTransport", "AudioVocabulary"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The only importer of CPulse: the sound server as engine events in, engine effects out.
@@ -79,7 +96,7 @@ let package = Package(
         .executableTarget(
             name: "audioctl",
             dependencies: [
-                "AudiodClient", "DBusService",
+                "AudiodClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

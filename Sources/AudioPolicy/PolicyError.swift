@@ -1,4 +1,4 @@
-/// An error the arbiter answers a request with: one of API.md's named errors plus a message that says what was
+/// An error the arbiter answers a request with: one of docs/API.md's named errors plus a message that says what was
 /// wrong and what is accepted.
 ///
 /// A struct with a private code (rather than a public enum) so that adding an error breaks no caller's switch.
@@ -27,17 +27,17 @@ public struct PolicyError: Error, Sendable, Hashable, CustomStringConvertible {
 
     public static func invalidCategory(_ raw: String) -> PolicyError {
         PolicyError(
-            name: "InvalidCategory",
+            name: ErrorName.invalidCategory.rawValue,
             message: "category '\(raw)' is not one of \(joined(Category.allCases))")
     }
 
     public static func invalidMode(_ raw: String) -> PolicyError {
-        PolicyError(name: "InvalidMode", message: "mode '\(raw)' is not one of \(joined(Mode.allCases))")
+        PolicyError(name: ErrorName.invalidMode.rawValue, message: "mode '\(raw)' is not one of \(joined(Mode.allCases))")
     }
 
     public static func incompatibleMode(_ mode: Mode, category: Category) -> PolicyError {
         PolicyError(
-            name: "IncompatibleMode",
+            name: ErrorName.incompatibleMode.rawValue,
             message: "mode '\(mode.rawValue)' is not accepted by category '\(category.rawValue)', "
                 + "which accepts \(joined(category.acceptedModes))")
     }
@@ -46,11 +46,11 @@ public struct PolicyError: Error, Sendable, Hashable, CustomStringConvertible {
         switch kind {
         case .category:
             return PolicyError(
-                name: "InvalidOption",
+                name: ErrorName.invalidOption.rawValue,
                 message: "'\(raw)' is not a category option; category options are \(joined(CategoryOption.allCases))")
         case .activation:
             return PolicyError(
-                name: "InvalidOption",
+                name: ErrorName.invalidOption.rawValue,
                 message: "'\(raw)' is not an activation option; the only activation option is "
                     + "\(joined(ActivationOption.allCases)) (with SetActive(false))")
         }
@@ -61,30 +61,30 @@ public struct PolicyError: Error, Sendable, Hashable, CustomStringConvertible {
         case .notAcceptedBy(let category):
             let accepted = category.acceptedOptions
             return PolicyError(
-                name: "IncompatibleOption",
+                name: ErrorName.incompatibleOption.rawValue,
                 message: "option '\(raw)' is not accepted by category '\(category.rawValue)', which accepts "
                     + (accepted.isEmpty ? "no options" : joined(accepted)))
         case .onlyOnDeactivation:
             return PolicyError(
-                name: "IncompatibleOption",
+                name: ErrorName.incompatibleOption.rawValue,
                 message: "option '\(raw)' is only accepted with SetActive(false)")
         }
     }
 
     public static func insufficientPriority(call: SessionID) -> PolicyError {
         PolicyError(
-            name: "InsufficientPriority",
+            name: ErrorName.insufficientPriority.rawValue,
             message: "a call (session \(call.rawValue)) holds the audio; during a call only a call or mixable "
                 + "playback/ambient sessions may activate")
     }
 
     public static func noSuchSession(_ what: String) -> PolicyError {
-        PolicyError(name: "NoSuchSession", message: what)
+        PolicyError(name: ErrorName.noSuchSession.rawValue, message: what)
     }
 
     public static func noSuchRule(_ application: String) -> PolicyError {
         PolicyError(
-            name: "NoSuchRule",
+            name: ErrorName.noSuchRule.rawValue,
             message: "there is no rule for '\(application)' set over D-Bus (rules from the config file are "
                 + "changed in the file)")
     }

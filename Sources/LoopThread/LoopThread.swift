@@ -1,4 +1,4 @@
-// What audiod's two event loops share: PulseBackend's MainLoop (pa_mainloop, in the daemon) and DBusService's
+// What audiod's two event loops share: PulseBackend's MainLoop (pa_mainloop, in the daemon) and DBusTransport's
 // PollLoop (poll(2), in clients). Each brings its own way to wait and to be woken; this is the thread, the work
 // handed in from other threads and from the loop itself, and the start/stop handshake.
 
@@ -9,6 +9,9 @@ import Synchronization
 public final class LoopThread: @unchecked Sendable {
     // @unchecked: `local` is touched only on the loop thread; the rest are Mutexes or thread-safe.
     private let queue = Mutex<[@Sendable () -> Void]>([])
+    /// The thread has ended: work handed in now runs at once on the caller's thread (nothing else runs the loop's
+    /// state any more), so that a caller waiting for it is never stranded.
+    private let ended = Mutex(false)
     private var local: [() -> Void] = []
     private let running = Mutex(false)
     private let thread = Mutex<pthread_t?>(nil)
@@ -32,10 +35,19 @@ public final class LoopThread: @unchecked Sendable {
     /// returns still runs.
     public func start(_ body: @escaping @Sendable () -> Void) {
         running.withLock { $0 = true }
+        ended.withLock { $0 = false }
         startThread { [self] in
             thread.withLock { $0 = pthread_self() }
             body()
-            drain()
+            // Work queued up to the moment the thread is marked ended still runs here; after it, in `execute`.
+            while true {
+                drain()
+                let done = ended.withLock { e in
+                    e = queue.withLock { $0.isEmpty }
+                    return e
+                }
+                if done { break }
+            }
             thread.withLock { $0 = nil }
             finished.signal()
         }
@@ -51,7 +63,11 @@ public final class LoopThread: @unchecked Sendable {
     /// Runs `work` on the loop thread, soon. From the loop thread itself it still queues, so that the caller's
     /// stack unwinds first.
     public func execute(_ work: @escaping @Sendable () -> Void) {
-        queue.withLock { $0.append(work) }
+        let late = ended.withLock { e in
+            if !e { queue.withLock { $0.append(work) } }
+            return e
+        }
+        if late { return work() }
         wake()
     }
 

@@ -121,6 +121,16 @@ public final class DBusMessage: @unchecked Sendable {
     public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
     public var serial: UInt32 { dbus_message_get_serial(raw) }
     public var replySerial: UInt32 { dbus_message_get_reply_serial(raw) }
+    /// Addresses the message to one connection (a unicast signal, in tests that speak as a hostile peer).
+    @discardableResult
+    public func setDestination(_ name: String) -> Bool {
+        DBusSyntax.isBusName(name) && dbus_message_set_destination(raw, name) != 0
+    }
+
+    /// The bus driver itself (`org.freedesktop.DBus`) sent this message; dbus-daemon sets the sender, so a peer
+    /// cannot forge it.
+    public var isFromBus: Bool { sender == "org.freedesktop.DBus" }
+
     /// The caller does not want a reply.
     public var noReply: Bool { dbus_message_get_no_reply(raw) != 0 }
 
@@ -162,7 +172,12 @@ public final class DBusMessage: @unchecked Sendable {
         case TypeCode.int64: return .int64(basic(Int64(0)))
         case TypeCode.uint64: return .uint64(basic(UInt64(0)))
         case TypeCode.double: return .double(basic(Double(0)))
-        case TypeCode.unixFD: return .unixFD(basic(Int32(-1)))
+        case TypeCode.unixFD:
+            // libdbus hands out a duplicate that the reader owns. audiod never uses a descriptor from the bus, so
+            // it is closed at once: a peer must not be able to fill audiod's descriptor table.
+            let fd = basic(Int32(-1))
+            if fd >= 0 { Glibc.close(fd) }
+            return .unixFD(-1)
         case TypeCode.string, TypeCode.objectPath, TypeCode.signature:
             var p: UnsafePointer<CChar>?
             dbus_message_iter_get_basic(&iter, &p)
@@ -257,7 +272,9 @@ public final class DBusMessage: @unchecked Sendable {
         case .int64(let v): return basic(TypeCode.int64, v)
         case .uint64(let v): return basic(TypeCode.uint64, v)
         case .double(let v): return basic(TypeCode.double, v)
-        case .unixFD: return false
+        case .unixFD(let fd):
+            // Only tests send descriptors (to check that audiod drops them); libdbus duplicates the fd it is given.
+            return fd >= 0 && basic(TypeCode.unixFD, fd)
         case .string(let s):
             // libdbus aborts on a string with an embedded NUL; Swift strings are otherwise valid UTF-8.
             return text(TypeCode.string, s.contains("\0") ? s.filter { $0 != "\0" } : s)
@@ -337,6 +354,10 @@ public final class DBusConnection: @unchecked Sendable {
     public var onDisconnect: (() -> Void)?
     private var dispatchScheduled = false
     private var closed = false
+    /// Replies still owed, so that closing answers every one of them (libdbus would only after a dispatch that a
+    /// closed connection never gets).
+    private var inFlight: [UInt64: ReplyBox] = [:]
+    private var nextCall: UInt64 = 0
 
     /// Connects to `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus (`Hello`).
     public init(address: String?, loop: any DBusLoop) throws(DBusError) {
@@ -378,6 +399,9 @@ public final class DBusConnection: @unchecked Sendable {
     public func close() {
         guard !closed else { return }
         closed = true
+        let owed = inFlight.values
+        inFlight.removeAll()
+        for box in owed { box.fire(nil) }
         dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
         dbus_connection_remove_filter(raw, filterCallback, Unmanaged.passUnretained(self).toOpaque())
         dbus_connection_close(raw)
@@ -412,11 +436,17 @@ public final class DBusConnection: @unchecked Sendable {
 
     fileprivate func received(_ m: DBusMessage) -> Bool {
         if m.kind == .signal, m.interface == "org.freedesktop.DBus.Local", m.member == "Disconnected" {
+            let owed = inFlight.values
+            inFlight.removeAll()
+            for box in owed { box.fire(nil) }
             let cb = onDisconnect
             onDisconnect = nil
             cb?()
             return true
         }
+        // A signal addressed to us alone did not pass any match rule: only the bus driver's own (NameAcquired,
+        // NameLost) are believed. Dropped unread, before anything decodes it.
+        if m.kind == .signal, m.destination != nil, !m.isFromBus { return true }
         onMessage?(m)
         return true
     }
@@ -437,7 +467,14 @@ public final class DBusConnection: @unchecked Sendable {
         guard dbus_connection_send_with_reply(raw, m.raw, &pending, timeoutMilliseconds) != 0, let pending else {
             return reply(nil)
         }
-        let box = Unmanaged.passRetained(ReplyBox(reply)).toOpaque()
+        nextCall &+= 1
+        let token = nextCall
+        let replyBox = ReplyBox { [weak self] r in
+            self?.inFlight[token] = nil
+            reply(r)
+        }
+        inFlight[token] = replyBox
+        let box = Unmanaged.passRetained(replyBox).toOpaque()
         let ok = dbus_pending_call_set_notify(pending, { p, data in
             guard let p, let data else { return }
             let box = Unmanaged<ReplyBox>.fromOpaque(data).takeUnretainedValue()
@@ -449,7 +486,7 @@ public final class DBusConnection: @unchecked Sendable {
         })
         if ok == 0 { Unmanaged<ReplyBox>.fromOpaque(box).release() }
         dbus_pending_call_unref(pending)
-        if ok == 0 { reply(nil) }
+        if ok == 0 { replyBox.fire(nil) }
     }
 
     /// `RequestName` with DO_NOT_QUEUE; throws if another connection owns it.
@@ -463,6 +500,27 @@ public final class DBusConnection: @unchecked Sendable {
                 name: "org.freedesktop.DBus.Error.AddressInUse",
                 message: "the bus name \(name) is already owned by another process (is audiod already running?)")
         }
+    }
+
+    /// `ReleaseName`: the name's queue moves on (a starting audiod may take it) before this process exits.
+    public func releaseName(_ name: String) {
+        guard !closed else { return }
+        var err = CDBus.DBusError()
+        dbus_error_init(&err)
+        _ = dbus_bus_release_name(raw, name, &err)
+        _ = take(&err)
+        dbus_connection_flush(raw)
+    }
+
+    /// Sends a method call and waits for its reply on this thread (libdbus reads the socket itself; messages that
+    /// arrive meanwhile stay queued for the loop). For set-up only, never on a path that serves others.
+    public func callBlocking(_ m: DBusMessage, timeoutMilliseconds: Int32 = 5_000) -> DBusMessage? {
+        guard !closed else { return nil }
+        var err = CDBus.DBusError()
+        dbus_error_init(&err)
+        let r = dbus_connection_send_with_reply_and_block(raw, m.raw, timeoutMilliseconds, &err)
+        _ = take(&err)
+        return r.map { DBusMessage(taking: $0) }
     }
 
     /// `AddMatch` without waiting for the bus's answer.

@@ -18,7 +18,8 @@ public indirect enum DBusValue: Equatable, Sendable, CustomStringConvertible {
     case dict(key: String, value: String, [(DBusValue, DBusValue)])
     case structure([DBusValue])
     case variant(DBusValue)
-    /// A file descriptor index; audiod neither sends nor accepts descriptors, but reading one must not fail.
+    /// A file descriptor. audiod never keeps one: a received descriptor is closed as it is decoded (the value then
+    /// holds -1); only tests write one, to check exactly that.
     case unixFD(Int32)
 
     /// The value's D-Bus type signature.
