@@ -9,6 +9,8 @@ extension Arbiter: PolicyHost {
 
     public func processOwner(_ pid: UInt32) -> UInt32? { ProcessTable.owner(of: pid) }
 
+    public func hostPid(_ pid: UInt32, seenBy viewer: UInt32) -> UInt32? { ProcessTable.hostPid(pid, seenBy: viewer) }
+
     public func watchExit(of pid: UInt32, _ handler: @escaping () -> Void) -> AnyObject? {
         ProcessExitWatch(pid: pid, loop: loop, handler)
     }

@@ -32,6 +32,11 @@ public final class Arbiter: @unchecked Sendable {
 
     /// Where silent mode and D-Bus app rules are saved; nil for nowhere.
     let statePath: String?
+    /// Saved-state writes leave the loop: a burst of rule changes costs one write per `persistDelay`, on this
+    /// queue, and nobody's activation waits for the disk.
+    private let stateWriter = DispatchQueue(label: "audiod.state")
+    private var persistTimer: LoopTimer?
+    static let persistDelayNanoseconds: UInt64 = 100_000_000
 
     public init(
         loop: MainLoop, settings: Settings, backend options: PulseBackend.Options, statePath: String? = nil,
@@ -72,6 +77,9 @@ public final class Arbiter: @unchecked Sendable {
 
     public var serverInfo: ServerInfo? { backend.isConnected ? backend.server : nil }
 
+    /// False once `shutdown` has begun: the engine takes no more input.
+    public var acceptsRequests: Bool { !shuttingDown }
+
     private func backendEvent(_ e: BackendEvent) {
         switch e {
         case .policy(let event): handle(event)
@@ -84,6 +92,8 @@ public final class Arbiter: @unchecked Sendable {
     /// and `onStep` sees it all. Returns the effects (the reply among them). Call on the loop thread.
     @discardableResult
     public func handle(_ event: Event) -> [Effect] {
+        // Stopping has begun: nothing new is decided, so no call or stream event can leave a new mute behind.
+        guard !shuttingDown else { return [] }
         let effects = engine.handle(event, at: now)
         if logger.logLevel <= .debug { logDecisions(event, effects) }
         var touchesStreams = false
@@ -99,9 +109,10 @@ public final class Arbiter: @unchecked Sendable {
             case .cancelTimer(let id):
                 timers.removeValue(forKey: id)?.cancel()
             case .persist:
-                if let path = statePath {
-                    do { try StateFile.save(engine.persistentState, to: path) } catch {
-                        logger.error("cannot save state", metadata: ["path": "\(path)", "error": "\(error)"])
+                if statePath != nil, persistTimer == nil {
+                    persistTimer = loop.timer(afterNanoseconds: Self.persistDelayNanoseconds) { [weak self] in
+                        self?.persistTimer = nil
+                        self?.saveState()
                     }
                 }
             default: break
@@ -153,21 +164,70 @@ public final class Arbiter: @unchecked Sendable {
         }
     }
 
-    /// Undoes every mute and duck audiod applied, waits until the server has acknowledged them, clears the
-    /// journal's stream entries and disconnects; then calls `done`. Call on the loop thread.
-    public func shutdown(_ done: @escaping () -> Void) {
+    /// Hands the state to the writer queue (the engine's snapshot is taken here, on the loop).
+    private func saveState() {
+        guard let path = statePath else { return }
+        let state = engine.persistentState
+        let log = logger
+        stateWriter.async {
+            do { try StateFile.save(state, to: path) } catch {
+                log.error("cannot save state", metadata: ["path": "\(path)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Stopping, in phases: stop deciding (calls get `ShuttingDown`, stream events are ignored), undo every mute
+    /// and duck audiod applied, wait for the server's acknowledgement — at most `deadlineNanoseconds`, a server
+    /// that hangs must not keep audiod (and the user's logout) waiting — clear the journal's stream entries,
+    /// repair the restore-database entries that hold policy values, and disconnect; then `done`. Call on the loop
+    /// thread.
+    public func shutdown(deadlineNanoseconds: UInt64 = 3_000_000_000, _ done: @escaping () -> Void) {
         guard !shuttingDown else { return done() }
         shuttingDown = true
         for t in timers.values { t.cancel() }
         timers.removeAll()
+        if persistTimer != nil {
+            persistTimer?.cancel()
+            persistTimer = nil
+            saveState()
+        }
         let effects = engine.restoreEverything()
         logger.info("restoring \(effects.count) stream change(s) before exit")
         backend.apply(effects)
+        // Whichever comes first, the server's answers or the deadline, ends the stop.
+        let once = Once()
+        let finish = { [weak self] in
+            self?.backend.stop()
+            self?.stateWriter.sync {}
+            done()
+        }
+        let deadline = loop.timer(afterNanoseconds: deadlineNanoseconds) { [weak self] in
+            guard once.first() else { return }
+            self?.logger.warning("the sound server did not confirm the restore in time; the journal keeps what is unconfirmed")
+            finish()
+        }
         backend.flush { [weak self] in
             guard let self else { return done() }
             if self.backend.isConnected { self.backend.updateApplied(self.engine.appliedChanges) }
-            self.backend.stop()
-            done()
+            // Policy values that streams left in the restore database are written back now, so that a stop
+            // without systemd's ExecStopPost leaves nothing behind either.
+            self.backend.repairRecordedLeaks { [weak self] repaired, left in
+                guard once.first() else { return }
+                deadline?.cancel()
+                if repaired + left > 0 {
+                    self?.logger.info("restore database: \(repaired) entr\(repaired == 1 ? "y" : "ies") repaired, \(left) left for the next start")
+                }
+                finish()
+            }
         }
+    }
+}
+
+/// A flag that lets exactly one of several callbacks through (loop thread only).
+private final class Once {
+    private var done = false
+    func first() -> Bool {
+        defer { done = true }
+        return !done
     }
 }

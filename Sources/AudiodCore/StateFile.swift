@@ -3,7 +3,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 
-/// What survives a restart (SPEC §4, API.md): silent mode and the app rules set over D-Bus, in
+/// What survives a restart (POLICY §4, docs/API.md): silent mode and the app rules set over D-Bus, in
 /// `$XDG_STATE_HOME/audiod/state.json` (default `~/.local/state`).
 public enum StateFile {
     struct Stored: Codable {

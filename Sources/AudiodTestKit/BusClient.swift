@@ -15,36 +15,79 @@ public final class BusClient: @unchecked Sendable {
     public init(address: String, recordSignals: Bool = true) throws {
         loop = try MainLoop()
         loop.start()
-        let l = loop
-        let made: Result<DBusConnection, DBusError> = loop.sync { [self] in
-            do {
-                let c = try DBusConnection(address: address, loop: l)
-                if recordSignals { c.addMatch("type='signal',sender='org.audiod.AudioSession1'") }
-                c.onMessage = { [self] m in
-                    guard m.kind == .signal else { return }
-                    let entry = (path: m.path ?? "", member: m.member ?? "", args: m.arguments, at: Date())
-                    signals.withLock { $0.append(entry) }
-                }
-                return .success(c)
-            } catch let e as DBusError {
-                return .failure(e)
-            } catch {
-                return .failure(.failed("\(error)"))
+        connection = try connect(address, on: loop) { [self] c in
+            if recordSignals { c.addMatch("type='signal',sender='org.audiod.AudioSession1'") }
+            c.onMessage = { [self] m in
+                guard m.kind == .signal else { return }
+                let entry = (path: m.path ?? "", member: m.member ?? "", args: m.arguments, at: Date())
+                signals.withLock { $0.append(entry) }
             }
         }
-        connection = try made.get()
     }
 
     public var uniqueName: String { let c = connection; return loop.sync { c?.uniqueName ?? "" } }
 
     /// Calls a method of audiod; the reply's arguments or the error it answered.
     public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
+        callAny(destination: "org.audiod.AudioSession1", path, interface, member, args)
+    }
+
+    /// Sends a message as it is (no reply awaited): how a test speaks as a peer that lies — unicast signals,
+    /// forged bus-driver signals, descriptors.
+    public func send(_ m: DBusMessage) {
+        let c = connection
+        loop.sync { _ = c?.send(m) }
+    }
+
+    /// A method call to the bus driver (`org.freedesktop.DBus`).
+    public func callBus(_ member: String, _ args: [DBusValue]) -> Result<[DBusValue], DBusError> {
+        callAny(destination: "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", member, args)
+    }
+
+    /// Sends `count` calls made by `make` without waiting between them (they queue in audiod's socket, as a
+    /// flooding client's would) and returns every answer in order.
+    public func callPipelined(_ count: Int, _ make: @escaping @Sendable (Int) -> DBusMessage?) -> [Result<[DBusValue], DBusError>] {
+        let c = connection
+        let results = Mutex<[Int: Result<[DBusValue], DBusError>]>([:])
+        let done = DispatchSemaphore(value: 0)
+        loop.execute {
+            for i in 0..<count {
+                guard let c, let m = make(i) else {
+                    results.withLock { $0[i] = .failure(.failed("bad call")) }
+                    if results.withLock({ $0.count }) == count { done.signal() }
+                    continue
+                }
+                c.call(m, timeoutMilliseconds: 60_000) { r in
+                    let result = Self.result(r)
+                    let n = results.withLock { d -> Int in
+                        d[i] = result
+                        return d.count
+                    }
+                    if n == count { done.signal() }
+                }
+            }
+        }
+        _ = done.wait(timeout: .now() + 120)
+        return results.withLock { d in (0..<count).map { d[$0] ?? .failure(.failed("timed out")) } }
+    }
+
+    private static func result(_ r: DBusMessage?) -> Result<[DBusValue], DBusError> {
+        if let r, r.kind == .methodReturn { return .success(r.arguments) }
+        if let r, r.kind == .error {
+            return .failure(DBusError(name: r.errorName ?? "", message: r.arguments.first?.stringValue ?? ""))
+        }
+        return .failure(.failed("no reply"))
+    }
+
+    /// A method call to any destination.
+    public func callAny(destination: String, _ path: String, _ interface: String, _ member: String, _ args: [DBusValue])
+        -> Result<[DBusValue], DBusError>
+    {
         let c = connection
         let done = DispatchSemaphore(value: 0)
         let box = Mutex<Result<[DBusValue], DBusError>?>(nil)
         loop.execute {
-            guard let c, let m = DBusMessage.methodCall(
-                destination: "org.audiod.AudioSession1", path: path, interface: interface, member: member)
+            guard let c, let m = DBusMessage.methodCall(destination: destination, path: path, interface: interface, member: member)
             else {
                 box.withLock { $0 = .failure(.failed("bad call")) }
                 done.signal()
@@ -52,15 +95,7 @@ public final class BusClient: @unchecked Sendable {
             }
             m.append(args)
             c.call(m, timeoutMilliseconds: 10_000) { r in
-                let result: Result<[DBusValue], DBusError>
-                if let r, r.kind == .methodReturn {
-                    result = .success(r.arguments)
-                } else if let r, r.kind == .error {
-                    result = .failure(DBusError(name: r.errorName ?? "", message: r.arguments.first?.stringValue ?? ""))
-                } else {
-                    result = .failure(.failed("no reply"))
-                }
-                box.withLock { $0 = result }
+                box.withLock { $0 = Self.result(r) }
                 done.signal()
             }
         }
@@ -120,12 +155,115 @@ public final class BusClient: @unchecked Sendable {
         waitFor(timeout) { self.received(API.managerPath, "InterfacesRemoved").contains { $0.first == .objectPath(path) } }
     }
 
+    /// Closes the connection and stops the loop; a second call does nothing.
+    public func close() {
+        guard let c = connection else { return }
+        connection = nil
+        loop.sync { c.close() }
+        loop.stop()
+    }
+}
+
+/// An MPRIS player on the bus, scripted by the test: it owns `org.mpris.MediaPlayer2.<name>` on a connection of the
+/// test process (so a stream the test process plays is its stream), answers `Get PlaybackStatus` as told, and
+/// records the `Pause`/`Play` calls it gets.
+public final class ScriptedPlayer: @unchecked Sendable {
+    // @unchecked: `connection` and the script live on `loop`'s thread; `calls` is a Mutex.
+    public let loop: MainLoop
+    public let busName: String
+    private var connection: DBusConnection?
+    private let calls = Mutex<[String]>([])
+    private let state = Mutex<(status: String, getAnswer: String?, announceOnGet: String?)>(("Stopped", nil, nil))
+
+    public init(address: String, name: String) throws {
+        loop = try MainLoop()
+        loop.start()
+        busName = "org.mpris.MediaPlayer2." + name
+        connection = try connect(address, on: loop) { [self] c in
+            c.onMessage = { [self] m in handle(m, c) }
+            try c.requestName(busName)
+        }
+    }
+
+    /// The status it reports (in `PropertiesChanged`, and to `Get` unless `answerGet` says otherwise).
+    public func setStatus(_ status: String, announce: Bool = true) {
+        state.withLock { $0.status = status }
+        if announce { emitStatus(status) }
+    }
+
+    /// Scripts the next `Get PlaybackStatus`: first announce `announce` with `PropertiesChanged`, then answer with
+    /// `answer` — a player whose answer lags its own signal (seen with Firefox).
+    public func scriptGet(announce: String?, answer: String) {
+        state.withLock { $0.announceOnGet = announce; $0.getAnswer = answer }
+    }
+
+    public var receivedCalls: [String] { calls.withLock { $0 } }
+
+    private func emitStatus(_ status: String) {
+        let c = connection
+        loop.sync {
+            guard let c, let s = DBusMessage.signal(
+                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+            else { return }
+            s.append([.string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(status))]), .strings([])])
+            _ = c.send(s)
+        }
+    }
+
+    private func handle(_ m: DBusMessage, _ c: DBusConnection) {
+        guard m.kind == .methodCall, let member = m.member else { return }
+        switch (m.interface, member) {
+        case ("org.freedesktop.DBus.Properties", "Get"):
+            let (status, answer, announce) = state.withLock { s in
+                defer { s.getAnswer = nil; s.announceOnGet = nil }
+                return (s.status, s.getAnswer, s.announceOnGet)
+            }
+            if let announce, let s = DBusMessage.signal(
+                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+            {
+                s.append([.string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(announce))]), .strings([])])
+                _ = c.send(s)
+            }
+            guard let r = m.makeReturn() else { return }
+            r.append([.variant(.string(answer ?? status))])
+            _ = c.send(r)
+        case ("org.mpris.MediaPlayer2.Player", "Pause"), ("org.mpris.MediaPlayer2.Player", "Play"):
+            calls.withLock { $0.append(member) }
+            if let r = m.makeReturn() { _ = c.send(r) }
+        default:
+            if let r = m.makeError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not scripted") { _ = c.send(r) }
+        }
+    }
+
     public func close() {
         let c = connection
         connection = nil
         loop.sync { c?.close() }
         loop.stop()
     }
+}
+
+/// Connects on `loop`'s thread and sets the connection up there (the connection is confined to that thread).
+private func connect(_ address: String, on loop: MainLoop, _ setUp: @escaping @Sendable (DBusConnection) throws -> Void)
+    throws -> DBusConnection
+{
+    let made: Result<DBusConnection, DBusError> = loop.sync {
+        do {
+            let c = try DBusConnection(address: address, loop: loop)
+            try setUp(c)
+            return .success(c)
+        } catch let e as DBusError {
+            return .failure(e)
+        } catch {
+            return .failure(.failed("\(error)"))
+        }
+    }
+    return try made.get()
+}
+
+/// The number of open file descriptors of a process (entries of /proc/PID/fd); 0 when it is gone.
+public func openDescriptors(_ pid: pid_t) -> Int {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd"))?.count ?? 0
 }
 
 /// A running audiod binary on a test run's bus and server.

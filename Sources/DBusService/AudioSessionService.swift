@@ -1,4 +1,5 @@
 import AudioPolicy
+import DBusTransport
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -14,22 +15,30 @@ public protocol PolicyHost: AnyObject {
     @discardableResult func handle(_ event: Event) -> [Effect]
     /// `ServerName`, or nil while not connected.
     var connectedServerName: String? { get }
+    /// False once audiod has begun to stop: nothing new is decided (calls are answered `ShuttingDown`).
+    var acceptsRequests: Bool { get }
     /// The pid, its parent, grandparent… (empty when it does not exist).
     func processChain(_ pid: UInt32) -> [UInt32]
     /// The real uid of a live process.
     func processOwner(_ pid: UInt32) -> UInt32?
+    /// The host pid of what the process `viewer` calls `pid` (it may live in a pid namespace of its own); nil when
+    /// there is no such process.
+    func hostPid(_ pid: UInt32, seenBy viewer: UInt32) -> UInt32?
     /// Calls `handler` once when the process exits; the returned token stops the watch when released.
     func watchExit(of pid: UInt32, _ handler: @escaping () -> Void) -> AnyObject?
 }
 
-/// org.audiod.AudioSession1 on a bus connection: every method, property and signal of API.md, derived from the
+/// org.audiod.AudioSession1 on a bus connection: every method, property and signal of docs/API.md, derived from the
 /// interface descriptions. Confined to the loop thread, like the connection and the engine.
 public final class AudioSessionService {
-    public static let version = "0.3.0"
+    public static let version = Release.version
 
     let bus: DBusConnection
     weak var host: PolicyHost?
     var logger: Logger
+    let limits: Limits
+    /// The uid audiod runs as: audiod-wide writes belong to it (`Access.user`).
+    private let ownUID = getuid()
 
     private struct Caller { var pid: UInt32; var uid: UInt32 }
     private struct Owner {
@@ -47,12 +56,15 @@ public final class AudioSessionService {
     /// Exit watches by pid, and which sessions care.
     private var exitWatches: [UInt32: AnyObject] = [:]
     private var sessionsByPid: [UInt32: Set<SessionID>] = [:]
+    /// Implicit sessions by the pid they were made for: their process's exit ends them at once (POLICY §7).
+    private var implicitPids: [SessionID: UInt32] = [:]
     private var lastServerName: String?
     private var mpris: MPRISWatcher?
 
-    public init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
+    public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
         self.host = host
+        self.limits = limits
         self.logger = logger
         bus.onMessage = { [weak self] m in self?.received(m) }
         bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'")
@@ -61,7 +73,7 @@ public final class AudioSessionService {
     /// Starts following MPRIS players: their status feeds the engine, its Pause/Play reach them.
     public func followMediaPlayers() {
         guard mpris == nil, let host else { return }
-        let w = MPRISWatcher(bus: bus, host: host, logger: logger)
+        let w = MPRISWatcher(bus: bus, host: host, maximumPlayers: limits.players, logger: logger)
         mpris = w
         w.start()
     }
@@ -69,6 +81,11 @@ public final class AudioSessionService {
     /// Owns the well-known name (after the objects are ready: owning it is what "ready" means for systemd).
     public func claimName() throws(DBusError) {
         try bus.requestName(API.busName)
+    }
+
+    /// Gives the well-known name up (the last phase of stopping, after the streams are restored).
+    public func releaseName() {
+        bus.releaseName(API.busName)
     }
 
     static func sessionPath(_ id: SessionID) -> String { API.sessionPathPrefix + "\(id.rawValue)" }
@@ -86,7 +103,9 @@ public final class AudioSessionService {
         switch m.kind {
         case .methodCall: methodCall(m)
         case .signal:
-            if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged" {
+            // Who sent it is checked before anything is decoded: only the bus driver speaks for the bus, and only
+            // a player's current connection for that player (the transport already dropped unicast signals).
+            if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged", m.isFromBus, m.signature == "sss" {
                 let a = m.arguments
                 guard a.count == 3, let name = a[0].stringValue, let old = a[1].stringValue, let new = a[2].stringValue
                 else { return }
@@ -96,7 +115,8 @@ public final class AudioSessionService {
                 }
                 mpris?.nameOwnerChanged(name: name, old: old, new: new)
             } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
-                m.path == MPRISWatcher.path, let sender = m.sender
+                m.path == MPRISWatcher.path, m.signature == "sa{sv}as", let sender = m.sender,
+                mpris?.follows(sender) == true
             {
                 mpris?.propertiesChanged(sender: sender, m.arguments)
             }
@@ -167,7 +187,20 @@ public final class AudioSessionService {
             return fail(m, Self.invalidArgs(
                 "\(member) takes (\(method.inputSignature)), not (\(m.signature))"))
         }
+        if iface.name == API.manager.name || iface.name == API.session.name
+            || (iface.name == API.properties.name && member == "Set"), host?.acceptsRequests != true
+        {
+            return fail(m, Self.shuttingDown)
+        }
         let args = m.arguments
+        authorize(m, method.access, session) { [weak self] in self?.dispatch(m, iface, member, args, interfaces, session) }
+    }
+
+    private func dispatch(
+        _ m: DBusMessage, _ iface: InterfaceDescription, _ member: String, _ args: [DBusValue],
+        _ interfaces: [InterfaceDescription], _ session: SessionID?
+    ) {
+        let path = m.path ?? "/"
         switch (iface.name, member) {
         case (API.introspectable.name, "Introspect"):
             reply(m, [.string(API.introspection(interfaces: interfaces, children: children(of: path)))])
@@ -208,9 +241,13 @@ public final class AudioSessionService {
     // MARK: Requests into the engine
 
     /// Sends a request event; the engine's reply (through `publish`) answers `m` with `encode`'s arguments.
+    @discardableResult
     private func request(_ m: DBusMessage, encode: @escaping (Reply) -> [DBusValue]? = { _ in [] },
-                         _ make: (RequestID) -> Event) {
-        guard let host else { return fail(m, .failed("audiod is shutting down")) }
+                         _ make: (RequestID) -> Event) -> [Effect] {
+        guard let host, host.acceptsRequests else {
+            fail(m, Self.shuttingDown)
+            return []
+        }
         let r = host.makeRequestID()
         pending[r] = (m, encode)
         let effects = host.handle(make(r))
@@ -220,6 +257,7 @@ public final class AudioSessionService {
         if !answered, pending.removeValue(forKey: r) != nil {
             fail(m, .failed("audiod did not decide this request"))
         }
+        return effects
     }
 
     /// Carries out the engine's effects on the bus: replies, signals, objects and property changes. Call with every
@@ -236,6 +274,7 @@ public final class AudioSessionService {
                 }
             case .sessionAdded(let id):
                 guard let view = host?.engine.session(id) else { continue }
+                if view.isImplicit { watchImplicit(id, pid: view.processID) }
                 emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [
                     .objectPath(Self.sessionPath(id)),
                     .dict(key: "s", value: "a{sv}", [
@@ -402,22 +441,25 @@ public final class AudioSessionService {
             guard let p = iface.property(name) else {
                 return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "\(ifaceName) has no property \(name)"))
             }
-            guard p.writable else {
+            guard let access = p.writeAccess else {
                 return fail(m, DBusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "\(name) is read-only"))
             }
             guard value.signature == p.type else {
                 return fail(m, Self.invalidArgs("\(name) is of type \(p.type), not \(value.signature)"))
             }
-            switch (name, value) {
-            case ("SilentMode", .bool(let on)):
-                request(m) { .setSilentMode($0, on) }
-            case ("DuckLevel", .double(let level)):
-                request(m) { .setDuckLevel($0, level) }
-            case ("HandlesSecondaryAudio", .bool(let on)):
-                guard let s = session else { return }
-                withOwner(m, s) { [weak self] in self?.request(m) { .setHandlesSecondaryAudio($0, s, on) } }
-            default:
-                fail(m, Self.invalidArgs("\(name) cannot be set"))
+            authorize(m, access, session) { [weak self] in
+                guard let self else { return }
+                switch (name, value) {
+                case ("SilentMode", .bool(let on)):
+                    self.request(m) { .setSilentMode($0, on) }
+                case ("DuckLevel", .double(let level)):
+                    self.request(m) { .setDuckLevel($0, level) }
+                case ("HandlesSecondaryAudio", .bool(let on)):
+                    guard let s = session else { return }
+                    self.request(m) { .setHandlesSecondaryAudio($0, s, on) }
+                default:
+                    self.fail(m, Self.invalidArgs("\(name) cannot be set"))
+                }
             }
         default:
             fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
@@ -436,7 +478,7 @@ public final class AudioSessionService {
             if let id = host.engine.findSession(pid: pid) {
                 reply(m, [.objectPath(Self.sessionPath(id))])
             } else {
-                fail(m, DBusError(name: API.errorPrefix + "NoSuchSession", message: "no session was created with pid \(pid)"))
+                fail(m, DBusError(name: ErrorName.noSuchSession.busName, message: "no session was created with pid \(pid)"))
             }
         case "GetSessionForProcess":
             guard let pid = args.first?.uint32Value else { return }
@@ -444,12 +486,12 @@ public final class AudioSessionService {
             if let id = host.engine.sessionForProcess(chain: chain.isEmpty ? [pid] : chain) {
                 reply(m, [.objectPath(Self.sessionPath(id))])
             } else {
-                fail(m, DBusError(name: API.errorPrefix + "NoSuchSession", message: "no session owns the streams of pid \(pid)"))
+                fail(m, DBusError(name: ErrorName.noSuchSession.busName, message: "no session owns the streams of pid \(pid)"))
             }
         case "ListStreams":
             guard host.connectedServerName != nil else {
                 return fail(m, DBusError(
-                    name: API.errorPrefix + "ServerUnavailable",
+                    name: ErrorName.serverUnavailable.busName,
                     message: "audiod is not connected to the sound server right now; it reconnects by itself"))
             }
             reply(m, [.array(element: "a{sv}", host.engine.streamViews.map(streamEntry))])
@@ -458,9 +500,17 @@ public final class AudioSessionService {
                 let opts = args[3].stringArray
             else { return }
             guard !app.isEmpty else { return fail(m, Self.invalidArgs("the application name must not be empty")) }
+            if let e = nameTooLong(app, "the application name") ?? tooManyOptions(opts) { return fail(m, e) }
+            if !host.engine.applicationRules.contains(where: { $0.application == app }),
+                host.engine.applicationRules.count >= limits.rules
+            {
+                return fail(m, Self.limitExceeded(
+                    "audiod holds \(limits.rules) application rules, its limit; remove one first (RemoveApplicationCategory)"))
+            }
             request(m) { .setApplicationCategory($0, application: app, category: c, mode: mode, options: opts) }
         case "RemoveApplicationCategory":
             guard let app = args.first?.stringValue else { return }
+            if let e = nameTooLong(app, "the application name") { return fail(m, e) }
             request(m) { .removeApplicationCategory($0, application: app) }
         case "ListApplicationCategories":
             reply(m, [.array(element: "(sssas)", host.engine.applicationRules.map { r in
@@ -498,6 +548,7 @@ public final class AudioSessionService {
             guard let s = v.stringValue else {
                 return fail(m, Self.invalidArgs("hint 'application-name' must be a string (s), not \(v.signature)"))
             }
+            if let e = nameTooLong(s, "hint 'application-name'") { return fail(m, e) }
             name = s
         }
         var pidHint: UInt32?
@@ -518,46 +569,102 @@ public final class AudioSessionService {
             lifetime = l
         }
         guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
+        if let e = sessionLimitReached(sender) { return fail(m, e) }
         withCaller(sender, m) { [weak self] caller in
             guard let self, let host = self.host else { return }
-            let pid = pidHint ?? caller.pid
-            guard pid > 0, let uid = host.processOwner(pid) else {
-                return self.fail(m, DBusError(name: API.errorPrefix + "NoSuchProcess", message: "no process has pid \(pid)"))
+            // Checked again: calls queued behind the credentials look-up all passed the first check.
+            if let e = self.sessionLimitReached(sender) { return self.fail(m, e) }
+            // A caller in a sandbox names pids as its pid namespace numbers them; the bus gives its host pid.
+            guard let pid = pidHint.map({ host.hostPid($0, seenBy: caller.pid) }) ?? caller.pid, pid > 0,
+                let uid = host.processOwner(pid)
+            else {
+                return self.fail(m, DBusError(
+                    name: ErrorName.noSuchProcess.busName, message: "no process has pid \(pidHint ?? caller.pid)"))
             }
             guard uid == caller.uid else {
                 return self.fail(m, DBusError(
                     name: "org.freedesktop.DBus.Error.AccessDenied",
                     message: "pid \(pid) belongs to another user; a session may only hold your own processes"))
             }
-            self.request(m, encode: { reply in
+            let owner = Owner(busName: sender, uid: caller.uid, lifetime: lifetime, pid: pid)
+            let effects = self.request(m, encode: { reply in
                 guard case .session(let id) = reply else { return [] }
-                self.adopt(id, owner: Owner(busName: sender, uid: caller.uid, lifetime: lifetime, pid: pid))
                 return [.objectPath(Self.sessionPath(id))]
             }) { .createSession($0, NewSession(pid: pid, applicationName: name, lifetime: lifetime)) }
+            // Owned from the step that made it (its reply may be published later), so that the limit counts it.
+            for case .reply(_, .session(let id)) in effects { self.adopt(id, owner: owner) }
         }
     }
 
     // MARK: Session methods
 
     private func sessionCall(_ m: DBusMessage, _ member: String, _ args: [DBusValue], _ id: SessionID) {
-        withOwner(m, id) { [weak self] in
-            guard let self else { return }
-            switch member {
-            case "SetCategory":
-                guard let c = args[0].stringValue, let mode = args[1].stringValue, let o = args[2].stringArray else { return }
-                self.request(m) { .setCategory($0, id, category: c, mode: mode, options: o) }
-            case "SetActive":
-                guard let active = args[0].boolValue, let o = args[1].stringArray else { return }
-                self.request(m) { .setActive($0, id, active: active, options: o) }
-            case "Release":
-                self.request(m) { .release($0, id) }
-            default:
-                self.fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+        switch member {
+        case "SetCategory":
+            guard let c = args[0].stringValue, let mode = args[1].stringValue, let o = args[2].stringArray else { return }
+            if let e = tooManyOptions(o) { return fail(m, e) }
+            request(m) { .setCategory($0, id, category: c, mode: mode, options: o) }
+        case "SetActive":
+            guard let active = args[0].boolValue, let o = args[1].stringArray else { return }
+            if let e = tooManyOptions(o) { return fail(m, e) }
+            request(m) { .setActive($0, id, active: active, options: o) }
+        case "Release":
+            request(m) { .release($0, id) }
+        default:
+            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+        }
+    }
+
+    // MARK: Access and bounds
+
+    /// Runs `body` if the caller has `access` (the interface table says which each method and property needs);
+    /// answers AccessDenied otherwise.
+    private func authorize(_ m: DBusMessage, _ access: InterfaceDescription.Access, _ session: SessionID?,
+                           _ body: @escaping () -> Void) {
+        switch access {
+        case .anyone:
+            body()
+        case .owner:
+            guard let session else { return body() }
+            withOwner(m, session, body)
+        case .user:
+            guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
+            withCaller(sender, m) { [weak self] caller in
+                guard let self else { return }
+                guard caller.uid == self.ownUID else {
+                    return self.fail(m, DBusError(
+                        name: "org.freedesktop.DBus.Error.AccessDenied",
+                        message: "\(m.member ?? "this") changes audiod for its user (uid \(self.ownUID)); uid \(caller.uid) may not"))
+                }
+                body()
             }
         }
     }
 
-    /// Runs `body` if the caller may change session `id` (API.md: its owner connection; for a `process` session,
+    private static let shuttingDown = DBusError(
+        name: ErrorName.shuttingDown.busName, message: "audiod is stopping and decides nothing new")
+
+    private static func limitExceeded(_ message: String) -> DBusError {
+        DBusError(name: ErrorName.limitExceeded.busName, message: message)
+    }
+
+    private func sessionLimitReached(_ sender: String) -> DBusError? {
+        guard sessionsByBusName[sender, default: []].count >= limits.sessionsPerConnection else { return nil }
+        return Self.limitExceeded(
+            "this connection owns \(limits.sessionsPerConnection) sessions, the limit per connection; release one first")
+    }
+
+    private func nameTooLong(_ s: String, _ what: String) -> DBusError? {
+        guard s.utf8.count > limits.nameBytes else { return nil }
+        return Self.limitExceeded("\(what) has \(s.utf8.count) bytes; at most \(limits.nameBytes) are accepted")
+    }
+
+    private func tooManyOptions(_ o: [String]) -> DBusError? {
+        guard o.count > limits.options else { return nil }
+        return Self.limitExceeded("\(o.count) options given; at most \(limits.options) are accepted")
+    }
+
+    /// Runs `body` if the caller may change session `id` (docs/API.md: its owner connection; for a `process` session,
     /// any connection of the same user); answers AccessDenied otherwise.
     private func withOwner(_ m: DBusMessage, _ id: SessionID, _ body: @escaping () -> Void) {
         guard let owner = owners[id] else {
@@ -617,22 +724,38 @@ public final class AudioSessionService {
                 if let r, r.kind == .methodReturn, r.arguments.first?.boolValue == false { self?.busNameGone(owner.busName) }
             }
         }
-        sessionsByPid[owner.pid, default: []].insert(id)
-        if exitWatches[owner.pid] == nil, let host {
-            let pid = owner.pid
+        watchPid(owner.pid, id)
+    }
+
+    /// An implicit session ends as soon as its process exits, not when its streams have gone and the linger has
+    /// passed (a call app that quits gives the music back at once).
+    private func watchImplicit(_ id: SessionID, pid: UInt32) {
+        guard pid > 0 else { return }
+        implicitPids[id] = pid
+        watchPid(pid, id)
+    }
+
+    private func watchPid(_ pid: UInt32, _ id: SessionID) {
+        sessionsByPid[pid, default: []].insert(id)
+        if exitWatches[pid] == nil, let host {
             exitWatches[pid] = host.watchExit(of: pid) { [weak self] in self?.processExited(pid) }
         }
     }
 
+    private func unwatchPid(_ pid: UInt32, _ id: SessionID) {
+        sessionsByPid[pid]?.remove(id)
+        if sessionsByPid[pid]?.isEmpty == true {
+            sessionsByPid[pid] = nil
+            exitWatches[pid] = nil
+        }
+    }
+
     private func forget(_ id: SessionID) {
+        if let pid = implicitPids.removeValue(forKey: id) { unwatchPid(pid, id) }
         guard let owner = owners.removeValue(forKey: id) else { return }
         sessionsByBusName[owner.busName]?.remove(id)
         if sessionsByBusName[owner.busName]?.isEmpty == true { sessionsByBusName[owner.busName] = nil }
-        sessionsByPid[owner.pid]?.remove(id)
-        if sessionsByPid[owner.pid]?.isEmpty == true {
-            sessionsByPid[owner.pid] = nil
-            exitWatches[owner.pid] = nil
-        }
+        unwatchPid(owner.pid, id)
     }
 
     private func busNameGone(_ name: String) {

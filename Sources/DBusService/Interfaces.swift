@@ -1,6 +1,19 @@
+import AudioVocabulary
+
 /// The D-Bus API as data (STYLE.md §8): one description per interface, from which introspection XML, argument
-/// checking and property access are all derived. Names are API.md's and fixed.
+/// checking and property access are all derived. Names are docs/API.md's and fixed.
 public struct InterfaceDescription: Sendable {
+    /// Who may call a method or write a property (docs/API.md, "Trust"). Reading is open to everyone on the bus.
+    public enum Access: String, Sendable {
+        /// Any connection.
+        case anyone
+        /// The session's owner: the connection that created it; for a `process` session, any connection of the
+        /// creator's uid.
+        case owner
+        /// A connection of the uid audiod runs as: audiod-wide settings (a bus may admit more than one uid).
+        case user
+    }
+
     public struct Argument: Sendable {
         public let name: String
         public let type: String
@@ -10,13 +23,27 @@ public struct InterfaceDescription: Sendable {
         public let name: String
         public let inputs: [Argument]
         public let outputs: [Argument]
+        public let access: Access
         public var inputSignature: String { inputs.map(\.type).joined() }
+        init(name: String, inputs: [Argument], outputs: [Argument], access: Access = .anyone) {
+            self.name = name
+            self.inputs = inputs
+            self.outputs = outputs
+            self.access = access
+        }
     }
 
     public struct Property: Sendable {
         public let name: String
         public let type: String
-        public let writable: Bool
+        /// Who may `Set` it; nil for read-only.
+        public let writeAccess: Access?
+        public var writable: Bool { writeAccess != nil }
+        init(name: String, type: String, writable: Access? = nil) {
+            self.name = name
+            self.type = type
+            self.writeAccess = writable
+        }
     }
 
     public struct SignalDescription: Sendable {
@@ -57,15 +84,38 @@ public struct InterfaceDescription: Sendable {
 
 private func arg(_ name: String, _ type: String) -> InterfaceDescription.Argument { .init(name: name, type: type) }
 
-/// The names of API.md.
+/// What one client may make audiod hold (docs/API.md, `LimitExceeded`). Each bound is far above what a real app uses
+/// and low enough that cleaning up after the worst client stays well under a frame of anyone else's latency.
+public struct Limits: Sendable, Equatable {
+    /// Explicit sessions one bus connection may own at once.
+    public var sessionsPerConnection: Int
+    /// Application rules set over D-Bus, in all (they are audiod-wide and saved).
+    public var rules: Int
+    /// UTF-8 bytes of a name a client gives audiod: `application-name`, a rule's application.
+    public var nameBytes: Int
+    /// Options in one `SetCategory`, `SetActive` or rule.
+    public var options: Int
+    /// MPRIS players followed at once.
+    public var players: Int
+
+    public init(sessionsPerConnection: Int = 64, rules: Int = 256, nameBytes: Int = 255, options: Int = 16, players: Int = 64) {
+        self.sessionsPerConnection = sessionsPerConnection
+        self.rules = rules
+        self.nameBytes = nameBytes
+        self.options = options
+        self.players = players
+    }
+}
+
+/// The names of docs/API.md.
 public enum API {
-    public static let busName = "org.audiod.AudioSession1"
-    public static let managerPath = "/org/audiod/AudioSession1"
-    public static let sessionPathPrefix = "/org/audiod/AudioSession1/session/"
-    public static let errorPrefix = "org.audiod.AudioSession1.Error."
+    public static let busName = BusNames.busName
+    public static let managerPath = BusNames.managerPath
+    public static let sessionPathPrefix = BusNames.sessionPathPrefix
+    public static let errorPrefix = BusNames.errorPrefix
 
     public static let manager = InterfaceDescription(
-        name: "org.audiod.AudioSession1.Manager",
+        name: BusNames.managerInterface,
         methods: [
             .init(name: "CreateSession", inputs: [arg("hints", "a{sv}")], outputs: [arg("session", "o")]),
             .init(name: "FindSession", inputs: [arg("pid", "u")], outputs: [arg("session", "o")]),
@@ -74,43 +124,45 @@ public enum API {
             .init(
                 name: "SetApplicationCategory",
                 inputs: [arg("application", "s"), arg("category", "s"), arg("mode", "s"), arg("options", "as")],
-                outputs: []),
-            .init(name: "RemoveApplicationCategory", inputs: [arg("application", "s")], outputs: []),
+                outputs: [], access: .user),
+            .init(name: "RemoveApplicationCategory", inputs: [arg("application", "s")], outputs: [], access: .user),
             .init(name: "ListApplicationCategories", inputs: [], outputs: [arg("rules", "a(sssas)")]),
         ],
         properties: [
-            .init(name: "SilentMode", type: "b", writable: true),
-            .init(name: "OtherAudioPlaying", type: "b", writable: false),
-            .init(name: "PrimaryAudioSession", type: "o", writable: false),
-            .init(name: "ServerName", type: "s", writable: false),
-            .init(name: "ServerConnected", type: "b", writable: false),
-            .init(name: "DuckLevel", type: "d", writable: true),
-            .init(name: "Version", type: "s", writable: false),
+            .init(name: "SilentMode", type: "b", writable: .user),
+            .init(name: "OtherAudioPlaying", type: "b"),
+            .init(name: "PrimaryAudioSession", type: "o"),
+            .init(name: "ServerName", type: "s"),
+            .init(name: "ServerConnected", type: "b"),
+            .init(name: "DuckLevel", type: "d", writable: .user),
+            .init(name: "Version", type: "s"),
         ],
         signals: [])
 
     public static let session = InterfaceDescription(
-        name: "org.audiod.AudioSession1.Session",
+        name: BusNames.sessionInterface,
         methods: [
-            .init(name: "SetCategory", inputs: [arg("category", "s"), arg("mode", "s"), arg("options", "as")], outputs: []),
-            .init(name: "SetActive", inputs: [arg("active", "b"), arg("options", "as")], outputs: []),
-            .init(name: "Release", inputs: [], outputs: []),
+            .init(
+                name: "SetCategory", inputs: [arg("category", "s"), arg("mode", "s"), arg("options", "as")], outputs: [],
+                access: .owner),
+            .init(name: "SetActive", inputs: [arg("active", "b"), arg("options", "as")], outputs: [], access: .owner),
+            .init(name: "Release", inputs: [], outputs: [], access: .owner),
         ],
         properties: [
-            .init(name: "Category", type: "s", writable: false),
-            .init(name: "Mode", type: "s", writable: false),
-            .init(name: "Options", type: "as", writable: false),
-            .init(name: "Active", type: "b", writable: false),
-            .init(name: "Interrupted", type: "b", writable: false),
-            .init(name: "Mixable", type: "b", writable: false),
-            .init(name: "SecondaryAudioShouldBeSilencedHint", type: "b", writable: false),
-            .init(name: "OtherAudioPlaying", type: "b", writable: false),
-            .init(name: "HandlesSecondaryAudio", type: "b", writable: true),
-            .init(name: "ApplicationName", type: "s", writable: false),
-            .init(name: "ProcessID", type: "u", writable: false),
-            .init(name: "Implicit", type: "b", writable: false),
-            .init(name: "Streams", type: "au", writable: false),
-            .init(name: "RecordStreams", type: "au", writable: false),
+            .init(name: "Category", type: "s"),
+            .init(name: "Mode", type: "s"),
+            .init(name: "Options", type: "as"),
+            .init(name: "Active", type: "b"),
+            .init(name: "Interrupted", type: "b"),
+            .init(name: "Mixable", type: "b"),
+            .init(name: "SecondaryAudioShouldBeSilencedHint", type: "b"),
+            .init(name: "OtherAudioPlaying", type: "b"),
+            .init(name: "HandlesSecondaryAudio", type: "b", writable: .owner),
+            .init(name: "ApplicationName", type: "s"),
+            .init(name: "ProcessID", type: "u"),
+            .init(name: "Implicit", type: "b"),
+            .init(name: "Streams", type: "au"),
+            .init(name: "RecordStreams", type: "au"),
         ],
         signals: [
             .init(name: "InterruptionBegan", arguments: [arg("reason", "s"), arg("details", "a{sv}")]),

@@ -1,7 +1,8 @@
 import AudioPolicy
+import DBusTransport
 import Logging
 
-/// Follows MPRIS players on the session bus (SPEC §7) and carries out the engine's `Pause`/`Play` on them.
+/// Follows MPRIS players on the session bus (POLICY §7) and carries out the engine's `Pause`/`Play` on them.
 ///
 /// A player is known by its first well-known name; other names of the same process are aliases (some players
 /// register two). Proxies that stand for other players (playerctld) are ignored. Confined to the loop thread.
@@ -25,20 +26,35 @@ final class MPRISWatcher {
     private var players: [String: Player] = [:]
     /// Unique connection name → player name, for PropertiesChanged (whose sender is the unique name).
     private var byUnique: [String: String] = [:]
-    /// Names being looked up, so that a quick appear/vanish does not leave a ghost.
-    private var pending: Set<String> = []
+    /// A name being looked up (GetNameOwner → pid → Get). Its owner's signals are followed from the moment the
+    /// owner is known: a status it announces after the Get left may be newer than the Get's answer (a player
+    /// can answer Get from a state that lags its own signal), so it wins.
+    private struct Lookup {
+        var unique: String?
+        var getSent = false
+        var statusAfterGet: PlaybackStatus?
+    }
+    private var pending: [String: Lookup] = [:]
+    private let maximumPlayers: Int
 
-    init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
+    init(bus: DBusConnection, host: PolicyHost, maximumPlayers: Int, logger: Logger) {
         self.bus = bus
         self.host = host
+        self.maximumPlayers = maximumPlayers
         self.logger = logger
+    }
+
+    /// Whether `sender` is the current connection of a player followed or being looked up: only its signals are
+    /// believed (and decoded).
+    func follows(_ sender: String) -> Bool {
+        byUnique[sender] != nil || pending.values.contains { $0.unique == sender }
     }
 
     func start() {
         bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(Self.path)'")
         busCall("ListNames", []) { [weak self] r in
             guard let self, case .array(_, let names)? = r?.arguments.first else { return }
-            for case .string(let n) in names where n.hasPrefix(Self.prefix) { self.appeared(n) }
+            for case .string(let n) in names where n.hasPrefix(Self.prefix) { self.appeared(n, owner: nil) }
         }
     }
 
@@ -57,46 +73,66 @@ final class MPRISWatcher {
     func nameOwnerChanged(name: String, old: String, new: String) {
         guard name.hasPrefix(Self.prefix) else { return }
         if !old.isEmpty { vanished(name) }
-        if !new.isEmpty { appeared(name) }
+        if !new.isEmpty { appeared(name, owner: new) }
     }
 
     /// `PropertiesChanged` on /org/mpris/MediaPlayer2.
     func propertiesChanged(sender: String, _ args: [DBusValue]) {
-        guard args.first?.stringValue == Self.playerInterface, let name = byUnique[sender],
+        guard args.first?.stringValue == Self.playerInterface,
             let raw = args.dropFirst().first?.propertyMap?["PlaybackStatus"]?.stringValue,
             let status = PlaybackStatus(rawValue: raw)
         else { return }
-        logger.debug("MPRIS status", metadata: ["player": "\(name)", "status": "\(raw)"])
-        host?.handle(.playerStatusChanged(PlayerID(name), status))
+        if let name = byUnique[sender] {
+            logger.debug("MPRIS status", metadata: ["player": "\(name)", "status": "\(raw)"])
+            host?.handle(.playerStatusChanged(PlayerID(name), status))
+            return
+        }
+        for (name, l) in pending where l.unique == sender && l.getSent {
+            logger.debug("MPRIS status during look-up", metadata: ["player": "\(name)", "status": "\(raw)"])
+            pending[name]?.statusAfterGet = status
+        }
     }
 
-    private func appeared(_ name: String) {
-        guard !Self.proxies.contains(name), players[name] == nil, !pending.contains(name) else { return }
-        pending.insert(name)
+    /// `owner`: the unique name, when NameOwnerChanged said it (then signals are followed from this moment on).
+    private func appeared(_ name: String, owner: String?) {
+        guard !Self.proxies.contains(name), players[name] == nil, pending[name] == nil else { return }
+        guard players.count + pending.count < maximumPlayers else {
+            logger.warning("MPRIS player not followed: too many players", metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
+            return
+        }
+        pending[name] = Lookup(unique: owner)
+        if let owner { return lookUp(name, unique: owner) }
         busCall("GetNameOwner", [.string(name)]) { [weak self] r in
-            guard let self else { return }
+            guard let self, self.pending[name] != nil else { return }
             guard case .string(let unique)? = r?.arguments.first else {
-                self.pending.remove(name)
+                self.pending[name] = nil
                 return
             }
-            self.busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
-                guard let self else { return }
-                guard let pid = r?.arguments.first?.uint32Value else {
-                    self.pending.remove(name)
+            self.pending[name]?.unique = unique
+            self.lookUp(name, unique: unique)
+        }
+    }
+
+    private func lookUp(_ name: String, unique: String) {
+        busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
+            guard let self, self.pending[name] != nil else { return }
+            guard let pid = r?.arguments.first?.uint32Value else {
+                self.pending[name] = nil
+                return
+            }
+            self.pending[name]?.getSent = true
+            self.readStatus(name) { [weak self] read in
+                guard let self, let lookup = self.pending.removeValue(forKey: name) else { return }
+                let status = lookup.statusAfterGet ?? read
+                // One process, several names: the first is the player; the rest add nothing.
+                if let other = self.players.values.first(where: { $0.pid == pid }) {
+                    self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
                     return
                 }
-                self.readStatus(name) { [weak self] status in
-                    guard let self, self.pending.remove(name) != nil else { return }
-                    // One process, several names: the first is the player; the rest add nothing.
-                    if let other = self.players.values.first(where: { $0.pid == pid }) {
-                        self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
-                        return
-                    }
-                    self.players[name] = Player(name: name, unique: unique, pid: pid)
-                    self.byUnique[unique] = name
-                    self.logger.info("MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])
-                    self.host?.handle(.playerAppeared(PlayerInfo(id: PlayerID(name), pid: pid, status: status)))
-                }
+                self.players[name] = Player(name: name, unique: unique, pid: pid)
+                self.byUnique[unique] = name
+                self.logger.info("MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])
+                self.host?.handle(.playerAppeared(PlayerInfo(id: PlayerID(name), pid: pid, status: status)))
             }
         }
     }
@@ -116,7 +152,7 @@ final class MPRISWatcher {
     }
 
     private func vanished(_ name: String) {
-        pending.remove(name)
+        pending[name] = nil
         guard let p = players.removeValue(forKey: name) else { return }
         byUnique[p.unique] = nil
         host?.handle(.playerRemoved(PlayerID(name)))
@@ -124,7 +160,7 @@ final class MPRISWatcher {
 
     // MARK: Effects
 
-    /// MPRIS `Pause` or `Play` (never `Stop` or `PlayPause`: SPEC §8).
+    /// MPRIS `Pause` or `Play` (never `Stop` or `PlayPause`: POLICY §8).
     func send(_ method: String, to player: PlayerID) {
         logger.debug("MPRIS \(method)", metadata: ["player": "\(player.busName)"])
         guard method == "Pause" || method == "Play",

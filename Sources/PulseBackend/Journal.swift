@@ -4,7 +4,7 @@ import FoundationEssentials
 import Glibc
 
 /// What audiod has changed on the server, kept on disk so that a run that crashed (or lost its connection) can be
-/// undone by the next one: SPEC.md §8, "nothing left behind".
+/// undone by the next one: docs/POLICY.md §8, "nothing left behind".
 ///
 /// It lives in `$XDG_RUNTIME_DIR/audiod/journal.json` (a tmpfs that dies with the login session, like the streams
 /// it describes) and is replaced atomically (write, then rename) whenever what audiod applied changes.

@@ -18,9 +18,11 @@ struct Audiod: ParsableCommand {
         abstract: "Audio-session arbitration daemon: categories, interruptions and ducking for PulseAudio and PipeWire.",
         discussion: """
             audiod connects to the user's sound server (libpulse's default, or --server) and enforces the audio \
-            session policy on its streams. SIGTERM or SIGINT restore every stream it changed; after a crash, the \
-            next start does so from the journal in $XDG_RUNTIME_DIR/audiod.
-            """)
+            session policy on its streams. SIGTERM or SIGINT restore every stream it changed; after a crash, \
+            `audiod --restore` (the user unit's ExecStopPost=) or the next start does so from the journal in \
+            $XDG_RUNTIME_DIR/audiod.
+            """,
+        version: Release.version)
 
     @Option(help: ArgumentHelp("Sound server address (as PULSE_SERVER), e.g. unix:/run/user/1000/pulse/native.", valueName: "address"))
     var server: String?
@@ -46,6 +48,10 @@ struct Audiod: ParsableCommand {
 
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: String = "info"
+
+    @Flag(help: ArgumentHelp(
+        "Undo what the journal records (mutes, volumes, restore-database entries) and exit, without serving on the bus. The user unit runs it after audiod stops, so that a crash leaves nothing muted."))
+    var restore = false
 
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
@@ -74,6 +80,21 @@ struct Audiod: ParsableCommand {
         let journalPath = journal ?? Journal.defaultPath()
         if journalPath == nil {
             logger.warning("XDG_RUNTIME_DIR is not set: no crash journal; a crash would leave its mutes behind")
+        }
+        if restore {
+            let options = PulseBackend.Options(server: server, journalPath: journalPath, clientName: "audiod --restore")
+            if let journalPath, Lifecycle.lock(Lifecycle.lockPath(journal: journalPath)) == nil {
+                logger.notice("audiod is running: it restores by itself when it stops; nothing done")
+                return
+            }
+            do {
+                let outcome = try JournalRestore.run(options: options, logger: logger)
+                logger.info("\(outcome)")
+            } catch {
+                logger.error("cannot restore: \(error)")
+                throw ExitCode.failure
+            }
+            return
         }
         let configPath = config ?? ConfigFile.find()
         var settings = Settings()

@@ -29,8 +29,28 @@ struct Lifecycle {
         let description: String
     }
 
+    /// The lock a running audiod holds beside its journal: `audiod --restore` does nothing while it is held (the
+    /// running audiod restores by itself), and the kernel drops it however audiod ends.
+    static func lockPath(journal: String) -> String { journal + ".lock" }
+
+    /// Takes the lock (`flock`, exclusive, not waiting); the open descriptor holds it, nil when another process does.
+    static func lock(_ path: String) -> Int32? {
+        let dir = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+        if !dir.isEmpty { mkdir(dir, 0o700) }
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return -1 }  // Cannot lock (read-only runtime dir): go on without.
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
+    }
+
     /// Runs until SIGTERM/SIGINT (or the bus going away), then restores every stream it changed and returns.
     func run() throws {
+        if let journal = options.journalPath, Self.lock(Self.lockPath(journal: journal)) == nil {
+            throw Failure(description: "another audiod holds \(Self.lockPath(journal: journal)): only one may enforce at a time")
+        }
         // Taken only by sigwait on this thread: blocked here before any other thread exists, and threads inherit
         // the mask. SIGUSR1 is audiod's own "the bus went away".
         var signals = sigset_t()
@@ -43,10 +63,12 @@ struct Lifecycle {
         let arbiter = Arbiter(loop: loop, settings: settings, backend: options, statePath: statePath, logger: logger)
         let log = logger
         let address = busAddress
+        let serviceBox = ServiceBox()
         let started: Result<Void, DBusError> = loop.sync {
             do {
                 let bus = try DBusConnection(address: address, loop: loop)
                 let service = AudioSessionService(bus: bus, host: arbiter, logger: log)
+                serviceBox.service = service
                 arbiter.onStep = { _, effects in service.publish(effects) }
                 arbiter.onServerStatus = { info in
                     if let info { log.info("enforcing on \(info.name)") } else { log.warning("sound server gone; reconnecting") }
@@ -68,7 +90,7 @@ struct Lifecycle {
             }
         }
         if case .failure(let e) = started {
-            stop(arbiter, loop)
+            stop(arbiter, loop, serviceBox)
             throw Failure(description: "cannot serve on the session bus: \(e.message)")
         }
 
@@ -86,7 +108,7 @@ struct Lifecycle {
                 break waiting
             }
         }
-        stop(arbiter, loop)
+        stop(arbiter, loop, serviceBox)
         if busGone { throw Failure(description: "the session bus went away; every stream change was undone") }
     }
 
@@ -116,11 +138,22 @@ struct Lifecycle {
         }
     }
 
-    private func stop(_ arbiter: Arbiter, _ loop: MainLoop) {
+    /// Stopping in phases (docs/API.md): stop deciding → restore → wait for the server (bounded) → release the name.
+    private func stop(_ arbiter: Arbiter, _ loop: MainLoop, _ box: ServiceBox) {
         let done = DispatchSemaphore(value: 0)
-        loop.execute { arbiter.shutdown { done.signal() } }
+        loop.execute {
+            arbiter.shutdown {
+                box.service?.releaseName()
+                done.signal()
+            }
+        }
         done.wait()
         loop.stop()
         logger.info("stopped; every stream change undone")
     }
+}
+
+/// The D-Bus service, made and used on the loop thread only.
+private final class ServiceBox: @unchecked Sendable {
+    var service: AudioSessionService?
 }

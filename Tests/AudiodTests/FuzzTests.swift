@@ -3,7 +3,7 @@ import DBusService
 import Foundation
 import Testing
 
-/// Random calls at audiod's D-Bus API (issue 7's reliability suite, short version): every call gets a reply or a
+/// Random calls at audiod's D-Bus API (the reliability suite, short version): every call gets a reply or a
 /// named error, audiod keeps answering, and it does not grow.
 @Suite(.serialized)
 struct FuzzTests {
@@ -63,7 +63,7 @@ struct FuzzTests {
         }
     }
 
-    @Test("5,000 random calls: each answered with a reply or a named error; audiod keeps answering and does not grow")
+    @Test("5,000 random calls amid a liar's random signals and descriptors: each call answered with a reply or a named error; audiod keeps answering, holds no descriptor and does not grow")
     func randomCalls() throws {
         let calls = Int(ProcessInfo.processInfo.environment["AUDIOD_FUZZ_CALLS"] ?? "") ?? 5_000
         let server = try TestServer(.pulseaudio)
@@ -81,9 +81,26 @@ struct FuzzTests {
             ]
         var sessions = ["/org/audiod/AudioSession1/session/1"]
         var replies = 0, errors: [String: Int] = [:], unnamed = 0
+        // A second connection lies throughout: random signals — forged bus-driver ones, player-shaped ones, audiod's
+        // own names — broadcast or addressed to audiod alone, some carrying a descriptor.
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        let liar = try BusClient(address: address, recordSignals: false)
+        defer { liar.close() }
+        guard case .success(let owner) = liar.callBus("GetNameOwner", [.string(API.busName)]), let audiod = owner.first?.stringValue
+        else { throw TestKitError("audiod has no unique name") }
+        let fd = open("/dev/null", O_RDONLY)
+        defer { close(fd) }
+        let signals: [(String, String, String)] = [
+            ("/org/freedesktop/DBus", "org.freedesktop.DBus", "NameOwnerChanged"),
+            ("/org/mpris/MediaPlayer2", "org.freedesktop.DBus.Properties", "PropertiesChanged"),
+            (API.managerPath, API.properties.name, "PropertiesChanged"),
+            ("/org/audiod/AudioSession1/session/1", API.session.name, "InterruptionEnded"),
+        ]
+        var lies = 0
         // Warm up, then measure growth from here.
         for _ in 0..<200 { _ = d.client.call(API.managerPath, API.peer.name, "Ping") }
         let before = processMemory(d.child.pid).rss
+        let descriptorsBefore = openDescriptors(d.child.pid)
         for i in 0..<calls {
             let (iface, member) = r.pick(methods)
             let path = r.int(3) == 0 ? API.managerPath : r.pick(sessions + [API.managerPath, "/", "/org/audiod"])
@@ -94,6 +111,17 @@ struct FuzzTests {
                 args = signature.map { value(&r, type: $0) }
             } else {
                 args = (0..<r.int(4)).map { _ in value(&r) }
+            }
+            if i % 2 == 0 {
+                let (p, si, sm) = r.pick(signals)
+                if let s = DBusMessage.signal(path: p, interface: si, member: sm) {
+                    var sargs = (0..<r.int(4)).map { _ in value(&r) }
+                    if r.int(3) == 0 { sargs.append(.unixFD(fd)) }
+                    s.append(sargs)
+                    if r.int(2) == 0 { s.setDestination(audiod) }
+                    liar.send(s)
+                    lies += 1
+                }
             }
             switch d.client.call(path, iface, member, args) {
             case .success(let out):
@@ -122,7 +150,9 @@ struct FuzzTests {
             }
         }
         let after = processMemory(d.child.pid).rss
-        print("reliability: fuzz: \(calls) calls, \(replies) replies, errors \(errors.sorted { $0.key < $1.key }.map { "\($0.key.split(separator: ".").last ?? ""): \($0.value)" }.joined(separator: ", ")); RSS \(before) → \(after) kB")
+        let descriptorsAfter = openDescriptors(d.child.pid)
+        #expect(descriptorsAfter - descriptorsBefore <= 20, "audiod holds \(descriptorsAfter - descriptorsBefore) more descriptors")
+        print("reliability: fuzz: \(lies) lying signals, descriptors \(descriptorsBefore) → \(descriptorsAfter); \(calls) calls, \(replies) replies, errors \(errors.sorted { $0.key < $1.key }.map { "\($0.key.split(separator: ".").last ?? ""): \($0.value)" }.joined(separator: ", ")); RSS \(before) → \(after) kB")
         #expect(unnamed == 0)
         #expect(errors["org.freedesktop.DBus.Error.NoReply"] == nil, "some calls were never answered")
         #expect(after - before < 1024, "audiod grew by \(after - before) kB over \(calls) calls")
@@ -142,7 +172,7 @@ extension DBusValue {
     }
 }
 
-/// Clients killed with SIGKILL in the middle of activation (issue 7, short version): every session is released and
+/// Clients killed with SIGKILL in the middle of activation (the reliability suite, short version): every session is released and
 /// nothing is left muted.
 @Suite(.serialized)
 struct KilledClientTests {

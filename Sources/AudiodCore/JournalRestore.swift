@@ -1,0 +1,79 @@
+import AudioPolicy
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Logging
+import PulseBackend
+
+/// `audiod --restore`: undoes what a previous run's journal records — mutes and volumes on streams that still
+/// exist, policy values left in the restore database — without serving on the bus, and exits. The user unit runs
+/// it as `ExecStopPost=`, so a crash (or a stop of a failed unit, or an uninstall) is undone even when audiod is
+/// not started again.
+public enum JournalRestore {
+    public struct Outcome: Sendable, Equatable, CustomStringConvertible {
+        /// There was a journal to act on.
+        public var hadJournal: Bool
+        /// The sound server answered in time.
+        public var connected: Bool
+        public var leaksRepaired: Int
+        /// What stays in the journal for the next start (the server was unreachable, or a leak cannot be written).
+        public var journalKept: Bool
+
+        public var description: String {
+            guard hadJournal else { return "no journal: nothing to restore" }
+            guard connected else { return "the sound server did not answer; the journal stays for the next start" }
+            return "restored from the journal; \(leaksRepaired) restore-database entr\(leaksRepaired == 1 ? "y" : "ies") repaired"
+                + (journalKept ? "; what could not be repaired stays in the journal for the next start" : "")
+        }
+    }
+
+    /// Runs on a loop of its own and returns when done (or after `timeoutNanoseconds` without a server).
+    public static func run(options: PulseBackend.Options, timeoutNanoseconds: UInt64 = 5_000_000_000, logger: Logger)
+        throws -> Outcome
+    {
+        guard let path = options.journalPath, FileManager.default.fileExists(atPath: path) else {
+            return Outcome(hadJournal: false, connected: false, leaksRepaired: 0, journalKept: false)
+        }
+        let loop = try MainLoop()
+        loop.start()
+        defer { loop.stop() }
+        let done = DispatchSemaphore(value: 0)
+        let result = ResultBox()
+        loop.execute {
+            let backend = PulseBackend(loop: loop, options: options, logger: logger)
+            result.backend = backend
+            backend.onEvent = { event in
+                guard case .connected = event, !result.finished else { return }
+                // `recover` has sent the stream operations by now; the leaks follow, then the acknowledgements.
+                backend.repairRecordedLeaks { repaired, left in
+                    guard !result.finished else { return }
+                    result.finished = true
+                    result.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
+                    backend.stop()
+                    done.signal()
+                }
+            }
+            backend.start()
+            result.timer = loop.timer(afterNanoseconds: timeoutNanoseconds) {
+                guard !result.finished else { return }
+                result.finished = true
+                backend.stop()
+                done.signal()
+            }
+        }
+        done.wait()
+        return loop.sync {
+            result.timer?.cancel()
+            result.backend = nil
+            return result.outcome
+        }
+    }
+}
+
+/// The restore's state, touched only on its loop thread.
+private final class ResultBox: @unchecked Sendable {
+    var backend: PulseBackend?
+    var timer: LoopTimer?
+    var finished = false
+    var outcome = JournalRestore.Outcome(hadJournal: true, connected: false, leaksRepaired: 0, journalKept: true)
+}
