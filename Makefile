@@ -27,7 +27,8 @@ install: build
 	$(SWIFT) package generate-manual
 	install -m 644 .build/plugins/GenerateManual/outputs/audiod/audiod.1 $(DESTDIR)$(DATADIR)/man/man1/audiod.1
 	install -m 644 .build/plugins/GenerateManual/outputs/audioctl/audioctl.1 $(DESTDIR)$(DATADIR)/man/man1/audioctl.1
-	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script bash \
+	# bash-completion sources the file: it is not a script of its own, so no #! line.
+	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script bash | sed '1{/^#!/d}' \
 		> $(DESTDIR)$(DATADIR)/bash-completion/completions/audioctl
 	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script zsh \
 		> $(DESTDIR)$(DATADIR)/zsh/site-functions/_audioctl

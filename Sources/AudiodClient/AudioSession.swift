@@ -1,4 +1,5 @@
-import DBusService
+import AudioVocabulary
+import DBusTransport
 import Foundation
 
 /// An audio session of this app with audiod, shaped like AVAudioSession:
@@ -14,20 +15,10 @@ import Foundation
 ///
 /// The session lives as long as this object's connection (or, with `lifetime: .process`, as long as the process).
 public final class AudioSession: Sendable {
-    public enum Category: String, Sendable, CaseIterable {
-        case ambient, soloAmbient = "solo-ambient", playback, record, playAndRecord = "play-and-record"
-    }
-
-    public enum Mode: String, Sendable, CaseIterable {
-        case `default`, voiceChat = "voice-chat", videoChat = "video-chat", gameChat = "game-chat"
-        case videoRecording = "video-recording", measurement, moviePlayback = "movie-playback"
-        case spokenAudio = "spoken-audio", voicePrompt = "voice-prompt"
-    }
-
-    public enum CategoryOption: String, Sendable, CaseIterable {
-        case mixWithOthers = "mix-with-others", duckOthers = "duck-others"
-        case interruptSpokenAudioAndMixWithOthers = "interrupt-spoken-audio-and-mix-with-others"
-    }
+    // The daemon's own words (AudioVocabulary), not copies of them.
+    public typealias Category = AudioVocabulary.Category
+    public typealias Mode = AudioVocabulary.Mode
+    public typealias CategoryOption = AudioVocabulary.CategoryOption
 
     public enum Lifetime: String, Sendable { case connection, process }
 

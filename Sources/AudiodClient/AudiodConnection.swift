@@ -1,4 +1,5 @@
-import DBusService
+import AudioVocabulary
+import DBusTransport
 import Foundation
 import Synchronization
 
@@ -14,18 +15,23 @@ public struct AudiodError: Error, Equatable, Sendable, CustomStringConvertible {
         self.message = message
     }
 
-    /// The audiod error kinds of API.md (and the bus's own that clients meet).
-    public enum Code: String, Sendable {
-        case invalidCategory = "InvalidCategory", invalidMode = "InvalidMode", incompatibleMode = "IncompatibleMode"
-        case invalidOption = "InvalidOption", incompatibleOption = "IncompatibleOption"
-        case insufficientPriority = "InsufficientPriority", noSuchSession = "NoSuchSession"
-        case noSuchProcess = "NoSuchProcess", noSuchRule = "NoSuchRule", serverUnavailable = "ServerUnavailable"
+    /// What kind of error: one of audiod's own (docs/API.md), or one of the bus's that clients meet.
+    public enum Code: Hashable, Sendable {
+        case audiod(ErrorName)
         case accessDenied, invalidArguments, notRunning, other
+
+        public static let invalidCategory = Code.audiod(.invalidCategory)
+        public static let noSuchSession = Code.audiod(.noSuchSession)
+        public static let noSuchRule = Code.audiod(.noSuchRule)
+        public static let serverUnavailable = Code.audiod(.serverUnavailable)
+        public static let limitExceeded = Code.audiod(.limitExceeded)
+        public static let shuttingDown = Code.audiod(.shuttingDown)
     }
 
     public var code: Code {
-        let prefix = "org.audiod.AudioSession1.Error."
-        if name.hasPrefix(prefix), let c = Code(rawValue: String(name.dropFirst(prefix.count))) { return c }
+        if name.hasPrefix(BusNames.errorPrefix), let e = ErrorName(rawValue: String(name.dropFirst(BusNames.errorPrefix.count))) {
+            return .audiod(e)
+        }
         switch name {
         case "org.freedesktop.DBus.Error.AccessDenied": return .accessDenied
         case "org.freedesktop.DBus.Error.InvalidArgs": return .invalidArguments
@@ -50,15 +56,23 @@ public struct AudiodSignal: Sendable, Equatable {
 /// A connection to audiod over the session bus, with its own loop thread. Calls are async; signals from audiod
 /// arrive on every stream made by `signals()`.
 public final class AudiodConnection: @unchecked Sendable {
-    // @unchecked: `connection` is used only on `loop`'s thread; `subscribers` is a Mutex.
-    public static let busName = "org.audiod.AudioSession1"
-    public static let managerPath = "/org/audiod/AudioSession1"
-    public static let managerInterface = "org.audiod.AudioSession1.Manager"
-    public static let sessionInterface = "org.audiod.AudioSession1.Session"
+    // @unchecked: `connection` and `audiodOwner` are used only on `loop`'s thread (`connection` is set once, in
+    // init); `closed`, `lost` and `subscribers` are Mutexes.
+    public static let busName = BusNames.busName
+    public static let managerPath = BusNames.managerPath
+    public static let managerInterface = BusNames.managerInterface
+    public static let sessionInterface = BusNames.sessionInterface
     static let propertiesInterface = "org.freedesktop.DBus.Properties"
 
     let loop: PollLoop
     private var connection: DBusConnection?
+    private let closed = Mutex(false)
+    /// The unique name that owns `org.audiod.AudioSession1` now (loop thread only).
+    private var audiodOwner: String?
+    private let lost = Mutex(false)
+
+    /// The bus connection is gone (the bus went away): every stream of `signals()` has finished.
+    public var busLost: Bool { lost.withLock { $0 } }
     private let subscribers = Mutex<[UUID: AsyncStream<AudiodSignal>.Continuation]>([:])
 
     /// Connects to the session bus (or `address`).
@@ -73,11 +87,42 @@ public final class AudiodConnection: @unchecked Sendable {
         let made: Result<DBusConnection, DBusError> = loop.sync { [self] in
             do {
                 let c = try DBusConnection(address: address, loop: l)
+                // audiod's signals are believed only from the connection that owns its name now: follow the owner
+                // (subscribe first, then ask, so that no change falls between the two).
+                c.addMatch(
+                    "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.busName)'")
                 c.addMatch("type='signal',sender='\(Self.busName)'")
-                c.onMessage = { [self] m in
+                if let q = DBusMessage.methodCall(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                    member: "GetNameOwner")
+                {
+                    q.append([.string(Self.busName)])
+                    if let r = c.callBlocking(q), r.kind == .methodReturn { audiodOwner = r.arguments.first?.stringValue }
+                }
+                // Weak: the connection is the loop's, and a strong reference here would keep this object (and its
+                // thread) alive after the app dropped it.
+                c.onMessage = { [weak self] m in
+                    guard let self else { return }
                     guard m.kind == .signal else { return }
+                    if m.isFromBus {
+                        if m.member == "NameOwnerChanged", m.signature == "sss", case let a = m.arguments,
+                            a.first?.stringValue == Self.busName
+                        {
+                            audiodOwner = a[2].stringValue.flatMap { $0.isEmpty ? nil : $0 }
+                            // Passed on as it is, so that a watcher can say audiod went away or came back.
+                            let s = AudiodSignal(path: m.path ?? "", interface: m.interface ?? "", member: "NameOwnerChanged", arguments: a)
+                            for c in subscribers.withLock({ Array($0.values) }) { c.yield(s) }
+                        }
+                        return
+                    }
+                    guard let sender = m.sender, sender == audiodOwner else { return }
                     let s = AudiodSignal(path: m.path ?? "", interface: m.interface ?? "", member: m.member ?? "", arguments: m.arguments)
                     for c in subscribers.withLock({ Array($0.values) }) { c.yield(s) }
+                }
+                c.onDisconnect = { [weak self] in
+                    guard let self else { return }
+                    lost.withLock { $0 = true }
+                    for c in subscribers.withLock({ s in defer { s.removeAll() }; return Array(s.values) }) { c.finish() }
                 }
                 return .success(c)
             } catch let e as DBusError {
@@ -96,20 +141,30 @@ public final class AudiodConnection: @unchecked Sendable {
 
     deinit { close() }
 
-    /// Closes the connection: sessions made with the default lifetime end now.
+    /// Closes the connection: sessions made with the default lifetime end now, calls still waiting for audiod are
+    /// answered with an error, and the signal streams finish. Also when the app just drops this object.
     public func close() {
+        guard closed.withLock({ c in defer { c = true }; return !c }) else { return }
         let c = connection
-        connection = nil
-        guard c != nil else { return }
-        loop.sync { c?.close() }
+        if loop.isOnLoop {
+            c?.close()
+        } else {
+            loop.sync { c?.close() }
+        }
         loop.stop()
         for c in subscribers.withLock({ s in defer { s.removeAll() }; return Array(s.values) }) { c.finish() }
     }
 
     /// This connection's unique bus name.
-    public var uniqueName: String { let c = connection; return loop.sync { c?.uniqueName ?? "" } }
+    public var uniqueName: String {
+        guard !closed.withLock({ $0 }) else { return "" }
+        let c = connection
+        return loop.sync { c?.uniqueName ?? "" }
+    }
 
-    /// Every signal audiod emits from now on.
+    /// Every signal audiod emits from now on, and `org.freedesktop.DBus.NameOwnerChanged` for audiod's name (its
+    /// arguments: name, old owner, new owner; an empty new owner means audiod went away). The stream finishes when
+    /// the bus connection is lost.
     public func signals() -> AsyncStream<AudiodSignal> {
         let (stream, continuation) = AsyncStream<AudiodSignal>.makeStream()
         let id = UUID()
@@ -122,6 +177,9 @@ public final class AudiodConnection: @unchecked Sendable {
     public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) async throws(AudiodError)
         -> [DBusValue]
     {
+        guard !closed.withLock({ $0 }) else {
+            throw AudiodError(name: "org.freedesktop.DBus.Error.Disconnected", message: "the connection to audiod is closed")
+        }
         let c = connection
         let result: Result<[DBusValue], AudiodError> = await withCheckedContinuation { cont in
             loop.execute {

@@ -1,6 +1,5 @@
 import ArgumentParser
 import AudiodClient
-import DBusService
 import Foundation
 
 /// audioctl: drive audiod from a terminal or a script, through its public D-Bus API only.
@@ -11,8 +10,9 @@ struct Audioctl: AsyncParsableCommand {
         abstract: "Control audiod, the audio-session arbiter.",
         discussion: """
             Exit status: 0 success; 1 audiod refused the request (its message is printed); 2 audiod is not \
-            running; 64 bad command line. `audioctl run` exits with the command's own status.
+            running or the bus went away; 64 bad command line. `audioctl run` exits with the command's own status.
             """,
+        version: Release.version,
         subcommands: [
             Status.self, Sessions.self, Streams.self, SetCategory.self, Activate.self, Deactivate.self, Silent.self,
             Run.self, Monitor.self, Rules.self,
@@ -299,7 +299,7 @@ extension Audioctl {
         var app: String?
         @OptionGroup var target: TargetOptions
 
-        static let categories = ["ambient", "solo-ambient", "playback", "record", "play-and-record"]
+        static let categories = Category.allCases.map(\.rawValue)
 
         func validate() throws {
             guard Self.categories.contains(category) else {

@@ -1,6 +1,5 @@
 import ArgumentParser
 import AudiodClient
-import DBusService
 import Foundation
 
 extension Audioctl {
@@ -8,8 +7,11 @@ extension Audioctl {
         static let configuration = CommandConfiguration(
             abstract: "Run a command in its own active session; release it (with notify) when the command exits.",
             discussion: """
-                The command's streams are tagged with the session through PULSE_PROP (audiod.session=<id>). \
-                audioctl exits with the command's status.
+                The command's streams are tagged with the session through PULSE_PROP (audiod.session=<id>). The \
+                command starts as a shell would start it: nothing blocked or ignored and, in a terminal, in the \
+                foreground. SIGINT, SIGTERM and SIGHUP sent to audioctl are passed on to it. When it ends, the \
+                session is released with notify and audioctl exits with its status: 128 + the signal when it was \
+                killed, 127 when it cannot be found, 126 when it cannot be executed.
                 """)
         @OptionGroup var options: BusOptions
         @Option(help: "ambient, solo-ambient, playback, record or play-and-record.") var category: String
@@ -27,6 +29,17 @@ extension Audioctl {
 
         func run() async throws {
             let cmd = command.first == "--" ? Array(command.dropFirst()) : command
+            // A command that cannot be started is reported as a shell would, before any session exists.
+            let path: String
+            switch CommandLookup.resolve(cmd[0]) {
+            case .found(let p): path = p
+            case .notFound:
+                FileHandle.standardError.write(Data("audioctl: \(cmd[0]): command not found\n".utf8))
+                throw ExitCode(127)
+            case .notExecutable(let p):
+                FileHandle.standardError.write(Data("audioctl: \(p): Permission denied\n".utf8))
+                throw ExitCode(126)
+            }
             var status: Int32 = 0
             try await perform {
                 let c = try options.connect()
@@ -38,8 +51,8 @@ extension Audioctl {
                 var env = ProcessInfo.processInfo.environment
                 let tag = "audiod.session=\(s.id)"
                 env["PULSE_PROP"] = env["PULSE_PROP"].map { $0.isEmpty ? tag : $0 + " " + tag } ?? tag
-                let pid = try spawn(cmd, environment: env)
-                status = await Task.detached { waitExit(pid) }.value
+                let child = try ForegroundChild(path: path, argv: cmd, environment: env)
+                status = await Task.detached { child.wait() }.value
                 try? await s.release()
             }
             throw ExitCode(status)
@@ -48,7 +61,11 @@ extension Audioctl {
 
     struct Monitor: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print audiod's events as they happen: interruptions, hints, route changes, sessions, properties.")
+            abstract: "Print audiod's events as they happen: interruptions, hints, route changes, sessions, properties.",
+            discussion: """
+                When audiod goes away, monitor says so and waits for it to come back; when the session bus itself \
+                goes away, it exits with status 2.
+                """)
         @OptionGroup var options: BusOptions
         @Flag(help: "One JSON object per line.") var json = false
 
@@ -60,6 +77,16 @@ extension Audioctl {
                 // Ask once so that "not running" is reported rather than a silent wait.
                 _ = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "Version")
                 for await e in events {
+                    if e.member == "NameOwnerChanged" {
+                        let back = e.arguments.last?.stringValue?.isEmpty == false
+                        let text = back ? "audiod is back" : "audiod went away; waiting for it to come back"
+                        if json {
+                            printJSON(["time": ISO8601DateFormatter().string(from: Date()), "event": back ? "AudiodStarted" : "AudiodStopped"])
+                        } else {
+                            FileHandle.standardOutput.write(Data((text + "\n").utf8))
+                        }
+                        continue
+                    }
                     if json {
                         printJSON([
                             "time": ISO8601DateFormatter().string(from: Date()), "path": e.path, "interface": e.interface,
@@ -70,6 +97,8 @@ extension Audioctl {
                         FileHandle.standardOutput.write(Data((Self.line(e) + "\n").utf8))
                     }
                 }
+                // The stream ends only when the bus connection is gone.
+                if c.busLost { throw Failure.notRunning("the session bus went away") }
             }
         }
 
@@ -123,29 +152,122 @@ extension Audioctl {
     }
 }
 
-/// posix_spawnp the command with the environment; the child keeps audioctl's terminal and signals.
-func spawn(_ argv: [String], environment: [String: String]) throws -> pid_t {
-    let cArgs = argv.map { strdup($0) } + [nil]
-    let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer {
-        for p in cArgs { free(p) }
-        for p in cEnv { free(p) }
+/// Where a command name leads, as a shell's `PATH` search finds it.
+enum CommandLookup: Equatable {
+    case found(String)
+    case notFound
+    case notExecutable(String)
+
+    static func resolve(_ name: String, path: String? = ProcessInfo.processInfo.environment["PATH"]) -> CommandLookup {
+        func check(_ p: String) -> CommandLookup? {
+            var st = stat()
+            guard stat(p, &st) == 0 else { return nil }
+            let isFile = (st.st_mode & S_IFMT) == S_IFREG
+            return isFile && access(p, X_OK) == 0 ? .found(p) : .notExecutable(p)
+        }
+        if name.contains("/") { return check(name) ?? .notFound }
+        var firstUnusable: CommandLookup?
+        for dir in (path ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":", omittingEmptySubsequences: false) {
+            let p = (dir.isEmpty ? "." : String(dir)) + "/" + name
+            switch check(p) {
+            case .found(let f)?: return .found(f)
+            case let other?: firstUnusable = firstUnusable ?? other
+            case nil: continue
+            }
+        }
+        return firstUnusable ?? .notFound
     }
-    var pid: pid_t = 0
-    let rc = posix_spawnp(&pid, argv[0], nil, nil, cArgs, cEnv)
-    guard rc == 0 else {
-        throw Failure.daemon(AudiodError(name: "org.freedesktop.DBus.Error.Failed",
-                                         message: "cannot run \(argv[0]): \(String(cString: strerror(rc)))"))
-    }
-    return pid
 }
 
-/// Waits for the child; its exit status, or 128 + signal as a shell reports it.
-func waitExit(_ pid: pid_t) -> Int32 {
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 {
-        if errno != EINTR { return 127 }
+/// The command of `audioctl run`, started as a shell starts a foreground job: the default signal mask and
+/// dispositions (audioctl's own threads block most signals, and a child inherits the mask), and — when audioctl
+/// runs in a terminal's foreground — a process group of its own that gets the terminal, so that Ctrl-C reaches the
+/// command once. SIGINT, SIGTERM and SIGHUP sent to audioctl are passed on to the command; audioctl outlives it to
+/// release the session.
+final class ForegroundChild: @unchecked Sendable {
+    // @unchecked: set up once in init; `wait` runs on one thread afterwards.
+    let pid: pid_t
+    private let terminal: Int32?
+    static let forwarded: [Int32] = [SIGINT, SIGTERM, SIGHUP]
+
+    init(path: String, argv: [String], environment: [String: String]) throws {
+        // Taken over before the child exists, so that none of these can kill audioctl between the two; one that
+        // arrives meanwhile is passed on once the child exists. (A plain handler: libdispatch's signal sources on
+        // Linux see a signal only on the thread that made them.)
+        forwardTo = -1
+        for sig in Self.forwarded { installForwarding(sig) }
+        let interactive = isatty(0) != 0 && tcgetpgrp(0) == getpgrp()
+        var attr = posix_spawnattr_t()
+        posix_spawnattr_init(&attr)
+        defer { posix_spawnattr_destroy(&attr) }
+        var none = sigset_t()
+        sigemptyset(&none)
+        posix_spawnattr_setsigmask(&attr, &none)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigdefault(&attr, &all)
+        var flags = Int32(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
+        if interactive {
+            posix_spawnattr_setpgroup(&attr, 0)
+            flags |= Int32(POSIX_SPAWN_SETPGROUP)
+        }
+        posix_spawnattr_setflags(&attr, Int16(flags))
+        let cArgs = argv.map { strdup($0) } + [nil]
+        let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for p in cArgs { free(p) }
+            for p in cEnv { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, path, nil, &attr, cArgs, cEnv)
+        guard rc == 0 else {
+            forwardTo = 0
+            for sig in Self.forwarded { signal(sig, SIG_DFL) }
+            throw Failure.daemon(AudiodError(
+                name: "org.freedesktop.DBus.Error.Failed", message: "cannot run \(argv[0]): \(String(cString: strerror(rc)))"))
+        }
+        self.pid = pid
+        if interactive {
+            // The terminal's foreground goes to the command (SIGTTOU ignored: audioctl is not in the foreground
+            // group once it has given it away).
+            signal(SIGTTOU, SIG_IGN)
+            tcsetpgrp(0, pid)
+            terminal = 0
+        } else {
+            terminal = nil
+        }
+        forwardTo = pid
+        if pendingSignal != 0 { kill(pid, pendingSignal) }
     }
-    let termsig = status & 0x7f
-    return termsig == 0 ? (status >> 8) & 0xff : 128 + termsig
+
+    /// Waits for the command; its exit status, or 128 + signal as a shell reports it. Gives the terminal back.
+    func wait() -> Int32 {
+        var status: Int32 = 0
+        var result: Int32 = 127
+        while true {
+            if waitpid(pid, &status, 0) >= 0 {
+                let termsig = status & 0x7f
+                result = termsig == 0 ? (status >> 8) & 0xff : 128 + termsig
+                break
+            }
+            if errno != EINTR { break }
+        }
+        if let terminal { tcsetpgrp(terminal, getpgrp()) }
+        return result
+    }
+}
+
+// What the signal handler needs: only these two words, written before the handler can run for them.
+nonisolated(unsafe) private var forwardTo: pid_t = 0
+nonisolated(unsafe) private var pendingSignal: Int32 = 0
+
+private func installForwarding(_ sig: Int32) {
+    var action = sigaction()
+    action.__sigaction_handler.sa_handler = { sig in
+        // Async-signal-safe: a store and kill(2).
+        if forwardTo > 0 { kill(forwardTo, sig) } else if forwardTo < 0 { pendingSignal = sig }
+    }
+    sigemptyset(&action.sa_mask)
+    action.sa_flags = SA_RESTART
+    sigaction(sig, &action, nil)
 }

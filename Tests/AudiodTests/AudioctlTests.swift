@@ -78,7 +78,7 @@ struct AudioctlTests {
         let set = try ctl(server, "set-category", "ambient", "--app", "some-game")
         #expect(set.status == 0, "\(set.output)")
         let listed = try ctl(server, "rules").output
-        // ambient is mixable: the implied option is listed (API.md: options in force, implied ones included).
+        // ambient is mixable: the implied option is listed (docs/API.md: options in force, implied ones included).
         #expect(listed == "some-game  ambient [mix-with-others]\n", "\(listed)")
         _ = try ctl(server, "silent", "on")
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the ruled app was not silenced")
@@ -177,6 +177,20 @@ struct AudioctlTests {
         #expect(human.contains("session \(aid) interruption ended: should resume"))
     }
 
+    @Test("one version: audiod --version, audioctl --version and Version on the bus say the same")
+    func oneVersion() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let daemon = try server.runStatus([TestServer.builtProduct("audiod"), "--version"])
+        let ctl = try ctl(server, "--version")
+        let bus = d.client.property(API.managerPath, API.manager.name, "Version")?.stringValue
+        #expect(daemon.status == 0 && ctl.status == 0)
+        #expect(!daemon.output.isEmpty && daemon.output == ctl.output && daemon.output == (bus ?? "") + "\n",
+                "audiod \(daemon.output), audioctl \(ctl.output), bus \(bus ?? "none")")
+    }
+
     @Test("bad input and a missing audiod give the documented message and exit status")
     func errors() throws {
         let server = try TestServer(.pulseaudio)
@@ -195,5 +209,122 @@ struct AudioctlTests {
         #expect(mode.output.contains("karaoke"), "\(mode.output)")
         let both = try ctl(server, "set-category", "playback", "--app", "x", "--pid", "1")
         #expect(both.status == 64)
+    }
+}
+
+/// `audioctl run` starts its command as a shell would and stays for it: signal mask and dispositions, signals
+/// passed on, the shell's exit statuses.
+@Suite(.serialized)
+struct AudioctlRunTests {
+    let audioctl = TestServer.builtProduct("audioctl")
+
+    /// A music app with an active playback session: what `audioctl run` interrupts and must give back.
+    func musicSession(_ server: TestServer, _ d: Daemon) throws -> (Child, String) {
+        let music = try playback(server, name: "music")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        return (music, try d.client.makeSession(pid: music.pid, "playback", activate: true))
+    }
+
+    @Test("the command starts with nothing blocked or ignored, and a kill inside it ends the run with 143 and a release with notify")
+    func signalsOfTheCommand() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, a) = try musicSession(server, d)
+        let probe = ["grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"]
+        let masks = try server.runStatus([audioctl, "run", "--category", "playback", "--"] + probe)
+        // What a command started directly gets here (glibc's own signals 32 and 33 may be ignored by whoever started
+        // the test runner; no program can reset those).
+        let direct = try server.runStatus(probe)
+        #expect(masks.status == 0, "\(masks)")
+        #expect(masks.output.contains("SigBlk:\t0000000000000000") && masks.output == direct.output,
+                "the command inherited blocked or ignored signals: \(masks.output), started directly: \(direct.output)")
+        #expect(d.client.waitForSignal(a, "InterruptionEnded").count == 1)
+        _ = d.client.session(a, "SetActive", [.bool(true), .strings([])])
+
+        // A command that plays, kills its own player: a command that plays and kills its own player, then dies of SIGTERM.
+        let r = try server.runStatus([audioctl, "run", "--category", "playback", "--", "sh", "-c",
+                                      "pacat --playback /dev/zero & P=$!; sleep 1.5; kill $P; wait $P; kill -TERM $$"])
+        #expect(r.status == 143, "audioctl run exit status \(r.status): \(r.output)")
+        #expect(d.client.waitForSignal(a, "InterruptionEnded", count: 2).count == 2, "no release with notify after the kill")
+        #expect(d.client.received(a, "InterruptionEnded").last?.first == .bool(true))
+    }
+
+    @Test("SIGINT to audioctl's process group leaves no process and no session behind, and the interrupted app resumes")
+    func interruptedByCtrlC() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (music, a) = try musicSession(server, d)
+        // setsid: audioctl leads a process group of its own, as a shell's job would.
+        let run = try server.spawn(["setsid", audioctl, "run", "--category", "playback", "--", "sleep", "30"])
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the run did not interrupt the music")
+        // The command is running once audioctl has a child.
+        func hasChild() -> Bool {
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(run.pid)/task")) ?? []
+            return tasks.contains { t in
+                !((try? String(contentsOfFile: "/proc/\(run.pid)/task/\(t)/children", encoding: .utf8)) ?? "").isEmpty
+            }
+        }
+        #expect(waitFor(5) { hasChild() }, "audioctl did not start the command")
+        kill(-run.pid, SIGINT)
+        let status = run.wait(timeout: 10)
+        #expect(status.map { ($0 >> 8) & 0xff } == 130, "audioctl exit status \(String(describing: status))")
+        #expect(kill(-run.pid, 0) != 0, "a process of the run's group is still alive")
+        #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "the music was not told to resume")
+        guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
+            case .dict(_, _, let pairs)? = out.first
+        else {
+            Issue.record("GetManagedObjects failed")
+            return
+        }
+        #expect(pairs.map(\.0) == [.objectPath(a)], "sessions left: \(pairs.map(\.0))")
+    }
+
+    @Test("a command that cannot be found exits 127, one that cannot be executed 126, with a shell's message and no session")
+    func commandNotRunnable() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let missing = try server.runStatus([audioctl, "run", "--category", "playback", "--", "no-such-command-here"])
+        #expect(missing.status == 127 && missing.output.contains("no-such-command-here: command not found"), "\(missing)")
+        let file = "\(server.directory)/not-executable"
+        try "echo hi\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let denied = try server.runStatus([audioctl, "run", "--category", "playback", "--", file])
+        #expect(denied.status == 126 && denied.output.contains("Permission denied"), "\(denied)")
+        #expect(!denied.output.contains("refused") && !missing.output.contains("refused"))
+        #expect(d.client.received(API.managerPath, "InterfacesAdded").isEmpty, "a session was made for a command that never ran")
+    }
+
+    @Test("monitor says when audiod goes away and comes back, and exits non-zero when the bus dies")
+    func monitorFollowsAudiod() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        let monitor = try server.spawn([audioctl, "monitor"], log: "monitor.log")
+        // It is listening once it has seen something audiod said.
+        _ = waitFor(5) {
+            _ = d.client.call(API.managerPath, API.properties.name, "Set",
+                              [.string(API.manager.name), .string("SilentMode"), .variant(.bool(!server.file("monitor.log").isEmpty))])
+            return server.file("monitor.log").contains("SilentMode")
+        }
+        d.stop()
+        #expect(waitFor(10) { server.file("monitor.log").contains("audiod went away") }, "monitor: \(server.file("monitor.log"))")
+        #expect(monitor.wait(timeout: 0.5) == nil, "monitor exited when audiod went away")
+        let again = try Daemon.start(server, log: "audiod-2.log")
+        #expect(waitFor(10) { server.file("monitor.log").contains("audiod is back") }, "monitor: \(server.file("monitor.log"))")
+        _ = again.client.call(API.managerPath, API.properties.name, "Set",
+                              [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        #expect(waitFor(5) { server.file("monitor.log").components(separatedBy: "audiod is back").last?.contains("SilentMode") == true },
+                "monitor did not follow the new audiod: \(server.file("monitor.log"))")
+        again.client.close()
+        server.killBus()
+        let status = monitor.wait(timeout: 10)
+        #expect(status.map { ($0 >> 8) & 0xff } == 2, "monitor exit status \(String(describing: status))")
+        #expect(server.file("monitor.log").contains("the session bus went away"), "\(server.file("monitor.log"))")
+        again.child.kill()
     }
 }

@@ -1,5 +1,6 @@
 import AudiodClient
 import AudiodTestKit
+import DBusService
 import Foundation
 import Testing
 
@@ -75,5 +76,73 @@ struct ClientLibraryTests {
         } catch {
             #expect(error.code == .notRunning, "\(error.name)")
         }
+    }
+
+    @Test("1,000 sessions made and dropped without closing anything: the process's threads and descriptors come back")
+    func droppedSessionsCleanUp() async throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server, arguments: ["--log-level", "info"])
+        defer { d.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"]
+        func counts() -> (threads: Int, descriptors: Int) {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task"))?.count ?? 0, openDescriptors(getpid()))
+        }
+        func sessions() -> Int {
+            guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
+                case .dict(_, _, let pairs)? = out.first
+            else { return -1 }
+            return pairs.count
+        }
+        // Once, so that what the first use sets up for good (the runtime's own threads) is not counted.
+        do {
+            let s = try await AudioSession.make(applicationName: "warm-up", connection: AudiodConnection(address: address))
+            try await s.setCategory(.ambient)
+        }
+        #expect(waitFor(5) { sessions() == 0 })
+        let before = counts()
+        for i in 0..<1_000 {
+            // Each session on a connection of its own, dropped with it; some listen to their interruptions.
+            let s = try await AudioSession.make(applicationName: "dropped-\(i)", connection: AudiodConnection(address: address))
+            try await s.setCategory(.ambient)
+            if i % 2 == 0 { _ = s.interruptions }
+        }
+        var after = counts()
+        _ = waitFor(5) {
+            after = counts()
+            return after.threads <= before.threads && after.descriptors <= before.descriptors
+        }
+        print("client: 1,000 sessions dropped: threads \(before.threads) → \(after.threads), descriptors \(before.descriptors) → \(after.descriptors)")
+        #expect(after.threads <= before.threads, "threads \(before.threads) → \(after.threads)")
+        #expect(after.descriptors <= before.descriptors, "descriptors \(before.descriptors) → \(after.descriptors)")
+        #expect(waitFor(10) { sessions() == 0 }, "audiod still holds \(sessions()) sessions of dropped connections")
+    }
+
+    @Test("a call waiting for audiod when its connection closes is answered with an error")
+    func pendingCallOnClose() async throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        // A stand-in for audiod that never answers: it owns the name and ignores every call.
+        let silent = try BusClient(address: address, recordSignals: false)
+        defer { silent.close() }
+        guard case .success = silent.callBus("RequestName", [.string("org.audiod.AudioSession1"), .uint32(4)]) else {
+            Issue.record("could not take the name")
+            return
+        }
+        let c = try AudiodConnection(address: address)
+        let call = Task { () -> AudiodError? in
+            do throws(AudiodError) {
+                _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListStreams")
+                return nil
+            } catch {
+                return error
+            }
+        }
+        usleep(300_000)
+        let started = Date()
+        c.close()
+        let error = await call.value
+        #expect(error != nil && Date().timeIntervalSince(started) < 2, "the pending call: \(String(describing: error))")
     }
 }
