@@ -16,7 +16,7 @@ setup_packages() {
 }
 
 # What building audiod needs, and what running it against a private server needs.
-build_packages=(pkg-config libpulse-dev libdbus-1-dev)
+build_packages=(pkg-config libpulse-dev libdbus-1-dev python3)
 server_packages=(pulseaudio pulseaudio-utils dbus systemd)
 # PipeWire with WirePlumber and pipewire-pulse: the second server every test and benchmark also runs on.
 pipewire_packages=(pipewire pipewire-pulse wireplumber)

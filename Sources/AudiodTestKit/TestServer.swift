@@ -1,6 +1,6 @@
 // Test support, not a product: a private session bus and a headless sound server per test run, real client
 // processes, and an observer that reads the server through `pactl` (a second, independent client).
-// ../shared/ENVIRONMENT.md has the recipes this follows.
+// docs/TESTING.md has the recipes this follows.
 
 import Foundation
 
@@ -39,12 +39,15 @@ public final class TestServer: @unchecked Sendable {
     private var serverPIDs: [pid_t] = []
     private var busPID: pid_t = 0
     private let streamRestore: Bool
+    private let admitOtherUsers: Bool
 
     /// Starts a private dbus-daemon and the server. `streamRestore` loads module-stream-restore on PulseAudio
     /// (the desktop default; PipeWire always runs WirePlumber, which has its own restore-stream).
-    public init(_ kind: ServerKind, streamRestore: Bool = false) throws {
+    /// `admitOtherUsers`: the private bus lets any uid connect (tests of audiod's access rules).
+    public init(_ kind: ServerKind, streamRestore: Bool = false, admitOtherUsers: Bool = false) throws {
         self.kind = kind
         self.streamRestore = streamRestore
+        self.admitOtherUsers = admitOtherUsers
         var template = Array("/tmp/audiod-test-XXXXXX".utf8CString)
         guard let dir = template.withUnsafeMutableBufferPointer({ buf in
             buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
@@ -82,9 +85,30 @@ public final class TestServer: @unchecked Sendable {
     deinit { stop() }
 
     private func startBus() throws {
-        let pid = try spawnRaw(
-            ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=unix:path=\(directory)/bus"],
-            log: "bus.log")
+        var argv = ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=unix:path=\(directory)/bus"]
+        if admitOtherUsers {
+            // A bus that admits every uid (as a shared or misconfigured bus may): what audiod-wide writes are
+            // guarded against. The run's directory must be reachable for them too.
+            let config = """
+                <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+                 "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+                <busconfig>
+                  <type>session</type>
+                  <listen>unix:path=\(directory)/bus</listen>
+                  <auth>EXTERNAL</auth>
+                  <policy context="default">
+                    <allow user="*"/>
+                    <allow send_destination="*" eavesdrop="true"/>
+                    <allow eavesdrop="true"/>
+                    <allow own="*"/>
+                  </policy>
+                </busconfig>
+                """
+            try config.write(toFile: "\(directory)/bus.conf", atomically: true, encoding: .utf8)
+            chmod(directory, 0o755)
+            argv = ["dbus-daemon", "--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile"]
+        }
+        let pid = try spawnRaw(argv, log: "bus.log")
         busPID = pid
         guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/bus") }) else {
             throw TestKitError("the private dbus-daemon did not start (see \(directory)/bus.log)")

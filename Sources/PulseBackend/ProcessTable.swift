@@ -3,7 +3,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 
-/// Reads the process tree from `/proc`: which process plays a stream, and whose child it is (API.md, "Stream
+/// Reads the process tree from `/proc`: which process plays a stream, and whose child it is (docs/API.md, "Stream
 /// ownership": a session owns the streams of its pid and of that pid's descendants).
 public enum ProcessTable {
     /// `pid`, its parent, grandparent, … up to (not including) pid 1's parent 0. Empty when `pid` does not exist.
@@ -37,6 +37,166 @@ public enum ProcessTable {
             if parts.count >= 2, let uid = uid_t(parts[1]) { return uid }
         }
         return nil
+    }
+}
+
+extension ProcessTable {
+    /// Whether the host process `pid` plausibly is the one a stream (or bus peer) says plays: it belongs to the
+    /// user audiod runs as, and its executable (or, for one whose executable cannot be read, its name) is the
+    /// binary the stream names. A sandboxed app reports its pid inside its pid namespace — `2` for most Flatpak
+    /// apps, which on the host is kthreadd — so a pid is believed only when the host agrees.
+    public static func plausiblyRuns(_ pid: UInt32, binary: String?) -> Bool {
+        guard pid > 0, owner(of: pid) == getuid() else { return false }
+        guard let binary, !binary.isEmpty else { return true }
+        if let exe = executableName(pid) { return exe == binary }
+        guard let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return false }
+        // The kernel keeps 15 bytes of a process's name.
+        return trimmed(comm) == String(decoding: binary.utf8.prefix(15), as: UTF8.self)
+    }
+
+    /// The file name of a process's executable (`/proc/PID/exe`), nil when it cannot be read.
+    static func executableName(_ pid: UInt32) -> String? {
+        var buffer = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        var path = String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
+        return path.split(separator: "/").last.map(String.init)
+    }
+
+    /// The host pid of the process a client reported as `reported`: itself when the host process with that pid
+    /// plausibly runs `binary`; else, for a client in a pid namespace of its own, the one process of this user that
+    /// has `reported` as its pid inside its namespace and runs `binary` — nil when there is none or more than one.
+    public static func hostPid(reported: UInt32, binary: String?) -> UInt32? {
+        if plausiblyRuns(reported, binary: binary) { return reported }
+        guard let binary, !binary.isEmpty else { return nil }
+        let candidates = sandboxed(nsPid: reported, binary: binary)
+        return candidates.count == 1 ? candidates[0] : nil
+    }
+
+    /// The host pid of the process that the process `viewer` calls `pid` (a sandboxed app names its own pids as
+    /// its pid namespace numbers them): `pid` itself when both are in audiod's pid namespace, else the process in
+    /// the viewer's namespace whose innermost pid is `pid`.
+    public static func hostPid(_ pid: UInt32, seenBy viewer: UInt32) -> UInt32? {
+        // Unreadable (another user's process): their pids are taken as audiod's, and the uid check decides.
+        guard let theirs = pidNamespace(viewer), theirs != pidNamespace(UInt32(getpid())) else { return pid }
+        guard let dir = opendir("/proc") else { return nil }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard let candidate = UInt32(name), pidNamespace(candidate) == theirs,
+                innermostPid(candidate) == pid
+            else { continue }
+            return candidate
+        }
+        return nil
+    }
+
+    static func pidNamespace(_ pid: UInt32) -> String? {
+        var buffer = [CChar](repeating: 0, count: 64)
+        let n = readlink("/proc/\(pid)/ns/pid", &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The pid a process has in its own (innermost) pid namespace (`NSpid:` of /proc/PID/status).
+    static func innermostPid(_ pid: UInt32) -> UInt32? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") })
+        else { return nil }
+        return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { UInt32($0) }
+    }
+
+    /// Host pids of this user's processes that have `nsPid` as their pid inside their own (inner) pid namespace
+    /// and run `binary`.
+    static func sandboxed(nsPid: UInt32, binary: String) -> [UInt32] {
+        guard let dir = opendir("/proc") else { return [] }
+        defer { closedir(dir) }
+        var found: [UInt32] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard let pid = UInt32(name), pid != nsPid, innermostPid(pid) == nsPid, plausiblyRuns(pid, binary: binary)
+            else { continue }
+            found.append(pid)
+        }
+        return found
+    }
+
+    /// A Flatpak app's id and instance from `.flatpak-info` in the root of a (verified) host process, nil for a
+    /// process that is not in a Flatpak sandbox.
+    public static func flatpakApp(of pid: UInt32) -> (id: String, instance: String?)? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/root/.flatpak-info", encoding: .utf8) else { return nil }
+        var section = "", id: String?, instance: String?
+        for raw in text.split(separator: "\n") {
+            let line = trimmed(raw)
+            if line.hasPrefix("[") { section = line; continue }
+            let parts = line.split(separator: "=", maxSplits: 1).map { trimmed($0) }
+            guard parts.count == 2 else { continue }
+            if section == "[Application]", parts[0] == "name" { id = parts[1] }
+            if section == "[Instance]", parts[0] == "instance-id" { instance = parts[1] }
+        }
+        return id.map { ($0, instance) }
+    }
+}
+
+private func trimmed<S: StringProtocol>(_ s: S) -> String {
+    String(s.drop { $0.isWhitespace }.reversed().drop { $0.isWhitespace }.reversed())
+}
+
+/// Who plays a stream, as far as the server and the kernel can vouch for it (docs/IDENTITY.md).
+public struct StreamIdentity: Equatable, Sendable {
+    /// A host pid audiod believes: the kernel's (`pipewire.sec.pid`, from the socket's peer credentials), or the
+    /// one the client reported when the host process plausibly is the stream's.
+    public var pid: UInt32?
+    /// When no pid is believed: the Flatpak app and instance, else the client connection.
+    public var identity: String?
+    /// The Flatpak app id, for app rules (`SetApplicationCategory org.mozilla.firefox`).
+    public var flatpakApp: String?
+
+    /// The properties an identity is settled from.
+    static let sourceKeys = [
+        "application.process.id", "application.process.binary", "pipewire.sec.pid", "pipewire.access.portal.app_id",
+        "pipewire.access.portal.instance_id",
+    ]
+
+    public static func of(_ properties: [String: String], client: UInt32?) -> StreamIdentity {
+        var pid: UInt32?
+        if let kernel = properties["pipewire.sec.pid"].flatMap({ UInt32($0) }), kernel > 0 {
+            pid = kernel
+        } else if let reported = properties["application.process.id"].flatMap({ UInt32($0) }) {
+            pid = ProcessTable.hostPid(reported: reported, binary: properties["application.process.binary"])
+        }
+        // pipewire-pulse names a Flatpak client's app itself; otherwise the sandbox's .flatpak-info says, when a
+        // verified host pid leads to it.
+        var app = properties["pipewire.access.portal.app_id"].flatMap { $0.isEmpty ? nil : $0 }
+        var instance = properties["pipewire.access.portal.instance_id"]
+        if app == nil, let pid, let info = ProcessTable.flatpakApp(of: pid) {
+            app = info.id
+            instance = info.instance
+        }
+        // PulseAudio 16 tells no peer credentials: for a pid no host process vouches for, the Flatpak app is still
+        // known when every sandboxed process of this user that has that pid inside its namespace and runs that
+        // binary belongs to one app. (Its instance stays unknown: the client connection keeps two apart.)
+        // (A pid found that way counted above only when there was exactly one such process.)
+        if app == nil, pid == nil, let reported = properties["application.process.id"].flatMap({ UInt32($0) }),
+            let binary = properties["application.process.binary"]
+        {
+            let apps = Set(ProcessTable.sandboxed(nsPid: reported, binary: binary).compactMap { ProcessTable.flatpakApp(of: $0)?.id })
+            if apps.count == 1 { app = apps.first }
+        }
+        var identity: String?
+        if pid == nil {
+            if let app {
+                identity = "flatpak:\(app)" + (instance.map { "/\($0)" } ?? client.map { "/client-\($0)" } ?? "")
+            } else if let client {
+                identity = "client:\(client)"
+            }
+        }
+        return StreamIdentity(pid: pid, identity: identity, flatpakApp: app)
     }
 }
 

@@ -70,11 +70,16 @@ public final class PulseBackend: @unchecked Sendable {
         var raw: RawStream
         /// What the engine was last told; nil until the stream has been reported.
         var fed: StreamInfo?
-        var chainPID: UInt32?
         var chain: [UInt32] = []
+        var identity: StreamIdentity?
+        /// What the identity was settled from (its client's properties may arrive after the stream).
+        var identitySource: [String?] = []
         var restoreKey: String?
         /// A leaked policy value to undo if the stream shows it, until a deadline (monotonic ns).
         var correction: (leak: Journal.Leak, until: UInt64)?
+        /// Found by the connection's first read of every stream: it existed before anything this connection did,
+        /// so a value on it cannot have come from a sibling's policy value of this run.
+        var preexisting = false
     }
 
     let loop: MainLoop
@@ -358,7 +363,7 @@ public final class PulseBackend: @unchecked Sendable {
         accepted[id] = s
         var raw = raw
         holdExpected(id, &raw)
-        var t = streams[id] ?? Tracked(raw: raw)
+        var t = streams[id] ?? Tracked(raw: raw, preexisting: enumerating > 0)
         t.raw = raw
         streams[id] = t
         if enumerating == 0 { report(id) }
@@ -368,21 +373,25 @@ public final class PulseBackend: @unchecked Sendable {
     private func report(_ id: StreamID) {
         guard var t = streams[id] else { return }
         let props = mergedProperties(t.raw)
-        let pid = props["application.process.id"].flatMap { UInt32($0) }
-        if pid != t.chainPID {
-            t.chainPID = pid
-            t.chain = pid.map(ProcessTable.chain) ?? []
+        // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
+        // where the kernel or the host vouches for it.
+        let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
+        if t.identity == nil || source != t.identitySource {
+            let who = StreamIdentity.of(props, client: t.raw.client)
+            t.identity = who
+            t.identitySource = source
+            t.chain = who.pid.map(ProcessTable.chain) ?? []
             // A process that already exited still has its pid: the engine matches by the pid first.
-            if t.chain.isEmpty, let pid { t.chain = [pid] }
+            if t.chain.isEmpty, let pid = who.pid { t.chain = [pid] }
         }
         if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
         correctLeak(id, &t)
         let info = StreamInfo(
             id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
-            applicationID: props["application.id"], binary: props["application.process.binary"],
+            applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
             role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
             corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
-            device: deviceName(t.raw))
+            device: deviceName(t.raw), identity: t.identity?.identity)
         let first = t.fed == nil
         let changed = t.fed != info
         if let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
@@ -430,7 +439,7 @@ public final class PulseBackend: @unchecked Sendable {
             var source: Journal.Leak? = leaks.removeValue(forKey: key)
             if source != nil {
                 writeJournal()
-            } else {
+            } else if !t.preexisting {
                 for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
                     source = Journal.Leak(change)
                     break
@@ -563,6 +572,10 @@ public final class PulseBackend: @unchecked Sendable {
         barrier[id] = nextSeq()
         streams[id]?.correction = nil
         expect(id) { $0.mute = mute }
+        // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
+        // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
+        // would take for the user's change.
+        streams[id]?.raw.muted = mute
         pendingOperations += 1
         c.setMute(record: id.kind == .record, index: id.index, mute) { [weak self] ok in
             self?.operationDone(id, ok, "mute")
@@ -574,6 +587,7 @@ public final class PulseBackend: @unchecked Sendable {
         barrier[id] = nextSeq()
         streams[id]?.correction = nil
         expect(id) { $0.volume = volume }
+        streams[id]?.raw.volume = volume
         pendingOperations += 1
         c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
             self?.operationDone(id, ok, "volume")
@@ -584,7 +598,8 @@ public final class PulseBackend: @unchecked Sendable {
         if !ok, streams[id] != nil {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
             // Nothing will show audiod's value: the next read is the truth.
-            if expected.removeValue(forKey: id) != nil { read(id) }
+            expected[id] = nil
+            read(id)
         }
         if ok { repairRestoreDatabase(id) }
         finishOperation()
@@ -651,15 +666,79 @@ public final class PulseBackend: @unchecked Sendable {
         c.restoreEntries { [weak self] entries in
             guard let self else { return }
             // pipewire-pulse answers with an empty list: there the leak is undone on the app's next stream.
-            guard var entry = entries?.first(where: { $0.name == key }), self.context != nil else {
-                return self.finishOperation()
+            if var entry = entries?.first(where: { $0.name == key }) {
+                self.putBack(Journal.Leak(change), into: &entry)
+                self.writeEntry(entry)
             }
-            if change.unmute { entry.muted = false }
-            if let r = change.restoreVolume, r.channels.count == entry.volume.count { entry.volume = r.channels }
-            self.context?.writeRestoreEntry(entry) { [weak self] ok in
-                if !ok { self?.logger.warning("could not rewrite a stream-restore entry", metadata: ["key": "\(key)"]) }
-                self?.finishOperation()
+            self.finishOperation()
+        }
+    }
+
+    /// The user's values in place of audiod's in a restore-database entry: unmuted if audiod muted, the user's
+    /// volume if the entry still holds audiod's.
+    private func putBack(_ leak: Journal.Leak, into entry: inout PulseContext.RestoreEntry) {
+        if leak.unmute { entry.muted = false }
+        if let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == entry.volume.count,
+            Volume(channels: entry.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+        {
+            entry.volume = r
+        }
+    }
+
+    /// `audiod --restore`: after the journal's stream entries were undone on the streams that still exist
+    /// (`recover`, at connection), writes the user's values into the restore-database entries that the journal
+    /// says hold policy values, so that nothing audiod did outlives it. On PulseAudio the entry is read and written
+    /// back; on PipeWire, whose read lists nothing, a mute leak is written blind (WirePlumber merges the mute —
+    /// and the volume, when the journal has the user's — into its saved state). A leak that cannot be repaired
+    /// (a duck on PipeWire: a blind write would also set a mute nobody knows) stays in the journal for the next
+    /// start. Calls `done` with (repaired, left) once the server has answered.
+    public func repairRecordedLeaks(_ done: @escaping (Int, Int) -> Void) {
+        guard let c = context, isConnected else { return done(0, leaks.count) }
+        var repaired = 0
+        // The stream operations `recover` sent, and the writes below, must reach the server before anyone stops.
+        let finish = { [weak self] in
+            guard let self else { return done(repaired, 0) }
+            self.writeJournal()
+            self.flush { done(repaired, self.leaks.count) }
+        }
+        if leaks.isEmpty {
+            finish()
+        } else if hasRestoreDatabase {
+            pendingOperations += 1
+            c.restoreEntries { [weak self] entries in
+                guard let self else { return }
+                for (key, leak) in self.leaks.sorted(by: { $0.key < $1.key }) {
+                    // No entry: the server saved nothing for that key, so nothing of audiod's is in it.
+                    guard var entry = entries?.first(where: { $0.name == key }) else {
+                        if entries != nil { self.leaks[key] = nil }
+                        continue
+                    }
+                    self.putBack(leak, into: &entry)
+                    self.writeEntry(entry)
+                    self.leaks[key] = nil
+                    repaired += 1
+                }
+                self.finishOperation()
+                finish()
             }
+        } else if onPipeWire {
+            for (key, leak) in leaks.sorted(by: { $0.key < $1.key }) where leak.unmute {
+                writeEntry(PulseContext.blindEntry(name: key, volume: leak.restoreVolume ?? [], muted: false))
+                leaks[key] = nil
+                repaired += 1
+            }
+            finish()
+        } else {
+            finish()
+        }
+    }
+
+    private func writeEntry(_ entry: PulseContext.RestoreEntry) {
+        guard let c = context else { return }
+        pendingOperations += 1
+        c.writeRestoreEntry(entry) { [weak self] ok in
+            if !ok { self?.logger.warning("could not write a restore-database entry", metadata: ["key": "\(entry.name)"]) }
+            self?.finishOperation()
         }
     }
 

@@ -633,6 +633,17 @@ final class PulseContext {
         }, r), request: r, "ext_stream_restore_read")
     }
 
+    /// An entry written without reading it first (pipewire-pulse lists none: WirePlumber keeps the state). It turns
+    /// into route-settings metadata that WirePlumber merges key by key into its saved state, so only the mute and
+    /// (when given) the volume, with the default channel map of its channel count, are written.
+    static func blindEntry(name: String, volume: [UInt32], muted: Bool) -> RestoreEntry {
+        var map = pa_channel_map()
+        if !volume.isEmpty, volume.count <= Int(PA_CHANNELS_MAX) {
+            pa_channel_map_init_auto(&map, UInt32(volume.count), PA_CHANNEL_MAP_DEFAULT)
+        }
+        return RestoreEntry(name: name, channelMap: map, volume: volume, device: nil, muted: muted)
+    }
+
     /// `pa_ext_stream_restore_write` in `PA_UPDATE_REPLACE` mode, without applying it to running streams.
     func writeRestoreEntry(_ e: RestoreEntry, _ done: @escaping (Bool) -> Void) {
         guard let c = context else { return done(false) }
