@@ -77,8 +77,9 @@ struct StreamTrackingTests {
         var undone: [Int] = []
         for round in 0..<400 {
             let want = round % 2 == 0
-            a.clearReports(index)
-            a.apply([.setStreamMute(id, want)])
+            // Cleared in the loop turn that sends the mute: a report of an earlier change (the new stream settling,
+            // the previous round's volume) delivered between clearing and sending is not about this mute.
+            a.apply([.setStreamMute(id, want)], clearingReportsOf: index)
             // Another client changing the same stream makes the server announce it, and audiod read it, at once.
             let v = UInt32(30_000 + round * 50)
             other.apply([.setStreamVolume(id, Volume(channels: [v, v]))])
@@ -89,7 +90,10 @@ struct StreamTrackingTests {
         #expect(undone.isEmpty, "rounds where audiod's own mute was reported undone: \(undone)")
 
         // Someone else's change right after audiod's is still learnt (once the wait for confirmation is over).
+        // (Two connections: the other's unmute is sent once the server has audiod's mute, or the server may take
+        // them in the other order and rightly end muted.)
         a.apply([.setStreamMute(id, true)])
+        _ = waitFor(5) { (try? server.playbackStreams())?.first { $0.index == index }?.muted == true }
         other.apply([.setStreamMute(id, false)])
         #expect(waitFor(5) { a.latest(index)?.muted == false && (try? server.playbackStreams())?.first { $0.index == index }?.muted == false },
                 "another client's unmute after audiod's mute was not learnt")
@@ -127,7 +131,13 @@ final class Tracker: @unchecked Sendable {
 
     func latest(_ index: UInt32) -> StreamInfo? { seen.withLock { $0[index]?.last } }
     func reports(_ index: UInt32) -> [StreamInfo] { seen.withLock { $0[index] ?? [] } }
-    func clearReports(_ index: UInt32) { seen.withLock { $0[index] = [] } }
     func apply(_ effects: [Effect]) { let b = backend; loop.sync { b.apply(effects) } }
+    func apply(_ effects: [Effect], clearingReportsOf index: UInt32) {
+        let b = backend
+        loop.sync {
+            self.seen.withLock { $0[index] = [] }
+            b.apply(effects)
+        }
+    }
     func stop() { let b = backend; loop.sync { b.stop() }; loop.stop() }
 }
