@@ -1,6 +1,6 @@
 /// Everything audiod does, as data. The engine returns these from `Engine.handle(_:at:)`; the shell carries
 /// them out in order. Stream operations come before the signals of the same step, so that a session told
-/// `InterruptionBegan` has already been silenced (API.md).
+/// `InterruptionBegan` has already been silenced (docs/API.md).
 public enum Effect: Sendable, Equatable {
     /// Set a stream's mute (`pa_context_set_sink_input_mute` / `…source_output_mute`).
     case setStreamMute(StreamID, Bool)
@@ -29,7 +29,7 @@ public enum Effect: Sendable, Equatable {
     case reply(RequestID, Reply)
 }
 
-/// A session signal of API.md.
+/// A session signal of docs/API.md.
 public enum Signal: Sendable, Equatable {
     case interruptionBegan(InterruptionReason, interrupter: SessionID?)
     case interruptionEnded(shouldResume: Bool)
@@ -63,7 +63,7 @@ public struct SessionProperties: OptionSet, Sendable, Hashable, CustomStringConv
     public static let applicationName = SessionProperties(rawValue: 1 << 11)
     public static let processID = SessionProperties(rawValue: 1 << 12)
 
-    /// The D-Bus property names, in API.md order.
+    /// The D-Bus property names, in docs/API.md order.
     public var names: [String] {
         let all: [(SessionProperties, String)] = [
             (.category, "Category"), (.mode, "Mode"), (.options, "Options"), (.active, "Active"),

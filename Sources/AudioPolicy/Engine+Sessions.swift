@@ -1,4 +1,4 @@
-// Sessions: the requests of API.md and SPEC.md §1–§3 (who wins, who is interrupted, who may resume).
+// Sessions: the requests of docs/API.md and docs/POLICY.md §1–§3 (who wins, who is interrupted, who may resume).
 
 extension Engine {
     // MARK: Requests
@@ -28,7 +28,7 @@ extension Engine {
         return SessionID(nextSessionID)
     }
 
-    /// The explicit session for a request, or the error API.md names.
+    /// The explicit session for a request, or the error docs/API.md names.
     func explicitSession(_ id: SessionID) -> Result<SessionState, PolicyError> {
         guard let s = sessions[id] else {
             return .failure(.noSuchSession("there is no session \(id.rawValue)"))

@@ -3,7 +3,7 @@
 // then turn the difference between what audiod wants and what it has applied into effects.
 
 extension Engine {
-    /// Whether policy silences this stream now (SPEC.md §0 "Silenced": any reason holds).
+    /// Whether policy silences this stream now (docs/POLICY.md §0 "Silenced": any reason holds).
     func policyMute(_ st: StreamState) -> Bool {
         guard let owner = st.session, let s = sessions[owner] else { return false }
         if st.kind == .record {
@@ -25,7 +25,7 @@ extension Engine {
         return !activeDuckers.contains(owner)
     }
 
-    /// SPEC.md §0 "Audible": a playback stream that is uncorked, muted by nobody, above 0, and whose app's MPRIS
+    /// docs/POLICY.md §0 "Audible": a playback stream that is uncorked, muted by nobody, above 0, and whose app's MPRIS
     /// player (if it has one) is `Playing`.
     func isAudible(_ st: StreamState, policyMuted: Bool) -> Bool {
         guard st.kind == .playback, !st.info.corked, !st.userMuted, !policyMuted, !st.userVolume.isSilent else {
@@ -151,7 +151,7 @@ extension Engine {
         }
     }
 
-    /// Turns the step's decisions into effects, in API.md's order.
+    /// Turns the step's decisions into effects, in docs/API.md's order.
     mutating func finish() -> [Effect] {
         var effects: [Effect] = out.added
         let added = Set(out.added.compactMap { e -> SessionID? in

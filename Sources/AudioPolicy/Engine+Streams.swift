@@ -1,4 +1,4 @@
-// Streams: ownership (API.md "Stream ownership"), what the user did versus what audiod did (§8), implicit
+// Streams: ownership (docs/API.md "Stream ownership"), what the user did versus what audiod did (§8), implicit
 // sessions (§7), MPRIS players, route changes (§6), and the settle pass that turns decisions into effects.
 
 extension Engine {
@@ -15,9 +15,10 @@ extension Engine {
         return nil
     }
 
-    func implicitKey(chain: [UInt32], applicationName: String) -> ImplicitKey? {
+    func implicitKey(chain: [UInt32], applicationName: String, identity: String? = nil) -> ImplicitKey? {
         for pid in chain where playersByPid[pid]?.isEmpty == false { return .process(pid) }
         if let pid = chain.first { return .process(pid) }
+        if let identity { return .identity(identity) }
         return .application(applicationName)
     }
 
@@ -27,7 +28,9 @@ extension Engine {
         if st.isA11y { return nil }
         if let s = explicitOwner(chain: st.info.processChain, tag: st.info.sessionTag) { return s }
         if processGone { return nil }
-        guard let key = implicitKey(chain: st.info.processChain, applicationName: st.info.applicationName) else {
+        guard let key = implicitKey(
+            chain: st.info.processChain, applicationName: st.info.applicationName, identity: st.info.identity)
+        else {
             return nil
         }
         if let existing = implicitByKey[key] { return existing }

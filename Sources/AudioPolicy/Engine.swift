@@ -1,4 +1,4 @@
-/// The arbiter: SPEC.md §1–§8 as a value-type state machine.
+/// The arbiter: docs/POLICY.md §1–§8 as a value-type state machine.
 ///
 /// Events go in through `handle(_:at:)`; what audiod must do comes out as `[Effect]`. The engine does no I/O,
 /// reads no clock and imports nothing: the shell owns time, IDs of the outside world, and every side effect.
@@ -169,7 +169,7 @@ public struct Engine: Sendable {
         return finish()
     }
 
-    /// Undoes every mute and volume audiod applied (clean exit). Never MPRIS `Play` (SPEC.md §8).
+    /// Undoes every mute and volume audiod applied (clean exit). Never MPRIS `Play` (docs/POLICY.md §8).
     public mutating func restoreEverything() -> [Effect] {
         var effects: [Effect] = []
         for id in streams.keys.sorted() {
@@ -273,7 +273,7 @@ public struct StreamView: Sendable, Equatable {
     public var audible: Bool
 }
 
-/// Collects effects by kind so that each step comes out in the order API.md promises: stream operations, MPRIS,
+/// Collects effects by kind so that each step comes out in the order docs/API.md promises: stream operations, MPRIS,
 /// object appearance, signals, property changes, timers, persistence, the reply.
 struct EffectBuffer: Sendable {
     var added: [Effect] = []

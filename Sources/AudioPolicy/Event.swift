@@ -94,12 +94,17 @@ public struct StreamInfo: Sendable, Equatable {
     public var volume: Volume
     /// The device (sink or source name) it plays on or records from.
     public var device: String
+    /// Who plays, when no process can be vouched for (`processChain` is then empty): what the server or the kernel
+    /// can tell apart — a Flatpak app id and instance, else the stream's client connection. Streams with the same
+    /// identity form one implicit session; different ones never do.
+    public var identity: String?
 
     public init(
         id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,
         binary: String? = nil, role: String? = nil, sessionTag: UInt64? = nil, corked: Bool = false,
-        muted: Bool = false, volume: Volume = .normal, device: String = "default"
+        muted: Bool = false, volume: Volume = .normal, device: String = "default", identity: String? = nil
     ) {
+        self.identity = identity
         self.id = id
         self.processChain = processChain
         self.applicationName = applicationName
@@ -138,7 +143,7 @@ public struct PlayerInfo: Sendable, Equatable {
     }
 }
 
-/// A persistent rule for an application that never talks to audiod (SPEC.md §7).
+/// A persistent rule for an application that never talks to audiod (docs/POLICY.md §7).
 public struct ApplicationRule: Sendable, Equatable {
     public enum Source: String, Sendable, Equatable {
         case configFile = "config"
@@ -162,7 +167,7 @@ public struct Settings: Sendable, Equatable {
     public var duckLevel: Double
     /// The category of an app that matches no rule, owns no player and has no known role.
     public var defaultConfiguration: Configuration
-    /// `media.role` → configuration, overriding the built-in map of SPEC.md §7 for the roles it names.
+    /// `media.role` → configuration, overriding the built-in map of docs/POLICY.md §7 for the roles it names.
     public var roleConfigurations: [String: Configuration]
     /// Rules from the config file (source `.configFile`).
     public var configRules: [ApplicationRule]
@@ -193,7 +198,7 @@ public struct Settings: Sendable, Equatable {
         self.volumeTolerance = volumeTolerance
     }
 
-    /// The built-in role map of SPEC.md §7, in priority order (highest first).
+    /// The built-in role map of docs/POLICY.md §7, in priority order (highest first).
     public static let builtInRoles: [(roles: [String], configuration: Configuration, exemptFromSecondary: Bool)] = [
         (["phone"], Configuration(category: .playAndRecord, mode: .voiceChat), false),
         (["music", "video"], Configuration(category: .playback), false),

@@ -1,11 +1,13 @@
-/// Which process an implicit session stands for (SPEC.md §7): the nearest ancestor-or-self of the stream's
-/// process that owns an MPRIS player, else the stream's own process; streams with no pid are grouped by name.
+/// Which process an implicit session stands for (docs/POLICY.md §7): the nearest ancestor-or-self of the stream's
+/// process that owns an MPRIS player, else the stream's own process; a stream whose process cannot be vouched for
+/// by its identity (a sandboxed app's); streams with neither are grouped by name.
 enum ImplicitKey: Hashable, Sendable {
     case process(UInt32)
+    case identity(String)
     case application(String)
 }
 
-/// Why an explicit session was deactivated, for SPEC.md §7's rule on MPRIS `Play` after an owner vanished.
+/// Why an explicit session was deactivated, for docs/POLICY.md §7's rule on MPRIS `Play` after an owner vanished.
 enum DeactivationCause: Sendable {
     case request
     case ownerVanished

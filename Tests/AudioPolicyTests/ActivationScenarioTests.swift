@@ -1,7 +1,7 @@
 @testable import AudioPolicy
 import Testing
 
-/// SPEC.md §1–§3 as scripts: each step asserts the exact effects.
+/// docs/POLICY.md §1–§3 as scripts: each step asserts the exact effects.
 @Suite struct ActivationScenarioTests {
     let s1 = SessionID(1), s2 = SessionID(2), s3 = SessionID(3)
 

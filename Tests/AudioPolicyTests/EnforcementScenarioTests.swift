@@ -1,9 +1,9 @@
 @testable import AudioPolicy
 import Testing
 
-/// SPEC.md §4–§6 and §8: what audiod does to streams, step by step.
+/// docs/POLICY.md §4–§6 and §8: what audiod does to streams, step by step.
 @Suite struct EnforcementScenarioTests {
-    /// SPEC §5's example: a muted PiP video, a game soundtrack; unmuting the video silences the game at once,
+    /// POLICY §5's example: a muted PiP video, a game soundtrack; unmuting the video silences the game at once,
     /// muting it again brings the game back.
     @Test func pictureInPicture() {
         var h = Harness()

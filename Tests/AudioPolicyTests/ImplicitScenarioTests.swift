@@ -1,7 +1,7 @@
 @testable import AudioPolicy
 import Testing
 
-/// SPEC.md §7: apps that never talk to audiod.
+/// docs/POLICY.md §7: apps that never talk to audiod.
 @Suite struct ImplicitScenarioTests {
     static let mpv1 = PlayerID("org.mpris.MediaPlayer2.mpv")
     static let mpv2 = PlayerID("org.mpris.MediaPlayer2.mpv.instance200")

@@ -2,7 +2,7 @@
 import PropertyBased
 import Testing
 
-/// SPEC.md §9 over random event sequences. Each sequence is a list of integers that decode into operations
+/// docs/POLICY.md §9 over random event sequences. Each sequence is a list of integers that decode into operations
 /// (so a failing case shrinks to a short list of small numbers, printed as readable operations). A simulated
 /// server applies audiod's effects and echoes them back as the real one does; the test keeps its own record of
 /// what the user did and checks every invariant after every step against the simulated server's real state.
@@ -392,7 +392,7 @@ struct Simulation {
         return true
     }
 
-    /// Every invariant of SPEC.md §9, checked against the simulated server.
+    /// Every invariant of docs/POLICY.md §9, checked against the simulated server.
     func violations() -> [String] {
         var v = problems
         let views = engine.sessionIDs.compactMap { engine.session($0) }

@@ -4,7 +4,7 @@ import Foundation
 import PulseBackend
 import Testing
 
-/// Real headless browsers (../shared/ENVIRONMENT.md): the app people watch picture-in-picture video in. Neither
+/// Real headless browsers (docs/TESTING.md): the app people watch picture-in-picture video in. Neither
 /// talks to audiod nor honours request-cork; both own an MPRIS player.
 @Suite(.serialized)
 struct BrowserTests {

@@ -4,7 +4,7 @@ import DBusService
 import Foundation
 import Testing
 
-/// SPEC scenarios end to end: the built audiod on a private bus and server, a D-Bus client, real pacat streams,
+/// POLICY scenarios end to end: the built audiod on a private bus and server, a D-Bus client, real pacat streams,
 /// and pactl as the observer.
 @Suite(.serialized)
 struct BusScenarioTests {
@@ -73,7 +73,7 @@ struct BusScenarioTests {
         _ = try server.pactl(["set-sink-input-mute", "\(v.index)", "0"])
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "game not silenced by the video")
         let took = Date().timeIntervalSince(unmuted)
-        #expect(took < 0.5, "silenced after \(took) s (SPEC: 50 ms; pactl itself takes part of this)")
+        #expect(took < 0.5, "silenced after \(took) s (POLICY: 50 ms; pactl itself takes part of this)")
         #expect(d.client.waitForSignal(g, "SilenceSecondaryAudioHint").first == [.string("begin")])
 
         _ = try server.pactl(["set-sink-input-mute", "\(v.index)", "1"])
@@ -138,7 +138,7 @@ struct BusScenarioTests {
         holder.kill()
         #expect(d.client.waitForRemoval(b), "killed client's session not released")
         let took = Date().timeIntervalSince(killed)
-        #expect(took < 0.5, "released after \(took) s (SPEC: 100 ms)")
+        #expect(took < 0.5, "released after \(took) s (POLICY: 100 ms)")
         #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true))
 
         // A connection-lifetime session whose connection closes.

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// The built `audiod` binary against a real server: it enforces without any client talking to it (a phone-role
-/// stream is a call and interrupts a music-role stream, SPEC §7), and it leaves nothing behind — on SIGTERM, and
+/// stream is a call and interrupts a music-role stream, POLICY §7), and it leaves nothing behind — on SIGTERM, and
 /// after SIGKILL by its next start.
 @Suite(.serialized)
 struct DaemonLifecycleTests {

@@ -3,7 +3,7 @@ import DBusService
 import Foundation
 import Testing
 
-/// Apps that never talk to audiod (SPEC §7): real mpv players with mpv-mpris, pacat without MPRIS, a phone-role
+/// Apps that never talk to audiod (POLICY §7): real mpv players with mpv-mpris, pacat without MPRIS, a phone-role
 /// stream, and devices that go away — against the built audiod on a private bus and PulseAudio.
 @Suite(.serialized)
 struct MediaPlayerTests {

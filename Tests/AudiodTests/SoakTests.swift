@@ -3,7 +3,7 @@ import DBusService
 import Foundation
 import Testing
 
-/// Soak (issue 7): many clients doing random operations while an observer checks SPEC §9's invariants on the
+/// Soak (the reliability suite): many clients doing random operations while an observer checks POLICY §9's invariants on the
 /// real streams. CI runs 64 clients for 10 s; `AUDIOD_SOAK_SECONDS=60` is the long version.
 ///
 /// How the observer avoids blaming audiod for the speed of light: invariant 1 is read from one
@@ -66,7 +66,7 @@ struct SoakTests {
         return snap
     }
 
-    /// The rules of SPEC §9 (2, 3, 4) that a stream breaks under a snapshot, with what they depend on.
+    /// The rules of POLICY §9 (2, 3, 4) that a stream breaks under a snapshot, with what they depend on.
     static func broken(_ s: ObservedStream, _ snap: Snapshot) -> [String] {
         let owner = snap.owner(of: s.index)
         var out: [String] = []
@@ -95,7 +95,7 @@ struct SoakTests {
         ("play-and-record", [[], ["mix-with-others"]]),
     ]
 
-    @Test("64 clients doing random operations: no SPEC §9 invariant broken on the real streams")
+    @Test("64 clients doing random operations: no POLICY §9 invariant broken on the real streams")
     func soak() throws {
         let seconds = Double(ReliabilityTests.setting("AUDIOD_SOAK_SECONDS", 10))
         let clientCount = ReliabilityTests.setting("AUDIOD_SOAK_CLIENTS", 64)

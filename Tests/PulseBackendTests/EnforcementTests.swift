@@ -193,7 +193,7 @@ struct DeviceAndTagTests {
         _ = live.session(pid: music.pid, "playback", activate: true)
 
         _ = try server.pactl(["unload-module", module])
-        // The server moves the stream to the remaining sink; audiod must not let it play there (SPEC §6).
+        // The server moves the stream to the remaining sink; audiod must not let it play there (POLICY §6).
         #expect(waitFor(10) {
             let now = server.playbackStream(pid: music.pid)
             return now?.muted == true

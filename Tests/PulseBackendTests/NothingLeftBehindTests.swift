@@ -4,7 +4,7 @@ import Foundation
 import PulseBackend
 import Testing
 
-/// SPEC §8: policy values do not outlive the policy — not in restore databases, not after a crash, not across a
+/// POLICY §8: policy values do not outlive the policy — not in restore databases, not after a crash, not across a
 /// server restart.
 @Suite(.serialized)
 struct NothingLeftBehindTests {
@@ -196,7 +196,7 @@ struct NothingLeftBehindTests {
             server.playbackStream(pid: music.pid)?.volume == m.volume && server.playbackStream(pid: game.pid)?.muted == false
         }, "the next start did not undo the crashed run")
         let took = Date().timeIntervalSince(started)
-        #expect(took < 1.0, "restored after \(took) s; SPEC wants 1 s")
+        #expect(took < 1.0, "restored after \(took) s; POLICY wants 1 s")
         #expect(next.streamView(m.index)?.userVolume.channels == m.volume)
     }
 
