@@ -103,6 +103,14 @@ extension Engine {
             updatePrimary()
             if dirty.isEmpty && crossings.isEmpty { break }
         }
+        if !dirty.isEmpty || !crossings.isEmpty {
+            // Every round can only end sessions' audio or start it once per session; sixteen rounds that still
+            // change something are a loop in the rules. Counted (and logged by the daemon, failed on by the tests),
+            // and the work left is dropped rather than spun on.
+            settleOverflows += 1
+            dirty.removeAll(keepingCapacity: true)
+            crossings.removeAll(keepingCapacity: true)
+        }
         // A mixable session that became active while the hint is on is told at once — judged after the step, so
         // that a session whose activation itself ended primary audio gets no begin/end pair.
         for id in pendingHintBegin.sorted() {

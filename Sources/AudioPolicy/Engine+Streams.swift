@@ -114,6 +114,9 @@ extension Engine {
 
     mutating func streamAppeared(_ info: StreamInfo) {
         if streams[info.id] != nil { return streamChanged(info) }
+        // A dead process makes no new streams: one that appears at a pid that exited is a new process the kernel
+        // gave the pid again, and it is policed like any other.
+        if let pid = info.pid { goneProcesses.remove(pid) }
         let st = StreamState(info: info, session: nil, userMuted: info.muted, userVolume: info.volume)
         streams[info.id] = st
         index(info.id, chain: info.processChain)
@@ -195,7 +198,9 @@ extension Engine {
         if let owner = st.session { detach(id, from: owner) }
         if st.audible { adjustAudible(nil, -1) }
         unindex(id, chain: st.info.processChain)
-        if let pid = st.info.pid, streamsByAncestor[pid] == nil { goneProcesses.remove(pid) }
+        // An exited pid is remembered only while a listed stream has it in its chain: an ancestor that exited
+        // before its children's streams ended would otherwise stay forever.
+        for pid in st.info.processChain where streamsByAncestor[pid] == nil { goneProcesses.remove(pid) }
         streams[id] = nil
         dirty.remove(id)
         everDirty.remove(id)

@@ -46,6 +46,8 @@ public struct Engine: Sendable {
     var primary: SessionID?
     /// Processes that exited while the server still lists their streams.
     var goneProcesses: Set<UInt32> = []
+    /// Steps whose settle pass did not converge within its round limit: always 0 unless the rules loop.
+    public internal(set) var settleOverflows = 0
     /// When each device last appeared, for `new-device-available`.
     var deviceAppearedAt: [String: Instant] = [:]
 

@@ -11,7 +11,9 @@ struct Harness {
 
     mutating func send(_ event: Event) -> [Effect] {
         clock += 1_000_000
-        return engine.handle(event, at: Instant(nanoseconds: clock))
+        let effects = engine.handle(event, at: Instant(nanoseconds: clock))
+        #expect(engine.settleOverflows == 0, "the settle pass did not converge on \(event)")
+        return effects
     }
 
     mutating func advance(ms: UInt64) { clock += ms * 1_000_000 }

@@ -120,6 +120,35 @@ import Testing
         #expect(h.engine.sessionForProcess(chain: [301, 300, 1]) == owner)
     }
 
+    /// A shell (pid 300) starts a player (301) and exits; the player plays on. The kernel later gives 300 to a new
+    /// game: its sound is the game's, policed like any app's — not a dead process's stream that belongs to nobody.
+    @Test func aProcessThatTakesAnExitedAncestorsPidIsPoliced() {
+        var h = Harness()
+        _ = h.play(1, pid: 301, chain: [300, 1], name: "player")
+        _ = h.send(.processExited(pid: 300))
+        #expect(h.engine.goneProcesses == [300], "the shell's exit is remembered while its child's stream names it")
+        _ = h.play(2, pid: 300, chain: [1], role: "game", name: "game")
+        let game = h.engine.streamView(.playback(2))?.session
+        #expect(game != nil, "the new process's stream belongs to no session")
+        #expect(game.flatMap { h.view($0) }?.processID == 300)
+        // Once no stream names a pid, its exit is forgotten.
+        _ = h.send(.streamRemoved(.playback(1)))
+        _ = h.send(.streamRemoved(.playback(2)))
+        #expect(h.engine.goneProcesses.isEmpty)
+    }
+
+    /// The player's parent exits and the player's stream ends: nothing names the parent any more, and its exit is
+    /// not kept for ever.
+    @Test func anExitedAncestorIsForgottenWithTheLastStreamThatNamesIt() {
+        var h = Harness()
+        _ = h.play(1, pid: 301, chain: [300, 299, 1], name: "player")
+        _ = h.send(.processExited(pid: 299))
+        _ = h.send(.processExited(pid: 300))
+        #expect(h.engine.goneProcesses == [299, 300])
+        _ = h.send(.streamRemoved(.playback(1)))
+        #expect(h.engine.goneProcesses.isEmpty)
+    }
+
     @Test func rulesApplyAtOnceAndMakeAnAppObeySilentMode() {
         var h = Harness()
         _ = h.silent(true)

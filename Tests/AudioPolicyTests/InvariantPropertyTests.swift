@@ -62,10 +62,15 @@ struct Simulation {
         case fireTimer(Int)
         case rule(app: String, config: Int)
         case exit(pid: UInt32)
+        case reuse(which: Int, parent: Int)
         case handlesSecondary(session: Int)
 
         static let explicitPids: [UInt32] = [10, 11, 12, 13]
         static let implicitPids: [UInt32] = [100, 101, 102, 103]
+        /// Ancestors the players' processes descend from (chains of depth 1–6), which exit and come back too.
+        static let ancestorPids: [UInt32] = [200, 201, 202, 203, 204]
+        /// Where a process that takes a freed pid hangs: under init, or under one of the ancestors.
+        static let parentChoices: [UInt32] = [1, 200, 201, 202, 203, 204]
         static let roles: [String?] = [nil, "music", "game", "phone", "event", "video", "a11y", "production"]
         static let configs: [(String, String, [String])] = [
             ("ambient", "default", []), ("playback", "default", []), ("solo-ambient", "default", []),
@@ -89,8 +94,9 @@ struct Simulation {
             case 5: self = .release(session: p % 6)
             case 6: self = .ownerVanished(session: p % 6)
             case 7, 8:
+                // Now and then the stream is an ancestor's own (a pid that may have exited and been taken again).
                 self = .newStream(
-                    pid: anyPid, role: Op.roles[(p / 8) % Op.roles.count], corked: (p / 64) % 4 == 0,
+                    pid: (p / 512) % 3 == 0 ? Op.ancestorPids[p % Op.ancestorPids.count] : anyPid, role: Op.roles[(p / 8) % Op.roles.count], corked: (p / 64) % 4 == 0,
                     muted: (p / 256) % 5 == 0)
             case 9: self = .newRecord(pid: anyPid)
             case 10: self = .userToggleMute(stream: p % 8)
@@ -102,8 +108,12 @@ struct Simulation {
             case 16: self = .device(p % 4)
             case 17: self = .fireTimer(p % 4)
             case 18:
-                self = p % 2 == 0 ? .rule(app: ["app100", "app101"][(p / 2) % 2], config: (p / 4) % Op.configs.count)
-                    : .exit(pid: anyPid)
+                switch p % 4 {
+                case 0: self = .rule(app: ["app100", "app101"][(p / 4) % 2], config: (p / 8) % Op.configs.count)
+                case 1: self = .exit(pid: anyPid)
+                case 2: self = .exit(pid: Op.ancestorPids[(p / 4) % Op.ancestorPids.count])
+                default: self = .reuse(which: (p / 4) % 16, parent: (p / 64) % Op.parentChoices.count)
+                }
             default: self = .handlesSecondary(session: p % 6)
             }
         }
@@ -132,6 +142,7 @@ struct Simulation {
             case .fireTimer(let t): return "timer#\(t) fires"
             case .rule(let app, let c): return "rule \(app) → \(Op.configs[c])"
             case .exit(let pid): return "process \(pid) exits"
+            case .reuse(let k, let parent): return "a new process takes exited pid#\(k) under \(Op.parentChoices[parent])"
             case .handlesSecondary(let s): return "session#\(s) toggles HandlesSecondaryAudio"
             }
         }
@@ -150,6 +161,14 @@ struct Simulation {
     var players: [UInt32: PlaybackStatus] = [:]
     var timers: [TimerID] = []
     var devices: Set<String> = ["speakers", "headphones"]
+    /// The process tree: 204 → 203 → 202 → 201 → 200 → init at first, the players' processes at depths 1–5
+    /// below init (chains of 2–6 with the player itself), the clients directly under init.
+    var parent: [UInt32: UInt32] = [
+        200: 1, 201: 200, 202: 201, 203: 202, 204: 203,
+        100: 1, 101: 201, 102: 203, 103: 204,
+    ]
+    /// Pids whose process exited and that no new process has taken yet.
+    var exited: Set<UInt32> = []
     /// Interruption bookkeeping for invariant 6.
     var openInterruptions: [SessionID: (spokenOnly: Bool, count: Int)] = [:]
     var problems: [String] = []
@@ -165,9 +184,21 @@ struct Simulation {
         return ids.isEmpty ? nil : ids[k % ids.count]
     }
 
+    /// What the backend reads from /proc: the pid and its ancestors, nearest first, up to init.
+    func chain(of pid: UInt32) -> [UInt32] {
+        var out = [pid]
+        var p = parent[pid] ?? 1
+        while p != 1, !out.contains(p), out.count < 8 {
+            out.append(p)
+            p = parent[p] ?? 1
+        }
+        return out + [1]
+    }
+
     mutating func run(_ op: Op) {
         switch op {
         case .create(let pid, let lifetime):
+            guard !exited.contains(pid) else { return }
             let effects = step(.createSession(nextRequest(), NewSession(pid: pid, lifetime: lifetime)))
             for case .reply(_, .session(let id)) in effects { sessions.append(id) }
         case .setCategory(let k, let c):
@@ -187,19 +218,21 @@ struct Simulation {
             guard let id = session(k) else { return }
             step(.ownerVanished(id))
         case .newStream(let pid, let role, let corked, let muted):
+            guard !exited.contains(pid) else { return }
             let id = StreamID.playback(nextIndex)
             nextIndex += 1
             let info = StreamInfo(
-                id: id, processChain: [pid, 1], applicationName: "app\(pid)", role: role, corked: corked, muted: muted,
+                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", role: role, corked: corked, muted: muted,
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
             server[id] = info
             userMuted[id] = muted
             userVolume[id] = .normal
             step(.streamAppeared(info))
         case .newRecord(let pid):
+            guard !exited.contains(pid) else { return }
             let id = StreamID.record(nextIndex)
             nextIndex += 1
-            let info = StreamInfo(id: id, processChain: [pid, 1], applicationName: "app\(pid)", device: "mic")
+            let info = StreamInfo(id: id, processChain: chain(of: pid), applicationName: "app\(pid)", device: "mic")
             server[id] = info
             userMuted[id] = false
             userVolume[id] = .normal
@@ -269,6 +302,11 @@ struct Simulation {
             let (cat, mode, opts) = Op.configs[c]
             step(.setApplicationCategory(nextRequest(), application: app, category: cat, mode: mode, options: opts))
         case .exit(let pid):
+            guard !exited.contains(pid) else { return }
+            exited.insert(pid)
+            // Orphans are adopted by init; the chains of streams already listed keep the dead pid, as the server's
+            // properties do.
+            for (child, p) in parent where p == pid { parent[child] = 1 }
             for id in server.keys.sorted() where server[id]?.processChain.first == pid {
                 server[id] = nil
             }
@@ -276,6 +314,13 @@ struct Simulation {
             step(.processExited(pid: pid))
             for id in engine.streams.keys.sorted() where server[id] == nil { step(.streamRemoved(id)) }
             step(.playerRemoved(PlayerID("org.mpris.MediaPlayer2.p\(pid)")))
+        case .reuse(let k, let p):
+            guard !exited.isEmpty else { return }
+            let pid = exited.sorted()[k % exited.count]
+            let newParent = Op.parentChoices[p]
+            guard newParent == 1 || (!exited.contains(newParent) && !chain(of: newParent).contains(pid)) else { return }
+            exited.remove(pid)
+            parent[pid] = newParent
         case .handlesSecondary(let k):
             guard let id = session(k), let v = engine.session(id) else { return }
             step(.setHandlesSecondaryAudio(nextRequest(), id, !v.handlesSecondaryAudio))
@@ -299,6 +344,7 @@ struct Simulation {
         clock += 5_000_000
         let recordMutedBefore = server.filter { $0.key.kind == .record && $0.value.muted }.map(\.key)
         let effects = engine.handle(event, at: Instant(nanoseconds: clock))
+        if engine.settleOverflows > 0 { problems.append("the settle pass did not converge on \(event)") }
         check(effects, after: event)
         var echoes: [StreamInfo] = []
         for e in effects {
@@ -401,10 +447,19 @@ struct Simulation {
         if activeNonMixable.count > 1 { v.append("invariant 1: active non-mixable \(activeNonMixable.map(\.id))") }
         let primary = engine.primaryAudioSession
         let duckers = Set(views.filter { $0.active && $0.configuration.ducksOthers }.map(\.id))
+        // Bounded: an exited pid is remembered only while a stream the engine tracks has it in its chain.
+        let chained = Set(engine.streams.values.flatMap(\.info.processChain))
+        for pid in engine.goneProcesses.sorted() where !chained.contains(pid) {
+            v.append("exited pid \(pid) remembered with no stream that names it")
+        }
         for (id, info) in server {
             guard let sv = engine.streamView(id) else {
                 v.append("stream \(id) unknown to the engine")
                 continue
+            }
+            // A live process's stream is policed: only a11y streams (and a dead process's) belong to nobody.
+            if sv.session == nil, info.role != "a11y", let pid = info.processChain.first, !exited.contains(pid) {
+                v.append("stream \(id) of live process \(pid) (chain \(info.processChain)) belongs to no session")
             }
             let owner = sv.session.flatMap { engine.session($0) }
             let category = owner?.configuration.category
