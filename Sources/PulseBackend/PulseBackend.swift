@@ -98,26 +98,17 @@ public final class PulseBackend: @unchecked Sendable {
     private var stopped = false
     private var hasRestoreDatabase = false
 
-    private var seq: UInt64 = 0
     private var streams: [StreamID: Tracked] = [:]
-    /// Replies to reads issued at or before this number are stale (audiod changed the stream, or it went away).
-    private var barrier: [StreamID: UInt64] = [:]
-    private var accepted: [StreamID: UInt64] = [:]
-    /// At most one read per stream in flight; a stream that changes meanwhile is read once more after it.
-    /// (Reading on every change event let stale replies re-issue themselves one for one: under a hundred
-    /// streams changing together the reads in flight only grew, and libpulse's reply list with them.)
-    private var reading: Set<StreamID> = []
-    private var readAgain: Set<StreamID> = []
+    /// Which replies are the truth (sequence numbers, one read in flight per stream, late confirmation): the pure
+    /// part of tracking, tested without a server (`StreamTracker`).
+    private var tracker: StreamTracker<RawStream>
     /// PipeWire is late twice over. pipewire-pulse answers a mute or volume change before its node has it, so a
     /// read issued after the change can still show the old value — which the engine would take for the user's:
-    /// an unmute that activates an interrupted app, or audiod's lifted mute kept as the user's own. There audiod's
-    /// value stands until a read shows it, or until `confirmationNanoseconds` have passed (then a read tells the
-    /// truth). And WirePlumber applies a stream's saved values a moment after the stream appears
-    /// (module-stream-restore before it exists), so there a new stream is watched for a leaked policy value for a
-    /// short window.
+    /// an unmute that activates an interrupted app, or audiod's lifted mute kept as the user's own (the tracker
+    /// holds audiod's value until confirmed). And WirePlumber applies a stream's saved values a moment after the
+    /// stream appears (module-stream-restore before it exists), so there a new stream is watched for a leaked
+    /// policy value for a short window.
     private var onPipeWire = false
-    private struct Expected { var mute: Bool?; var volume: [UInt32]?; var until: UInt64 }
-    private var expected: [StreamID: Expected] = [:]
     private var expiryTimer: LoopTimer?
     private var sinks: [UInt32: RawDevice] = [:]
     private var sources: [UInt32: RawDevice] = [:]
@@ -145,6 +136,8 @@ public final class PulseBackend: @unchecked Sendable {
         self.options = options
         self.logger = logger
         self.backoff = options.initialBackoffNanoseconds
+        self.tracker = StreamTracker(
+            volumeTolerance: options.volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds)
         if let path = options.journalPath {
             do {
                 recovery = try Journal.load(from: path)
@@ -201,11 +194,7 @@ public final class PulseBackend: @unchecked Sendable {
         if recovery == nil, let j = journalWritten { recovery = j }
         let gone = streams.keys.sorted()
         streams.removeAll()
-        barrier.removeAll()
-        accepted.removeAll()
-        reading.removeAll()
-        readAgain.removeAll()
-        expected.removeAll()
+        tracker.reset()
         lifted.removeAll()
         expiryTimer?.cancel()
         expiryTimer = nil
@@ -232,7 +221,7 @@ public final class PulseBackend: @unchecked Sendable {
         // Subscribe first, then read everything: an event that arrives meanwhile triggers a read whose sequence
         // number orders it against the lists.
         enumerating = 7
-        let listSeq = nextSeq()
+        let listSeq = tracker.listIssued()
         c.subscribe { [weak self] ok in
             if !ok { self?.logger.warning("subscription refused by the sound server") }
             self?.enumerated()
@@ -259,10 +248,11 @@ public final class PulseBackend: @unchecked Sendable {
         }
         c.streams(record: false) { [weak self] list in
             guard let self else { return }
-            for s in list { self.received(s, seq: listSeq) }
+            for s in list { self.listed(s, seq: listSeq) }
             self.context?.streams(record: true) { [weak self] list in
                 guard let self else { return }
-                for s in list { self.received(s, seq: listSeq) }
+                for s in list { self.listed(s, seq: listSeq) }
+                self.tracker.listDone(listSeq)
                 self.enumerated()
             }
         }
@@ -282,6 +272,7 @@ public final class PulseBackend: @unchecked Sendable {
         if server.name.contains("PipeWire") {
             hasRestoreDatabase = false
             onPipeWire = true
+            tracker.holdsUnconfirmed = true
         }
         logger.info("connected to the sound server", metadata: [
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
@@ -330,39 +321,29 @@ public final class PulseBackend: @unchecked Sendable {
 
     // MARK: Reads
 
-    private func nextSeq() -> UInt64 {
-        seq &+= 1
-        return seq
-    }
-
     private func read(_ id: StreamID) {
+        guard context != nil, let r = tracker.noticed(id) else { return }
+        send(r)
+    }
+
+    private func send(_ r: StreamRead) {
         guard let c = context else { return }
-        guard reading.insert(id).inserted else {
-            readAgain.insert(id)
-            return
-        }
-        let s = nextSeq()
-        c.stream(record: id.kind == .record, index: id.index) { [weak self] raw in
+        c.stream(record: r.stream.kind == .record, index: r.stream.index) { [weak self] raw in
             guard let self else { return }
-            self.reading.remove(id)
-            let again = self.readAgain.remove(id) != nil
-            if let raw { self.received(raw, seq: s) }
-            if again, self.streams[id] != nil || raw != nil { self.read(id) }
+            let (believe, next) = self.tracker.replied(r, raw, now: self.monotonicNow())
+            if let believe { self.accept(believe) }
+            if let next { self.send(next) }
         }
     }
 
-    private func received(_ raw: RawStream, seq s: UInt64) {
-        let id = StreamID(raw.isRecord ? .record : .playback, raw.index)
-        if s <= barrier[id, default: 0] {
-            // Issued before audiod's own latest change (or the stream's removal): stale. Read again, unless the
-            // stream is gone.
-            if streams[id] != nil { read(id) }
-            return
-        }
-        guard s > accepted[id, default: 0] else { return }
-        accepted[id] = s
-        var raw = raw
-        holdExpected(id, &raw)
+    private func listed(_ raw: RawStream, seq s: UInt64) {
+        let (believe, next) = tracker.listed(raw, raw.id, seq: s, now: monotonicNow())
+        if let believe { accept(believe) }
+        if let next { send(next) }
+    }
+
+    private func accept(_ raw: RawStream) {
+        let id = raw.id
         var t = streams[id] ?? Tracked(raw: raw, preexisting: enumerating > 0)
         t.raw = raw
         streams[id] = t
@@ -481,9 +462,7 @@ public final class PulseBackend: @unchecked Sendable {
     // MARK: Server events
 
     private func removed(_ id: StreamID) {
-        barrier[id] = nextSeq()
-        accepted[id] = nil
-        expected[id] = nil
+        tracker.removed(id)
         guard let t = streams.removeValue(forKey: id) else { return }
         if let key = t.restoreKey {
             let before = leaks[key]
@@ -569,9 +548,9 @@ public final class PulseBackend: @unchecked Sendable {
 
     private func operate(_ id: StreamID, mute: Bool) {
         guard let c = context else { return }
-        barrier[id] = nextSeq()
+        tracker.sent(id, mute: mute, now: monotonicNow())
+        armExpiry()
         streams[id]?.correction = nil
-        expect(id) { $0.mute = mute }
         // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
         // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
         // would take for the user's change.
@@ -584,9 +563,9 @@ public final class PulseBackend: @unchecked Sendable {
 
     private func operate(_ id: StreamID, volume: [UInt32]) {
         guard let c = context else { return }
-        barrier[id] = nextSeq()
+        tracker.sent(id, volume: volume, now: monotonicNow())
+        armExpiry()
         streams[id]?.correction = nil
-        expect(id) { $0.volume = volume }
         streams[id]?.raw.volume = volume
         pendingOperations += 1
         c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
@@ -598,8 +577,7 @@ public final class PulseBackend: @unchecked Sendable {
         if !ok, streams[id] != nil {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
             // Nothing will show audiod's value: the next read is the truth.
-            expected[id] = nil
-            read(id)
+            if let r = tracker.refused(id) { send(r) }
         }
         if ok { repairRestoreDatabase(id) }
         finishOperation()
@@ -614,45 +592,15 @@ public final class PulseBackend: @unchecked Sendable {
         for w in waiters { w() }
     }
 
-    private func expect(_ id: StreamID, _ change: (inout Expected) -> Void) {
-        guard onPipeWire else { return }
-        let until = monotonicNow() + options.confirmationNanoseconds
-        var e = expected[id] ?? Expected(until: until)
-        e.until = until
-        change(&e)
-        expected[id] = e
-        if expiryTimer == nil { armExpiry(after: options.confirmationNanoseconds) }
-    }
-
-    /// Holds audiod's own value on a read that still shows the old one; a read showing audiod's value confirms it.
-    private func holdExpected(_ id: StreamID, _ raw: inout RawStream) {
-        guard var e = expected[id] else { return }
-        if let m = e.mute {
-            if raw.muted == m { e.mute = nil } else { raw.muted = m }
-        }
-        if let v = e.volume {
-            if v.count != raw.volume.count
-                || Volume(channels: raw.volume).isClose(to: Volume(channels: v), tolerance: options.volumeTolerance)
-            {
-                e.volume = nil
-            } else {
-                raw.volume = v
-            }
-        }
-        expected[id] = e.mute == nil && e.volume == nil ? nil : e
-    }
-
-    private func armExpiry(after ns: UInt64) {
-        expiryTimer = loop.timer(afterNanoseconds: ns) { [weak self] in
+    /// Keeps one timer for the tracker's next confirmation deadline.
+    private func armExpiry() {
+        guard expiryTimer == nil, let deadline = tracker.nextDeadline else { return }
+        let now = monotonicNow()
+        expiryTimer = loop.timer(afterNanoseconds: deadline > now ? deadline - now : 0) { [weak self] in
             guard let self else { return }
             self.expiryTimer = nil
-            let now = self.monotonicNow()
-            // Never confirmed: someone else changed the stream meanwhile, or the server kept its value. Read it.
-            for (id, e) in self.expected where e.until <= now {
-                self.expected[id] = nil
-                self.read(id)
-            }
-            if let next = self.expected.values.map(\.until).min() { self.armExpiry(after: next - now) }
+            for r in self.tracker.tick(now: self.monotonicNow()) { self.send(r) }
+            self.armExpiry()
         }
     }
 

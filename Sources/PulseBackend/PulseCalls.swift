@@ -8,6 +8,7 @@
 // registered it. libpulse offers no destroy-notify, so the object keeps itself alive (`retain`) for as long as the
 // C side may call back, and lets go in one known place (`PulseContext.close()`, `IOWatch.cancel()`).
 
+import AudioPolicy
 import CPulse
 import Dispatch
 import FoundationEssentials
@@ -219,7 +220,7 @@ public final class LoopTimer {
 // MARK: - Values read from the server
 
 /// A playback (sink-input) or record (source-output) stream as the server describes it.
-struct RawStream: Equatable {
+struct RawStream: TrackedStreamValue {
     var index: UInt32
     var isRecord: Bool
     var client: UInt32?
@@ -231,6 +232,8 @@ struct RawStream: Equatable {
     var volume: [UInt32]
     var hasVolume: Bool
     var channelMap: pa_channel_map
+
+    var id: StreamID { StreamID(isRecord ? .record : .playback, index) }
 
     static func == (a: RawStream, b: RawStream) -> Bool {
         a.index == b.index && a.isRecord == b.isRecord && a.client == b.client && a.device == b.device

@@ -1,0 +1,177 @@
+import AudioPolicy
+@testable import PulseBackend
+import Testing
+
+/// The tracker's races, scripted: no server, no clock, every interleaving written down.
+struct StreamTrackerTests {
+    struct Value: TrackedStreamValue {
+        var muted = false
+        var volume: [UInt32] = [65536, 65536]
+    }
+
+    static let a = StreamID.playback(7)
+    static let ms: UInt64 = 1_000_000
+
+    /// A new stream read once and believed.
+    static func known(_ t: inout StreamTracker<Value>, _ id: StreamID = a, _ v: Value = Value()) {
+        guard let r = t.noticed(id) else {
+            Issue.record("no read for a new stream")
+            return
+        }
+        #expect(t.replied(r, v, now: 0).believe == v)
+    }
+
+    @Test func aReplyIssuedBeforeOurOperationArrivingAfterItIsStale() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        // The user touches the stream: a read goes out. Then audiod mutes it; then the read's answer comes.
+        let before = t.noticed(Self.a)
+        #expect(before != nil)
+        t.sent(Self.a, mute: true, now: 0)
+        let (believe, again) = t.replied(before!, Value(muted: false), now: 1)
+        #expect(believe == nil, "a value read before audiod's mute was believed")
+        // It is read again, and that answer (after the mute) is believed.
+        guard let again else {
+            Issue.record("the stream was not read again")
+            return
+        }
+        #expect(t.replied(again, Value(muted: true), now: 2).believe?.muted == true)
+    }
+
+    @Test func anOlderReplyAfterANewerOneIsDropped() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        let first = t.noticed(Self.a)!
+        // A list read issued after the first read answers before it.
+        let list = t.listIssued()
+        #expect(t.listed(Value(muted: true), Self.a, seq: list, now: 0).believe?.muted == true)
+        t.listDone(list)
+        #expect(t.replied(first, Value(muted: false), now: 1).believe == nil)
+    }
+
+    @Test func oneReadInFlightPerStreamAndOneMoreAfterIt() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        let r = t.noticed(Self.a)
+        #expect(r != nil)
+        // Ten more notices while it is out: no new read now, exactly one after.
+        for _ in 0..<10 { #expect(t.noticed(Self.a) == nil) }
+        let (_, next) = t.replied(r!, Value(), now: 0)
+        #expect(next != nil)
+        #expect(t.replied(next!, Value(), now: 0).next == nil)
+    }
+
+    @Test func pipeWireAcknowledgesBeforeApplying() {
+        var t = StreamTracker<Value>(confirmationNanoseconds: 1_000 * Self.ms)
+        t.holdsUnconfirmed = true
+        Self.known(&t)
+        t.sent(Self.a, mute: true, now: 0)
+        // A read sent after the acknowledgement still shows the old value: audiod's stands.
+        let r1 = t.noticed(Self.a)!
+        #expect(t.replied(r1, Value(muted: false), now: 10 * Self.ms).believe?.muted == true)
+        // The server shows it: confirmed. A later unmute is someone else's and believed.
+        let r2 = t.noticed(Self.a)!
+        #expect(t.replied(r2, Value(muted: true), now: 20 * Self.ms).believe?.muted == true)
+        let r3 = t.noticed(Self.a)!
+        #expect(t.replied(r3, Value(muted: false), now: 30 * Self.ms).believe?.muted == false)
+        #expect(t.nextDeadline == nil)
+    }
+
+    @Test func anUnconfirmedValueGivesWayAfterTheWindow() {
+        var t = StreamTracker<Value>(confirmationNanoseconds: 1_000 * Self.ms)
+        t.holdsUnconfirmed = true
+        Self.known(&t)
+        t.sent(Self.a, volume: [20000, 20000], now: 0)
+        #expect(t.nextDeadline == 1_000 * Self.ms)
+        #expect(t.tick(now: 500 * Self.ms).isEmpty)
+        // Nothing confirmed it: at the deadline the stream is read, and the reply is the truth.
+        let reads = t.tick(now: 1_000 * Self.ms)
+        #expect(reads.map(\.stream) == [Self.a])
+        #expect(t.replied(reads[0], Value(volume: [65536, 65536]), now: 1_001 * Self.ms).believe?.volume == [65536, 65536])
+    }
+
+    @Test func withoutLateConfirmationTheReplyIsTheTruth() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        t.sent(Self.a, mute: true, now: 0)
+        let r = t.noticed(Self.a)!
+        #expect(t.replied(r, Value(muted: false), now: 1).believe?.muted == false)
+        #expect(t.nextDeadline == nil)
+    }
+
+    @Test func theServerRestartsMidRead() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        let r = t.noticed(Self.a)!
+        let list = t.listIssued()
+        t.reset()
+        // The old connection's answers are void, whenever they come.
+        #expect(t.replied(r, Value(muted: true), now: 0) == (nil, nil))
+        #expect(t.listed(Value(muted: true), Self.a, seq: list, now: 0) == (nil, nil))
+        #expect(t.entryCount == 0)
+        // The new connection reads afresh.
+        let fresh = t.listIssued()
+        #expect(t.listed(Value(muted: true), Self.a, seq: fresh, now: 0).believe?.muted == true)
+    }
+
+    @Test func aStreamIndexReappears() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        let old = t.noticed(Self.a)!
+        t.removed(Self.a)
+        // The server gives the index to a new stream while the old stream's read is out.
+        #expect(t.noticed(Self.a) == nil)
+        let (believe, next) = t.replied(old, Value(muted: true), now: 0)
+        #expect(believe == nil, "the old stream's answer was taken for the new one")
+        #expect(next != nil, "the new stream was never read")
+        #expect(t.replied(next!, Value(muted: false), now: 1).believe?.muted == false)
+    }
+
+    @Test func aReadOfAStreamThatWentIsNotRepeated() {
+        var t = StreamTracker<Value>()
+        Self.known(&t)
+        let r = t.noticed(Self.a)!
+        #expect(t.noticed(Self.a) == nil)
+        t.removed(Self.a)
+        #expect(t.replied(r, nil, now: 0) == (nil, nil))
+        #expect(t.entryCount == 0)
+    }
+
+    @Test func aRefusedChangeIsReadAgain() {
+        var t = StreamTracker<Value>()
+        t.holdsUnconfirmed = true
+        Self.known(&t)
+        t.sent(Self.a, mute: true, now: 0)
+        let r = t.refused(Self.a)
+        #expect(r != nil)
+        #expect(t.replied(r!, Value(muted: false), now: 1).believe?.muted == false)
+    }
+
+    /// Nothing grows with the streams that ever existed: entries last while the stream does, or a read is out.
+    @Test func stateIsBoundedByWhatExists() {
+        var t = StreamTracker<Value>()
+        t.holdsUnconfirmed = true
+        for i in 0..<100_000 {
+            let id = StreamID.playback(UInt32(i))
+            Self.known(&t, id)
+            t.sent(id, mute: true, now: UInt64(i))
+            let pending = t.noticed(id)!
+            if i % 3 == 0 {
+                // Removed while its read is out: the entry lasts until the answer.
+                t.removed(id)
+                _ = t.replied(pending, nil, now: UInt64(i))
+            } else {
+                _ = t.replied(pending, Value(muted: true), now: UInt64(i))
+                t.removed(id)
+            }
+        }
+        #expect(t.entryCount == 0, "\(t.entryCount) entries left after 100,000 streams came and went")
+        // While a whole-list read is out, a gone stream's barrier stays (the list may still carry it), then goes.
+        let list = t.listIssued()
+        Self.known(&t)
+        t.removed(Self.a)
+        #expect(t.listed(Value(), Self.a, seq: list, now: 0).believe == nil)
+        t.listDone(list)
+        #expect(t.entryCount == 0)
+    }
+}
