@@ -10,21 +10,23 @@ public enum Effect: Sendable, Equatable {
     case mprisPause(PlayerID)
     /// MPRIS `Play`, only for a player audiod itself paused.
     case mprisPlay(PlayerID)
-    /// A session object appeared (ObjectManager `InterfacesAdded`).
-    case sessionAdded(SessionID)
+    /// A session object appeared (ObjectManager `InterfacesAdded`), with its properties as the step left them.
+    case sessionAdded(SessionView)
     /// A signal from a session's object path.
     case signal(SessionID, Signal)
-    /// A session object went away (ObjectManager `InterfacesRemoved`).
+    /// A session object went away (ObjectManager `InterfacesRemoved`). Only for a session whose `sessionAdded` came
+    /// in an earlier step: one that appears and goes within a step is never announced.
     case sessionRemoved(SessionID)
-    /// Session properties changed (`PropertiesChanged`); values are read from `Engine.session(_:)`.
-    case sessionPropertiesChanged(SessionID, SessionProperties)
-    /// Manager properties changed; values are read from the engine.
-    case managerPropertiesChanged(ManagerProperties)
+    /// Session properties changed (`PropertiesChanged`): the ones that differ from the last published, with their
+    /// values at the end of the step.
+    case sessionPropertiesChanged(SessionID, [SessionProperty])
+    /// Manager properties changed, with their values at the end of the step.
+    case managerPropertiesChanged([ManagerProperty])
     /// Start (or restart) a timer; `.timerFired` comes back after the delay unless it is cancelled.
     case scheduleTimer(TimerID, afterNanoseconds: UInt64)
     case cancelTimer(TimerID)
-    /// Silent mode or the D-Bus app rules changed: save `Engine.persistentState`.
-    case persist
+    /// Silent mode or the D-Bus app rules changed: save this state.
+    case persist(PersistentState)
     /// The answer to a request.
     case reply(RequestID, Reply)
 }
@@ -44,58 +46,76 @@ public enum Reply: Sendable, Equatable {
     case error(PolicyError)
 }
 
-/// The session properties that changed, as a set.
-public struct SessionProperties: OptionSet, Sendable, Hashable, CustomStringConvertible {
-    public let rawValue: UInt16
-    public init(rawValue: UInt16) { self.rawValue = rawValue }
+/// A session property of docs/API.md with its value.
+public enum SessionProperty: Sendable, Equatable {
+    case category(Category)
+    case mode(Mode)
+    case options([CategoryOption])
+    case active(Bool)
+    case interrupted(Bool)
+    case mixable(Bool)
+    case secondaryAudioShouldBeSilencedHint(Bool)
+    case otherAudioPlaying(Bool)
+    case handlesSecondaryAudio(Bool)
+    case applicationName(String)
+    case processID(UInt32)
+    /// Indices of the session's playback streams, ascending.
+    case streams([UInt32])
+    /// Indices of its record streams, ascending.
+    case recordStreams([UInt32])
 
-    public static let category = SessionProperties(rawValue: 1 << 0)
-    public static let mode = SessionProperties(rawValue: 1 << 1)
-    public static let options = SessionProperties(rawValue: 1 << 2)
-    public static let active = SessionProperties(rawValue: 1 << 3)
-    public static let interrupted = SessionProperties(rawValue: 1 << 4)
-    public static let mixable = SessionProperties(rawValue: 1 << 5)
-    public static let secondaryAudioShouldBeSilencedHint = SessionProperties(rawValue: 1 << 6)
-    public static let otherAudioPlaying = SessionProperties(rawValue: 1 << 7)
-    public static let handlesSecondaryAudio = SessionProperties(rawValue: 1 << 8)
-    public static let streams = SessionProperties(rawValue: 1 << 9)
-    public static let recordStreams = SessionProperties(rawValue: 1 << 10)
-    public static let applicationName = SessionProperties(rawValue: 1 << 11)
-    public static let processID = SessionProperties(rawValue: 1 << 12)
-
-    /// The D-Bus property names, in docs/API.md order.
-    public var names: [String] {
-        let all: [(SessionProperties, String)] = [
-            (.category, "Category"), (.mode, "Mode"), (.options, "Options"), (.active, "Active"),
-            (.interrupted, "Interrupted"), (.mixable, "Mixable"),
-            (.secondaryAudioShouldBeSilencedHint, "SecondaryAudioShouldBeSilencedHint"),
-            (.otherAudioPlaying, "OtherAudioPlaying"), (.handlesSecondaryAudio, "HandlesSecondaryAudio"),
-            (.applicationName, "ApplicationName"), (.processID, "ProcessID"), (.streams, "Streams"),
-            (.recordStreams, "RecordStreams"),
-        ]
-        return all.filter { contains($0.0) }.map(\.1)
+    /// The D-Bus property name.
+    public var name: String {
+        switch self {
+        case .category: "Category"
+        case .mode: "Mode"
+        case .options: "Options"
+        case .active: "Active"
+        case .interrupted: "Interrupted"
+        case .mixable: "Mixable"
+        case .secondaryAudioShouldBeSilencedHint: "SecondaryAudioShouldBeSilencedHint"
+        case .otherAudioPlaying: "OtherAudioPlaying"
+        case .handlesSecondaryAudio: "HandlesSecondaryAudio"
+        case .applicationName: "ApplicationName"
+        case .processID: "ProcessID"
+        case .streams: "Streams"
+        case .recordStreams: "RecordStreams"
+        }
     }
-
-    public var description: String { names.joined(separator: ",") }
 }
 
-/// The manager properties the engine decides.
-public struct ManagerProperties: OptionSet, Sendable, Hashable, CustomStringConvertible {
-    public let rawValue: UInt8
-    public init(rawValue: UInt8) { self.rawValue = rawValue }
+/// A manager property the engine decides, with its value.
+public enum ManagerProperty: Sendable, Equatable {
+    case silentMode(Bool)
+    case otherAudioPlaying(Bool)
+    /// nil: no primary audio (published as the path `/`).
+    case primaryAudioSession(SessionID?)
+    case duckLevel(Double)
 
-    public static let silentMode = ManagerProperties(rawValue: 1 << 0)
-    public static let otherAudioPlaying = ManagerProperties(rawValue: 1 << 1)
-    public static let primaryAudioSession = ManagerProperties(rawValue: 1 << 2)
-    public static let duckLevel = ManagerProperties(rawValue: 1 << 3)
+    public var name: String {
+        switch self {
+        case .silentMode: "SilentMode"
+        case .otherAudioPlaying: "OtherAudioPlaying"
+        case .primaryAudioSession: "PrimaryAudioSession"
+        case .duckLevel: "DuckLevel"
+        }
+    }
+}
 
-    public var names: [String] {
+/// Which manager properties a step changed (their values are taken when the step ends).
+struct ManagerProperties: OptionSet, Sendable, Hashable, CustomStringConvertible {
+    let rawValue: UInt8
+
+    static let silentMode = ManagerProperties(rawValue: 1 << 0)
+    static let otherAudioPlaying = ManagerProperties(rawValue: 1 << 1)
+    static let primaryAudioSession = ManagerProperties(rawValue: 1 << 2)
+    static let duckLevel = ManagerProperties(rawValue: 1 << 3)
+
+    var description: String {
         let all: [(ManagerProperties, String)] = [
             (.silentMode, "SilentMode"), (.otherAudioPlaying, "OtherAudioPlaying"),
             (.primaryAudioSession, "PrimaryAudioSession"), (.duckLevel, "DuckLevel"),
         ]
-        return all.filter { contains($0.0) }.map(\.1)
+        return all.filter { contains($0.0) }.map(\.1).joined(separator: ",")
     }
-
-    public var description: String { names.joined(separator: ",") }
 }

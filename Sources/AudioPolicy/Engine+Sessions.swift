@@ -15,8 +15,7 @@ extension Engine {
         sessions[id] = s
         explicitByPid[spec.pid, default: []].insert(id)
         silentModeSessions.insert(id)
-        out.added.append(.sessionAdded(id))
-        published[id] = view(s)
+        out.added.append(id)
         // Streams of this process and its descendants may belong to the new session now; a stream already
         // audible when it changes hands activates nothing (§7).
         reassignOwnership(of: streamsByAncestor[spec.pid] ?? [])
@@ -400,7 +399,7 @@ extension Engine {
         if activeDuckers.remove(id) != nil { markAllPlaybackDirty() }
         touched.remove(id)
         published[id] = nil
-        out.removed.append(.sessionRemoved(id))
+        out.removed.append(id)
         for sid in owned { streams[sid]?.session = nil }
         if primary == id { primary = nil }
         reassignOwnership(of: owned)

@@ -161,14 +161,24 @@ extension Engine {
 
     /// Turns the step's decisions into effects, in docs/API.md's order.
     mutating func finish() -> [Effect] {
-        var effects: [Effect] = out.added
-        let added = Set(out.added.compactMap { e -> SessionID? in
-            if case .sessionAdded(let id) = e { return id } else { return nil }
-        })
+        // Every value an effect carries is taken here, at the end of the step: publication never reads the engine.
+        // A session made and ended within the step was never announced, so its end is not either.
+        let transient = Set(out.added).intersection(out.removed)
+        var effects: [Effect] = []
+        var added: Set<SessionID> = []
+        for id in out.added where !transient.contains(id) {
+            guard let s = sessions[id] else { continue }
+            let v = view(s)
+            published[id] = v
+            added.insert(id)
+            effects.append(.sessionAdded(v))
+        }
         for sid in everDirty.sorted() { streamOperations(sid, into: &effects) }
         effects += out.mpris
-        effects += out.signals
-        effects += out.removed
+        effects += out.signals.filter { e in
+            if case .signal(let id, _) = e { return !transient.contains(id) } else { return true }
+        }
+        effects += out.removed.filter { !transient.contains($0) }.map(Effect.sessionRemoved)
 
         // OtherAudioPlaying of a session changes when audio starts or stops everywhere, or when one session
         // holds all audible streams before or after the step.
@@ -183,19 +193,16 @@ extension Engine {
         for id in touched.sorted() {
             guard let s = sessions[id] else { continue }
             let v = view(s)
-            if added.contains(id) {
-                published[id] = v
-                continue
-            }
+            if added.contains(id) { continue }
             if let old = published[id] {
                 let changes = v.changes(from: old)
                 if !changes.isEmpty { effects.append(.sessionPropertiesChanged(id, changes)) }
             }
             published[id] = v
         }
-        if !managerChanged.isEmpty { effects.append(.managerPropertiesChanged(managerChanged)) }
+        if !managerChanged.isEmpty { effects.append(.managerPropertiesChanged(managerValues(managerChanged))) }
         effects += netTimerOperations(out.timers)
-        if out.persist { effects.append(.persist) }
+        if out.persist { effects.append(.persist(persistentState)) }
         effects += out.replies
 
         out.reset()
@@ -205,6 +212,16 @@ extension Engine {
         totalBefore = totalAudible
         soleBefore = soleAudibleSession
         return effects
+    }
+
+    /// The values of the manager properties in `changed`, in docs/API.md order.
+    func managerValues(_ changed: ManagerProperties) -> [ManagerProperty] {
+        var values: [ManagerProperty] = []
+        if changed.contains(.silentMode) { values.append(.silentMode(silentMode)) }
+        if changed.contains(.otherAudioPlaying) { values.append(.otherAudioPlaying(otherAudioPlaying)) }
+        if changed.contains(.primaryAudioSession) { values.append(.primaryAudioSession(primaryAudioSession)) }
+        if changed.contains(.duckLevel) { values.append(.duckLevel(duckLevel)) }
+        return values
     }
 
     /// A settle round may schedule a linger that a later round cancels: only the net operation per timer leaves

@@ -43,7 +43,7 @@ extension Engine {
         sessions[id] = s
         implicitByKey[key] = id
         reindexCategory(id)
-        out.added.append(.sessionAdded(id))
+        out.added.append(id)
         return id
     }
 

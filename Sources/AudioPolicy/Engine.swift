@@ -239,24 +239,21 @@ public struct SessionView: Sendable, Equatable {
 
     public var mixable: Bool { configuration.isMixable }
 
-    func changes(from old: SessionView) -> SessionProperties {
-        var p: SessionProperties = []
-        if configuration.category != old.configuration.category { p.insert(.category) }
-        if configuration.mode != old.configuration.mode { p.insert(.mode) }
-        if configuration.options != old.configuration.options { p.insert(.options) }
-        if active != old.active { p.insert(.active) }
-        if interrupted != old.interrupted { p.insert(.interrupted) }
-        if mixable != old.mixable { p.insert(.mixable) }
-        if secondaryAudioShouldBeSilencedHint != old.secondaryAudioShouldBeSilencedHint {
-            p.insert(.secondaryAudioShouldBeSilencedHint)
-        }
-        if otherAudioPlaying != old.otherAudioPlaying { p.insert(.otherAudioPlaying) }
-        if handlesSecondaryAudio != old.handlesSecondaryAudio { p.insert(.handlesSecondaryAudio) }
-        if streams != old.streams { p.insert(.streams) }
-        if recordStreams != old.recordStreams { p.insert(.recordStreams) }
-        if applicationName != old.applicationName { p.insert(.applicationName) }
-        if processID != old.processID { p.insert(.processID) }
-        return p
+    /// Every property the engine decides, with its value, in docs/API.md order.
+    public var properties: [SessionProperty] {
+        [
+            .category(configuration.category), .mode(configuration.mode), .options(configuration.options),
+            .active(active), .interrupted(interrupted), .mixable(mixable),
+            .secondaryAudioShouldBeSilencedHint(secondaryAudioShouldBeSilencedHint),
+            .otherAudioPlaying(otherAudioPlaying), .handlesSecondaryAudio(handlesSecondaryAudio),
+            .applicationName(applicationName), .processID(processID), .streams(streams),
+            .recordStreams(recordStreams),
+        ]
+    }
+
+    /// The properties whose value differs from `old`'s, with the new values.
+    func changes(from old: SessionView) -> [SessionProperty] {
+        zip(properties, old.properties).compactMap { new, was in new == was ? nil : new }
     }
 }
 
@@ -278,10 +275,11 @@ public struct StreamView: Sendable, Equatable {
 /// Collects effects by kind so that each step comes out in the order docs/API.md promises: stream operations, MPRIS,
 /// object appearance, signals, property changes, timers, persistence, the reply.
 struct EffectBuffer: Sendable {
-    var added: [Effect] = []
+    /// Sessions made and ended in the step (their views are taken when it ends).
+    var added: [SessionID] = []
     var mpris: [Effect] = []
     var signals: [Effect] = []
-    var removed: [Effect] = []
+    var removed: [SessionID] = []
     var timers: [Effect] = []
     var persist = false
     var replies: [Effect] = []

@@ -97,7 +97,7 @@ for n in counts {
         let id = StreamID.playback(UInt32(1_000_000 + i))
         let appeared = b.send(.streamAppeared(StreamInfo(id: id, processChain: [UInt32(500_000 + i), 1], applicationName: "x")))
         _ = b.send(.streamRemoved(id))
-        for case .sessionAdded(let implicit) in appeared { _ = b.send(.timerFired(.linger(implicit))) }
+        for case .sessionAdded(let implicit) in appeared { _ = b.send(.timerFired(.linger(implicit.id))) }
     }
     if b.engine.sessionIDs.count != n + 2 { print("warning: \(b.engine.sessionIDs.count - n - 2) implicit sessions were not removed") }
     print("| \(n) | \(fmt(volume.median)) / \(fmt(volume.p99)) | \(fmt(activate.median)) / \(fmt(activate.p99)) | \(fmt(stream.median)) / \(fmt(stream.p99)) |")

@@ -36,6 +36,8 @@ public final class Arbiter: @unchecked Sendable {
     /// queue, and nobody's activation waits for the disk.
     private let stateWriter = DispatchQueue(label: "audiod.state")
     private var persistTimer: LoopTimer?
+    /// The newest state a step asked to save, not yet handed to the writer.
+    private var toPersist: PersistentState?
     static let persistDelayNanoseconds: UInt64 = 100_000_000
 
     public init(
@@ -108,7 +110,8 @@ public final class Arbiter: @unchecked Sendable {
                 }
             case .cancelTimer(let id):
                 timers.removeValue(forKey: id)?.cancel()
-            case .persist:
+            case .persist(let state):
+                toPersist = state
                 if statePath != nil, persistTimer == nil {
                     persistTimer = loop.timer(afterNanoseconds: Self.persistDelayNanoseconds) { [weak self] in
                         self?.persistTimer = nil
@@ -164,10 +167,10 @@ public final class Arbiter: @unchecked Sendable {
         }
     }
 
-    /// Hands the state to the writer queue (the engine's snapshot is taken here, on the loop).
+    /// Hands the newest state a step carried to the writer queue.
     private func saveState() {
-        guard let path = statePath else { return }
-        let state = engine.persistentState
+        guard let path = statePath, let state = toPersist else { return }
+        toPersist = nil
         let log = logger
         stateWriter.async {
             do { try StateFile.save(state, to: path) } catch {

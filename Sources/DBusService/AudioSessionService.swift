@@ -272,11 +272,10 @@ public final class AudioSessionService {
                 } else if let args = encode(answer) {
                     reply(m, args)
                 }
-            case .sessionAdded(let id):
-                guard let view = host?.engine.session(id) else { continue }
-                if view.isImplicit { watchImplicit(id, pid: view.processID) }
+            case .sessionAdded(let view):
+                if view.isImplicit { watchImplicit(view.id, pid: view.processID) }
                 emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [
-                    .objectPath(Self.sessionPath(id)),
+                    .objectPath(Self.sessionPath(view.id)),
                     .dict(key: "s", value: "a{sv}", [
                         (.string(API.session.name), sessionProperties(view)),
                         (.string(API.properties.name), .properties([])),
@@ -292,20 +291,16 @@ public final class AudioSessionService {
                 ])
             case .signal(let id, let s):
                 emitSignal(id, s)
-            case .sessionPropertiesChanged(let id, let props):
-                guard let view = host?.engine.session(id) else { continue }
-                let all = sessionPropertyValues(view)
-                let changed = props.names.compactMap { n in all.first { $0.0 == n } }
+            case .sessionPropertiesChanged(let id, let changed):
                 emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
-                    .string(API.session.name), .properties(changed), .strings([]),
+                    .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
                 ])
             case .mprisPause(let player):
                 mpris?.send("Pause", to: player)
             case .mprisPlay(let player):
                 mpris?.send("Play", to: player)
             case .managerPropertiesChanged(let props):
-                let all = managerPropertyValues()
-                let changed = props.names.compactMap { n in all.first { $0.0 == n } }
+                let changed = props.map(Self.value)
                 emit(API.managerPath, API.properties.name, "PropertiesChanged", [
                     .string(API.manager.name), .properties(changed), .strings([]),
                 ])
@@ -357,23 +352,36 @@ public final class AudioSessionService {
 
     // MARK: Properties
 
+    /// A session property as D-Bus carries it: the one mapping from the engine's values to the bus.
+    static func value(_ p: SessionProperty) -> (String, DBusValue) {
+        switch p {
+        case .category(let c): (p.name, .string(c.rawValue))
+        case .mode(let m): (p.name, .string(m.rawValue))
+        case .options(let o): (p.name, .strings(o.map(\.rawValue)))
+        case .active(let b), .interrupted(let b), .mixable(let b), .secondaryAudioShouldBeSilencedHint(let b),
+            .otherAudioPlaying(let b), .handlesSecondaryAudio(let b):
+            (p.name, .bool(b))
+        case .applicationName(let s): (p.name, .string(s))
+        case .processID(let pid): (p.name, .uint32(pid))
+        case .streams(let s), .recordStreams(let s): (p.name, .array(element: "u", s.map { .uint32($0) }))
+        }
+    }
+
+    static func value(_ p: ManagerProperty) -> (String, DBusValue) {
+        switch p {
+        case .silentMode(let b), .otherAudioPlaying(let b): (p.name, .bool(b))
+        case .primaryAudioSession(let s): (p.name, .objectPath(s.map(sessionPath) ?? "/"))
+        case .duckLevel(let d): (p.name, .double(d))
+        }
+    }
+
+    /// All of a session's properties (`GetAll`, `InterfacesAdded`): the engine's, and `Implicit`, which never
+    /// changes.
     private func sessionPropertyValues(_ v: SessionView) -> [(String, DBusValue)] {
-        [
-            ("Category", .string(v.configuration.category.rawValue)),
-            ("Mode", .string(v.configuration.mode.rawValue)),
-            ("Options", .strings(v.configuration.options.map(\.rawValue))),
-            ("Active", .bool(v.active)),
-            ("Interrupted", .bool(v.interrupted)),
-            ("Mixable", .bool(v.mixable)),
-            ("SecondaryAudioShouldBeSilencedHint", .bool(v.secondaryAudioShouldBeSilencedHint)),
-            ("OtherAudioPlaying", .bool(v.otherAudioPlaying)),
-            ("HandlesSecondaryAudio", .bool(v.handlesSecondaryAudio)),
-            ("ApplicationName", .string(v.applicationName)),
-            ("ProcessID", .uint32(v.processID)),
-            ("Implicit", .bool(v.isImplicit)),
-            ("Streams", .array(element: "u", v.streams.map { .uint32($0) })),
-            ("RecordStreams", .array(element: "u", v.recordStreams.map { .uint32($0) })),
-        ]
+        var all = v.properties.map(Self.value)
+        let streams = all.firstIndex { $0.0 == "Streams" } ?? all.endIndex
+        all.insert(("Implicit", .bool(v.isImplicit)), at: streams)
+        return all
     }
 
     private func sessionProperties(_ v: SessionView) -> DBusValue { .properties(sessionPropertyValues(v)) }
@@ -382,12 +390,12 @@ public final class AudioSessionService {
         guard let host else { return [] }
         let e = host.engine
         return [
-            ("SilentMode", .bool(e.silentMode)),
-            ("OtherAudioPlaying", .bool(e.otherAudioPlaying)),
-            ("PrimaryAudioSession", .objectPath(e.primaryAudioSession.map(Self.sessionPath) ?? "/")),
+            Self.value(.silentMode(e.silentMode)),
+            Self.value(ManagerProperty.otherAudioPlaying(e.otherAudioPlaying)),
+            Self.value(.primaryAudioSession(e.primaryAudioSession)),
             ("ServerName", .string(host.connectedServerName ?? lastServerName ?? "")),
             ("ServerConnected", .bool(host.connectedServerName != nil)),
-            ("DuckLevel", .double(e.duckLevel)),
+            Self.value(.duckLevel(e.duckLevel)),
             ("Version", .string(Self.version)),
         ]
     }

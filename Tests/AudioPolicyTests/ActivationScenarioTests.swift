@@ -8,18 +8,21 @@ import Testing
     @Test func aNewMusicAppTakesTheAudioForGood() {
         var h = Harness()
         let a = h.session(pid: 10, "playback")
-        #expect(h.activate(a) == [.sessionPropertiesChanged(a, .active), h.ok])
+        #expect(h.activate(a) == [.sessionPropertiesChanged(a, [.active(true)]), h.ok])
         #expect(h.play(1, pid: 10) == [
-            .sessionPropertiesChanged(a, .streams),
-            .managerPropertiesChanged([.otherAudioPlaying, .primaryAudioSession]),
+            .sessionPropertiesChanged(a, [.streams([1])]),
+            .managerPropertiesChanged([.otherAudioPlaying(true), .primaryAudioSession(a)]),
         ])
         let b = h.session(pid: 20, "playback")
         #expect(h.activate(b) == [
             .setStreamMute(.playback(1), true),
             .signal(a, .interruptionBegan(.default, interrupter: b)),
-            .sessionPropertiesChanged(a, [.active, .interrupted]),
-            .sessionPropertiesChanged(b, [.active, .secondaryAudioShouldBeSilencedHint, .otherAudioPlaying]),
-            .managerPropertiesChanged([.otherAudioPlaying, .primaryAudioSession]),
+            .sessionPropertiesChanged(a, [.active(false), .interrupted(true)]),
+            // B was made while A played; now nothing plays: no hint, no other audio.
+            .sessionPropertiesChanged(b, [
+                .active(true), .secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false),
+            ]),
+            .managerPropertiesChanged([.otherAudioPlaying(false), .primaryAudioSession(nil)]),
             h.ok,
         ])
         _ = h.echo([.setStreamMute(.playback(1), true)])
@@ -27,9 +30,9 @@ import Testing
         // Without notify: A is told it may not resume and stays silenced.
         #expect(h.deactivate(b) == [
             .signal(a, .interruptionEnded(shouldResume: false)),
-            .sessionPropertiesChanged(a, [.interrupted, .secondaryAudioShouldBeSilencedHint]),
-            .sessionPropertiesChanged(b, .active),
-            .managerPropertiesChanged(.primaryAudioSession),
+            .sessionPropertiesChanged(a, [.interrupted(false), .secondaryAudioShouldBeSilencedHint(false)]),
+            .sessionPropertiesChanged(b, [.active(false)]),
+            .managerPropertiesChanged([.primaryAudioSession(nil)]),
             h.ok,
         ])
         #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
@@ -115,7 +118,7 @@ import Testing
         let r = h.request()
         let relevel = h.send(.setDuckLevel(r, 0.5))
         #expect(streamOps(relevel) == [.setStreamVolume(.playback(1), Volume(uniform: Volume.multiply(40000, Volume.fromLinear(0.5))))])
-        #expect(relevel.contains(.managerPropertiesChanged(.duckLevel)))
+        #expect(relevel.contains(.managerPropertiesChanged([.duckLevel(0.5)])))
         _ = h.echo(relevel)
         // Out of range is refused with a message.
         let bad = h.send(.setDuckLevel(h.request(), 1.5))
@@ -136,7 +139,7 @@ import Testing
             .signal(music, .interruptionBegan(.default, interrupter: game)),
             .signal(game, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil)),
         ])
-        #expect(e.contains(.sessionPropertiesChanged(game, [.category, .options, .mixable])))
+        #expect(e.contains(.sessionPropertiesChanged(game, [.category(.soloAmbient), .options([]), .mixable(false)])))
         // During a call, becoming non-mixable is refused and nothing changes.
         let call = h.session(pid: 30, "play-and-record", mode: "voice-chat")
         _ = h.activate(call)

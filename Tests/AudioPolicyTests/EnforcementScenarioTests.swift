@@ -21,9 +21,9 @@ import Testing
         #expect(unmute == [
             .setStreamMute(.playback(1), true),
             .signal(game, .silenceSecondaryAudioHint(.begin)),
-            .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint, .otherAudioPlaying]),
-            .sessionPropertiesChanged(video, .otherAudioPlaying),
-            .managerPropertiesChanged(.primaryAudioSession),
+            .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint(true), .otherAudioPlaying(true)]),
+            .sessionPropertiesChanged(video, [.otherAudioPlaying(false)]),
+            .managerPropertiesChanged([.primaryAudioSession(video)]),
         ])
         #expect(h.engine.primaryAudioSession == video)
         #expect(h.view(game)?.secondaryAudioShouldBeSilencedHint == true)
@@ -34,9 +34,9 @@ import Testing
         #expect(mute == [
             .setStreamMute(.playback(1), false),
             .signal(game, .silenceSecondaryAudioHint(.end)),
-            .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint, .otherAudioPlaying]),
-            .sessionPropertiesChanged(video, .otherAudioPlaying),
-            .managerPropertiesChanged(.primaryAudioSession),
+            .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false)]),
+            .sessionPropertiesChanged(video, [.otherAudioPlaying(true)]),
+            .managerPropertiesChanged([.primaryAudioSession(nil)]),
         ])
     }
 
@@ -66,7 +66,8 @@ import Testing
         let on = h.silent(true)
         // Silenced whether active or not, playing or not; playback-category and record streams are untouched.
         #expect(streamOps(on) == [.setStreamMute(.playback(1), true), .setStreamMute(.playback(3), true)])
-        #expect(on.contains(.managerPropertiesChanged(.silentMode)) && on.contains(.persist))
+        #expect(on.contains(.managerPropertiesChanged([.silentMode(true)])))
+        #expect(on.contains(.persist(PersistentState(silentMode: true, rules: []))))
         _ = h.echo(on)
         _ = h.echo(h.change(.playback(2)) { $0.corked = false })
         #expect(h.view(podcast)?.active == true)
@@ -98,9 +99,9 @@ import Testing
             .signal(music, .interruptionBegan(.routeDisconnected, interrupter: nil)),
             // Primary audio stopped: the mixable session hears the end of the hint.
             .signal(other, .silenceSecondaryAudioHint(.end)),
-            .sessionPropertiesChanged(music, [.active, .interrupted]),
-            .sessionPropertiesChanged(other, [.secondaryAudioShouldBeSilencedHint, .otherAudioPlaying]),
-            .managerPropertiesChanged(.primaryAudioSession),
+            .sessionPropertiesChanged(music, [.active(false), .interrupted(true)]),
+            .sessionPropertiesChanged(other, [.secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false)]),
+            .managerPropertiesChanged([.primaryAudioSession(nil)]),
         ])
         _ = h.echo(e)
         // No InterruptionEnded ever follows; the app's own SetActive(true) lifts the silencing.

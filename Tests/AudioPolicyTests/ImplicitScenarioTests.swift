@@ -157,7 +157,7 @@ import Testing
         let r = h.request()
         let rule = h.send(.setApplicationCategory(r, application: "supertux", category: "ambient", mode: "default", options: []))
         #expect(streamOps(rule) == [.setStreamMute(.playback(1), true)])
-        #expect(rule.contains(.persist))
+        #expect(rule.contains { if case .persist(let state) = $0 { state.rules.map(\.application) == ["supertux"] } else { false } })
         #expect(h.engine.applicationRules.map(\.application) == ["supertux"])
         let bad = h.send(.setApplicationCategory(h.request(), application: "x", category: "loud", mode: "default", options: []))
         #expect(bad.last?.isError == true)
@@ -226,7 +226,7 @@ import Testing
         settings.duckLevel = 0.3
         let e = h.send(.configure(h.request(), settings))
         #expect(e.last == h.ok)
-        #expect(e.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.duckLevel) } else { false } })
+        #expect(e.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.duckLevel(0.3)) } else { false } })
         // The game was silenced for a moment in one settle round and not in the next: no timer churn leaves the step.
         #expect(!e.contains { if case .scheduleTimer = $0 { true } else if case .cancelTimer = $0 { true } else { false } })
         #expect(h.engine.duckLevel == 0.3)

@@ -7,7 +7,13 @@ import Testing
         var engine = Engine()
         let t = Instant.zero
         var fx = engine.handle(.createSession(RequestID(1), NewSession(pid: 4242, applicationName: "podcasts")), at: t)
-        #expect(fx == [.sessionAdded(SessionID(1)), .reply(RequestID(1), .session(SessionID(1)))])
+        // The new object is announced with its properties: a fresh session is solo ambient and inactive.
+        guard case .sessionAdded(let view)? = fx.first else {
+            Issue.record("no session announced: \(fx)")
+            return
+        }
+        #expect(view.id == SessionID(1) && view.configuration.category == .soloAmbient && !view.active)
+        #expect(fx == [.sessionAdded(view), .reply(RequestID(1), .session(SessionID(1)))])
         fx = engine.handle(
             .setCategory(RequestID(2), SessionID(1), category: "playback", mode: "spoken-audio", options: []), at: t)
         #expect(fx.last == .reply(RequestID(2), .ok))
