@@ -117,7 +117,9 @@ extension Engine {
         // A dead process makes no new streams: one that appears at a pid that exited is a new process the kernel
         // gave the pid again, and it is policed like any other.
         if let pid = info.pid { goneProcesses.remove(pid) }
-        let st = StreamState(info: info, session: nil, userMuted: info.muted, userVolume: info.volume)
+        var st = StreamState(info: info, session: nil, userMuted: info.muted, userVolume: info.volume)
+        adopt(&st, info)
+        st.info.leftByPolicy = nil
         streams[info.id] = st
         index(info.id, chain: info.processChain)
         reassignOwnership(of: [info.id])
@@ -130,6 +132,10 @@ extension Engine {
 
     mutating func streamChanged(_ info: StreamInfo) {
         guard var st = streams[info.id] else { return streamAppeared(info) }
+        // Values audiod left are its own before anything is taken for the user's.
+        adopt(&st, info)
+        var info = info
+        info.leftByPolicy = nil
         let old = st.info
         let wasAudible = wouldBeAudible(info.id)
         let tolerance = settings.volumeTolerance
@@ -190,6 +196,23 @@ extension Engine {
             if userUnmuted && (s.heldSilent || st.routeSilenced) { userActivate(owner) }
         } else if !ownershipInputsChanged && !wasAudible && wouldBeAudible(info.id) {
             autoActivate(owner)
+        }
+    }
+
+    /// Takes what audiod left on a stream (`StreamInfo.leftByPolicy`) as applied by itself, where the stream still
+    /// shows it and audiod holds nothing of its own there: the settle pass then keeps it or puts the user's back.
+    func adopt(_ st: inout StreamState, _ info: StreamInfo) {
+        guard let left = info.leftByPolicy else { return }
+        if left.mute, info.muted, !st.appliedMute {
+            st.appliedMute = true
+            st.userMuted = false
+        }
+        if let v = left.volume, let user = left.userVolume, st.appliedVolume == nil,
+            user.channels.count == info.volume.channels.count,
+            info.volume.isClose(to: v, tolerance: settings.volumeTolerance)
+        {
+            st.appliedVolume = info.volume
+            st.userVolume = user
         }
     }
 

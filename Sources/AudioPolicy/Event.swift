@@ -98,13 +98,20 @@ public struct StreamInfo: Sendable, Equatable {
     /// can tell apart — a Flatpak app id and instance, else the stream's client connection. Streams with the same
     /// identity form one implicit session; different ones never do.
     public var identity: String?
+    /// Policy values audiod left on the stream that it shows now: an earlier run's (its journal), or this run's,
+    /// handed to a new stream by the server's restore database. The engine takes them as its own, so its next
+    /// decision puts the user's values back unless the policy still wants them: no stream is written behind its
+    /// back.
+    public var leftByPolicy: PolicyValues?
 
     public init(
         id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,
         binary: String? = nil, role: String? = nil, sessionTag: UInt64? = nil, corked: Bool = false,
-        muted: Bool = false, volume: Volume = .normal, device: String = "default", identity: String? = nil
+        muted: Bool = false, volume: Volume = .normal, device: String = "default", identity: String? = nil,
+        leftByPolicy: PolicyValues? = nil
     ) {
         self.identity = identity
+        self.leftByPolicy = leftByPolicy
         self.id = id
         self.processChain = processChain
         self.applicationName = applicationName
@@ -120,6 +127,22 @@ public struct StreamInfo: Sendable, Equatable {
 
     /// The process that plays, if known.
     public var pid: UInt32? { processChain.first }
+}
+
+/// What audiod once set on a stream, and the user's values under it.
+public struct PolicyValues: Sendable, Equatable {
+    /// The stream's mute is audiod's (the user had it unmuted).
+    public var mute: Bool
+    /// The volume audiod set, if it set one…
+    public var volume: Volume?
+    /// …and the user's own under it.
+    public var userVolume: Volume?
+
+    public init(mute: Bool, volume: Volume? = nil, userVolume: Volume? = nil) {
+        self.mute = mute
+        self.volume = volume
+        self.userVolume = userVolume
+    }
 }
 
 /// MPRIS `PlaybackStatus`.
@@ -196,6 +219,16 @@ public struct Settings: Sendable, Equatable {
         self.lingerNanoseconds = lingerNanoseconds
         self.routeMoveWindowNanoseconds = routeMoveWindowNanoseconds
         self.volumeTolerance = volumeTolerance
+    }
+
+    /// Settings under which nothing is ever silenced — every app mixes, whatever its role — so that the only stream
+    /// effects are the ones that put back what an earlier run left (`StreamInfo.leftByPolicy`). `audiod --restore`
+    /// runs the engine with these after audiod is gone.
+    public static var restoreOnly: Settings {
+        let mixing = Configuration(category: .playback, options: [.mixWithOthers])
+        var roles: [String: Configuration] = [:]
+        for tier in builtInRoles { for role in tier.roles { roles[role] = mixing } }
+        return Settings(defaultConfiguration: mixing, roleConfigurations: roles)
     }
 
     /// The built-in role map of docs/POLICY.md §7, in priority order (highest first).

@@ -43,14 +43,26 @@ public enum JournalRestore {
             let backend = PulseBackend(loop: loop, options: options, logger: logger)
             result.backend = backend
             backend.onEvent = { event in
-                guard case .connected = event, !result.finished else { return }
-                // `recover` has sent the stream operations by now; the leaks follow, then the acknowledgements.
-                backend.repairRecordedLeaks { repaired, left in
+                switch event {
+                case .policy(let e):
+                    // The engine puts back what the journal says an earlier run left, by the same effects as in a
+                    // running audiod (journaled first); under `restoreOnly` it silences nothing itself.
+                    let effects = result.engine.handle(e, at: Instant(nanoseconds: result.clock.next()))
+                    backend.updateApplied(result.engine.appliedChanges)
+                    backend.apply(effects)
+                case .connected:
                     guard !result.finished else { return }
-                    result.finished = true
-                    result.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
-                    backend.stop()
-                    done.signal()
+                    // Every stream has been reported by now and its operations sent; the leaks follow, then the
+                    // acknowledgements.
+                    backend.repairRecordedLeaks { repaired, left in
+                        guard !result.finished else { return }
+                        result.finished = true
+                        result.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
+                        backend.stop()
+                        done.signal()
+                    }
+                case .disconnected:
+                    break
                 }
             }
             backend.start()
@@ -73,7 +85,18 @@ public enum JournalRestore {
 /// The restore's state, touched only on its loop thread.
 private final class ResultBox: @unchecked Sendable {
     var backend: PulseBackend?
+    var engine = Engine(settings: .restoreOnly)
+    var clock = StepClock()
     var timer: LoopTimer?
     var finished = false
     var outcome = JournalRestore.Outcome(hadJournal: true, connected: false, leaksRepaired: 0, journalKept: true)
+}
+
+/// The engine's time in `--restore`: it only has to move forward (no timer is ever run).
+private struct StepClock {
+    private var ns: UInt64 = 0
+    mutating func next() -> UInt64 {
+        ns += 1_000_000
+        return ns
+    }
 }

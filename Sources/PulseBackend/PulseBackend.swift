@@ -77,6 +77,8 @@ public final class PulseBackend: @unchecked Sendable {
         var restoreKey: String?
         /// A leaked policy value to undo if the stream shows it, until a deadline (monotonic ns).
         var correction: (leak: Journal.Leak, until: UInt64)?
+        /// What an earlier run's journal says audiod left on this stream, for its first report.
+        var recovered: PolicyValues?
         /// Found by the connection's first read of every stream: it existed before anything this connection did,
         /// so a value on it cannot have come from a sibling's policy value of this run.
         var preexisting = false
@@ -128,6 +130,8 @@ public final class PulseBackend: @unchecked Sendable {
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
     private var journalWritten: Journal?
+    /// Set while a new connection's streams are first reported.
+    private var holdingJournal = false
     private var pendingOperations = 0
     private var flushWaiters: [() -> Void] = []
 
@@ -155,6 +159,7 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// Connects (and keeps reconnecting until `stop()`).
     public func start() {
+        loop.assertOnLoop()
         stopped = false
         connect()
     }
@@ -175,6 +180,7 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// Disconnects for good (no reconnect). Operations not yet acknowledged are dropped.
     public func stop() {
+        loop.assertOnLoop()
         stopped = true
         reconnectTimer?.cancel()
         reconnectTimer = nil
@@ -283,40 +289,38 @@ public final class PulseBackend: @unchecked Sendable {
         for d in now.subtracting(availableDevices).sorted() { onEvent?(.policy(.deviceAppeared(d))) }
         availableDevices = now
         recover(server)
-        onEvent?(.connected(server))
+        // The streams first: whoever hears `connected` finds the server's streams known.
+        // The journal is written once the whole list is reported: until the engine has taken every recovered entry
+        // as its own, the old journal is their only record. (The operations decided meanwhile leave the process only
+        // when the loop next runs, after this write.)
+        holdingJournal = true
         for id in streams.keys.sorted() { report(id) }
+        holdingJournal = false
+        writeJournal()
+        onEvent?(.connected(server))
     }
 
-    /// Undoes what the journal says a previous run (or connection) left on streams that still exist, and turns
-    /// changes on streams that are gone into restore-database leaks.
+    /// Hands what the journal says a previous run (or connection) left on streams that still exist to the engine
+    /// with their first report (it takes the values as its own and decides), and turns changes on streams that are
+    /// gone into restore-database leaks.
     private func recover(_ server: ServerInfo) {
         guard let journal = recovery else { return }
         recovery = nil
-        var undone = 0
+        var found = 0
         for e in journal.entries {
             let id = StreamID(e.record ? .record : .playback, e.index)
-            if journal.serverCookie == server.cookie, var t = streams[id],
-                t.raw.properties["application.name", default: ""] == e.applicationName
+            if journal.serverCookie == server.cookie,
+                streams[id]?.raw.properties["application.name", default: ""] == e.applicationName
             {
-                if e.unmute, t.raw.muted {
-                    operate(id, mute: false)
-                    t.raw.muted = false
-                    undone += 1
-                }
-                if let a = e.appliedVolume, let r = e.restoreVolume, r.count == t.raw.volume.count,
-                    Volume(channels: t.raw.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
-                {
-                    operate(id, volume: r)
-                    t.raw.volume = r
-                    undone += 1
-                }
-                streams[id] = t
+                streams[id]?.recovered = PolicyValues(
+                    mute: e.unmute, volume: e.appliedVolume.map(Volume.init(channels:)),
+                    userVolume: e.restoreVolume.map(Volume.init(channels:)))
+                found += 1
             } else if let key = e.restoreKey {
                 leaks[key] = Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume)
             }
         }
-        if undone > 0 { logger.notice("undid \(undone) change(s) a previous run left on streams") }
-        writeJournal()
+        if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; the engine decides on them") }
     }
 
     // MARK: Reads
@@ -366,16 +370,18 @@ public final class PulseBackend: @unchecked Sendable {
             if t.chain.isEmpty, let pid = who.pid { t.chain = [pid] }
         }
         if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
-        correctLeak(id, &t)
-        let info = StreamInfo(
+        // What audiod left on the stream goes to the engine with the report: it decides what to put back.
+        let left = t.recovered ?? leakShown(id, &t)
+        t.recovered = nil
+        var info = StreamInfo(
             id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
             applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
             role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
             corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
             device: deviceName(t.raw), identity: t.identity?.identity)
         let first = t.fed == nil
-        let changed = t.fed != info
-        if let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
+        let changed = t.fed != info || left != nil
+        if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
             let key = t.restoreKey, leaks.removeValue(forKey: key) != nil
         {
             // The server saved this change in the stream's entry: it holds non-policy values again.
@@ -383,6 +389,7 @@ public final class PulseBackend: @unchecked Sendable {
         }
         t.fed = info
         streams[id] = t
+        info.leftByPolicy = left
         if first {
             onEvent?(.policy(.streamAppeared(info)))
         } else if changed {
@@ -409,12 +416,13 @@ public final class PulseBackend: @unchecked Sendable {
     }
 
     /// A new stream that starts with a policy value audiod left in the server's restore database (on a stream
-    /// of the same app that ended while silenced, or that is silenced now) is put back to the user's values
-    /// before the engine sees it: otherwise the engine would take the policy value for the user's. WirePlumber
-    /// applies its saved state a moment *after* the stream appears, so there the watch lasts a short window —
-    /// until it has put a value back, or audiod's policy has touched the stream: after either, a mute is the
-    /// user's or audiod's own (a mixer's mute in that window was undone as a leak).
-    private func correctLeak(_ id: StreamID, _ t: inout Tracked) {
+    /// of the same app that ended while silenced, or that is silenced now): the value is reported as audiod's
+    /// (`StreamInfo.leftByPolicy`), or the engine would take it for the user's; the engine then puts the user's
+    /// back, or keeps it if its policy still wants it. WirePlumber applies its saved state a moment *after* the
+    /// stream appears, so there the watch lasts a short window — until a value has been handed over, or audiod's
+    /// policy has touched the stream: after either, a mute is the user's or audiod's own (a mixer's mute in that
+    /// window is taken for a leak).
+    private func leakShown(_ id: StreamID, _ t: inout Tracked) -> PolicyValues? {
         let first = t.fed == nil
         if first, let key = t.restoreKey {
             var source: Journal.Leak? = leaks.removeValue(forKey: key)
@@ -430,33 +438,28 @@ public final class PulseBackend: @unchecked Sendable {
                 t.correction = (leak, monotonicNow() + (onPipeWire ? options.leakWindowNanoseconds : 0))
             }
         }
-        guard let (leak, until) = t.correction else { return }
+        guard let (leak, until) = t.correction else { return nil }
         guard first || monotonicNow() <= until else {
             t.correction = nil
-            return
+            return nil
         }
         // Only what audiod does not hold on this stream itself: its own mute or duck is not a leak.
         let mine = applied[id]
-        var corrected = false
-        if leak.unmute, t.raw.muted, !(mine?.unmute ?? false) {
-            operate(id, mute: false)
-            t.raw.muted = false
-            corrected = true
-        }
+        var values = PolicyValues(mute: false)
+        if leak.unmute, t.raw.muted, !(mine?.unmute ?? false) { values.mute = true }
         if mine?.appliedVolume == nil, let a = leak.appliedVolume, let r = leak.restoreVolume,
             r.count == t.raw.volume.count,
             Volume(channels: t.raw.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
         {
-            operate(id, volume: r)
-            t.raw.volume = r
-            corrected = true
+            values.volume = Volume(channels: a)
+            values.userVolume = Volume(channels: r)
         }
-        if corrected {
-            t.correction = nil
-            logger.info("a stream started with a policy value left in the restore database; put back", metadata: [
-                "stream": "\(id)", "key": "\(t.restoreKey ?? "")",
-            ])
-        }
+        guard values.mute || values.volume != nil else { return nil }
+        t.correction = nil
+        logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
+            "stream": "\(id)", "key": "\(t.restoreKey ?? "")",
+        ])
+        return values
     }
 
     // MARK: Server events
@@ -532,6 +535,7 @@ public final class PulseBackend: @unchecked Sendable {
     /// Carries out the engine's stream effects (others are ignored). Unknown streams are skipped: the engine may
     /// act on a stream the server removed a moment ago.
     public func apply(_ effects: [Effect]) {
+        loop.assertOnLoop()
         for e in effects {
             switch e {
             case .setStreamMute(let id, let mute):
@@ -633,17 +637,18 @@ public final class PulseBackend: @unchecked Sendable {
         }
     }
 
-    /// `audiod --restore`: after the journal's stream entries were undone on the streams that still exist
-    /// (`recover`, at connection), writes the user's values into the restore-database entries that the journal
+    /// `audiod --restore`: after the engine has put back the journal's stream entries on the streams that still
+    /// exist (handed to it with their first report), writes the user's values into the restore-database entries that the journal
     /// says hold policy values, so that nothing audiod did outlives it. On PulseAudio the entry is read and written
     /// back; on PipeWire, whose read lists nothing, a mute leak is written blind (WirePlumber merges the mute —
     /// and the volume, when the journal has the user's — into its saved state). A leak that cannot be repaired
     /// (a duck on PipeWire: a blind write would also set a mute nobody knows) stays in the journal for the next
     /// start. Calls `done` with (repaired, left) once the server has answered.
     public func repairRecordedLeaks(_ done: @escaping (Int, Int) -> Void) {
+        loop.assertOnLoop()
         guard let c = context, isConnected else { return done(0, leaks.count) }
         var repaired = 0
-        // The stream operations `recover` sent, and the writes below, must reach the server before anyone stops.
+        // The stream operations sent so far, and the writes below, must reach the server before anyone stops.
         let finish = { [weak self] in
             guard let self else { return done(repaired, 0) }
             self.writeJournal()
@@ -692,12 +697,14 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// Calls `done` once every operation sent so far has been answered (or the connection is gone).
     public func flush(_ done: @escaping () -> Void) {
+        loop.assertOnLoop()
         guard context != nil, pendingOperations > 0 else { return done() }
         flushWaiters.append(done)
     }
 
     /// What the engine has applied now (`Engine.appliedChanges`). Journals it before the operations are sent.
     public func updateApplied(_ changes: [AppliedChange]) {
+        loop.assertOnLoop()
         var next: [StreamID: AppliedChange] = [:]
         for c in changes { next[c.stream] = c }
         guard next != applied else { return }
@@ -709,7 +716,7 @@ public final class PulseBackend: @unchecked Sendable {
     }
 
     private func writeJournal() {
-        guard let path = options.journalPath, let server else { return }
+        guard !holdingJournal, let path = options.journalPath, let server else { return }
         let entries = applied.keys.sorted().compactMap { id -> Journal.Entry? in
             guard let c = applied[id] else { return nil }
             return Journal.Entry(

@@ -1,0 +1,89 @@
+@testable import AudioPolicy
+import Testing
+
+/// What audiod left on a stream (an earlier run's journal, a policy value the restore database gave a new stream)
+/// comes in with the stream's report; the engine takes it as its own and decides, so that every write to a stream
+/// is one of its effects.
+@Suite struct AdoptionScenarioTests {
+    static let leftMute = PolicyValues(mute: true)
+
+    @Test func aLeftMuteIsPutBackWhenNothingSilencesTheStream() {
+        var h = Harness()
+        let e = h.send(.streamAppeared(StreamInfo(
+            id: .playback(1), processChain: [100], applicationName: "player", role: "music", muted: true,
+            leftByPolicy: Self.leftMute)))
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), false)])
+        _ = h.echo(e)
+        let view = h.engine.streamView(.playback(1))
+        #expect(view?.info.muted == false && view?.policyMuted == false)
+        // The stream is the user's again: their own mute later is theirs, and stays.
+        let userMute = h.change(.playback(1)) { $0.muted = true }
+        #expect(streamOps(userMute).isEmpty)
+    }
+
+    @Test func aLeftMuteStaysWhileThePolicyStillWantsIt() {
+        var h = Harness()
+        // Music plays; a call interrupts it. The music app's new stream carries the mute its last one ended with.
+        let music = h.session(pid: 10, "playback")
+        _ = h.activate(music)
+        _ = h.echo(h.play(1, pid: 10, name: "music"))
+        let call = h.session(pid: 30, "play-and-record", mode: "voice-chat")
+        _ = h.echo(h.activate(call))
+        let e = h.send(.streamAppeared(StreamInfo(
+            id: .playback(2), processChain: [10], applicationName: "music", muted: true, leftByPolicy: Self.leftMute)))
+        #expect(streamOps(e).isEmpty, "a mute the policy wants was put back and taken again: \(e)")
+        #expect(h.engine.streamView(.playback(2))?.policyMuted == true)
+        // It is audiod's own now: lifted with the other stream's when the app comes back after the call.
+        _ = h.deactivate(call, notify: true)
+        #expect(streamOps(h.activate(music)) == [.setStreamMute(.playback(1), false), .setStreamMute(.playback(2), false)])
+    }
+
+    @Test func aLeftDuckIsPutBackToTheUsersVolume() {
+        var h = Harness()
+        let ducked = Volume(uniform: 13_107)
+        let user = Volume(uniform: 50_000)
+        let e = h.send(.streamAppeared(StreamInfo(
+            id: .playback(1), processChain: [100], applicationName: "player", volume: ducked,
+            leftByPolicy: PolicyValues(mute: false, volume: ducked, userVolume: user))))
+        #expect(streamOps(e) == [.setStreamVolume(.playback(1), user)])
+    }
+
+    @Test func valuesTheStreamNoLongerShowsAreNotTaken() {
+        var h = Harness()
+        // The journal said audiod muted it, but the user has unmuted it since, and set a volume of their own.
+        let e = h.send(.streamAppeared(StreamInfo(
+            id: .playback(1), processChain: [100], applicationName: "player", muted: false,
+            volume: Volume(uniform: 40_000),
+            leftByPolicy: PolicyValues(mute: true, volume: Volume(uniform: 13_107), userVolume: .normal))))
+        #expect(streamOps(e).isEmpty)
+        #expect(h.engine.appliedChanges.isEmpty)
+    }
+
+    /// WirePlumber applies a saved mute a moment after the stream appears: the change that shows it is reported
+    /// as left by audiod, not as the user's mute (which would keep it, and never activate the app).
+    @Test func aLeakThatShowsInALaterChangeIsPutBack() {
+        var h = Harness()
+        _ = h.play(1, pid: 100, role: "music", name: "player")
+        let e = h.change(.playback(1)) {
+            $0.muted = true
+            $0.leftByPolicy = Self.leftMute
+        }
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), false)])
+        #expect(h.engine.streamView(.playback(1))?.info.leftByPolicy == nil, "the engine kept a one-time hint")
+    }
+
+    /// `audiod --restore` runs the engine with settings under which nothing is silenced: its only stream effects
+    /// put back what was left.
+    @Test func restoreOnlySettingsSilenceNothing() {
+        var h = Harness(settings: .restoreOnly)
+        var all: [Effect] = []
+        all += h.play(1, pid: 100, role: "music", name: "a")
+        all += h.play(2, pid: 101, role: "music", name: "b")
+        all += h.play(3, pid: 102, role: "phone", name: "call")
+        all += h.play(4, pid: 103, role: "game", name: "game")
+        all += h.send(.streamAppeared(StreamInfo(
+            id: .playback(5), processChain: [104], applicationName: "left", role: "video", muted: true,
+            leftByPolicy: Self.leftMute)))
+        #expect(streamOps(all) == [.setStreamMute(.playback(5), false)])
+    }
+}
