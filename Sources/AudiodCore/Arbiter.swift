@@ -53,6 +53,7 @@ public final class Arbiter: @unchecked Sendable {
 
     /// Restores the saved state and connects to the server. Call on the loop thread.
     public func start() {
+        loop.assertOnLoop()
         if let path = statePath {
             do {
                 for e in try StateFile.load(from: path, requestID: makeRequestID) {
@@ -90,18 +91,46 @@ public final class Arbiter: @unchecked Sendable {
         }
     }
 
-    /// One engine step: the engine decides, the journal records, the server operations go out, the timers are set,
-    /// and `onStep` sees it all. Returns the effects (the reply among them). Call on the loop thread.
+    /// One engine step: the engine decides, then `interpret` carries the effects out. Returns the effects (the
+    /// reply among them). Call on the loop thread.
     @discardableResult
     public func handle(_ event: Event) -> [Effect] {
+        loop.assertOnLoop()
         // Stopping has begun: nothing new is decided, so no call or stream event can leave a new mute behind.
         guard !shuttingDown else { return [] }
+        let unsettled = engine.settleOverflows
         let effects = engine.handle(event, at: now)
-        if logger.logLevel <= .debug { logDecisions(event, effects) }
+        if engine.settleOverflows != unsettled {
+            logger.error("the policy did not settle within its round limit; the rest of the step was dropped", metadata: [
+                "event": "\(event)",
+            ])
+        }
+        if logger.logLevel <= .debug { logDecisions("\(event)", effects) }
+        interpret(event, effects)
+        return effects
+    }
+
+    /// The one interpreter of engine effects, always in this order:
+    /// 1. the journal records what audiod holds after the step (a crash after it leaves at most an entry for a
+    ///    change never made, never a change without an entry);
+    /// 2. the stream operations go to the server;
+    /// 3. timers and saved state;
+    /// 4. the bus — replies, signals, objects, properties, MPRIS — through `onStep`, once the stream operations
+    ///    have left: D-Bus signals about a hundred sessions take milliseconds to send, and libpulse writes only on
+    ///    the next loop pass. Later steps queue behind, so the bus hears every step, in order.
+    private func interpret(_ event: Event, _ effects: [Effect]) {
         var touchesStreams = false
         for e in effects {
+            if case .setStreamMute = e { touchesStreams = true } else if case .setStreamVolume = e { touchesStreams = true }
+        }
+        // 1 and 2.
+        if touchesStreams || isStreamEvent(event) {
+            backend.updateApplied(engine.appliedChanges)
+            backend.apply(effects)
+        }
+        // 3.
+        for e in effects {
             switch e {
-            case .setStreamMute, .setStreamVolume: touchesStreams = true
             case .scheduleTimer(let id, let ns):
                 timers[id]?.cancel()
                 timers[id] = loop.timer(afterNanoseconds: ns) { [weak self] in
@@ -121,13 +150,7 @@ public final class Arbiter: @unchecked Sendable {
             default: break
             }
         }
-        if touchesStreams || isStreamEvent(event) {
-            // Journal first: a crash between the two leaves at most an entry for a change never made.
-            backend.updateApplied(engine.appliedChanges)
-            backend.apply(effects)
-        }
-        // The mutes leave before the news of them: D-Bus signals about a hundred sessions take milliseconds to
-        // send, and libpulse writes only on the next loop pass. Later steps queue behind, so order is kept.
+        // 4.
         if touchesStreams || !unpublished.isEmpty {
             unpublished.append((event, effects))
             if unpublished.count == 1 {
@@ -141,12 +164,11 @@ public final class Arbiter: @unchecked Sendable {
         } else {
             onStep?(event, effects)
         }
-        return effects
     }
 
     /// `--log-level debug` answers "why did this go quiet": every step that touched a stream, a player or a
     /// session's signals, with the event that caused it.
-    private func logDecisions(_ event: Event, _ effects: [Effect]) {
+    private func logDecisions(_ cause: String, _ effects: [Effect]) {
         let decisions = effects.filter {
             switch $0 {
             case .setStreamMute, .setStreamVolume, .mprisPause, .mprisPlay, .signal, .sessionAdded, .sessionRemoved:
@@ -156,7 +178,7 @@ public final class Arbiter: @unchecked Sendable {
         }
         guard !decisions.isEmpty else { return }
         logger.debug("decided", metadata: [
-            "event": "\(event)", "effects": "\(decisions.map { "\($0)" }.joined(separator: ", "))",
+            "event": "\(cause)", "effects": "\(decisions.map { "\($0)" }.joined(separator: ", "))",
         ])
     }
 
@@ -185,6 +207,7 @@ public final class Arbiter: @unchecked Sendable {
     /// repair the restore-database entries that hold policy values, and disconnect; then `done`. Call on the loop
     /// thread.
     public func shutdown(deadlineNanoseconds: UInt64 = 3_000_000_000, _ done: @escaping () -> Void) {
+        loop.assertOnLoop()
         guard !shuttingDown else { return done() }
         shuttingDown = true
         for t in timers.values { t.cancel() }
@@ -196,6 +219,7 @@ public final class Arbiter: @unchecked Sendable {
         }
         let effects = engine.restoreEverything()
         logger.info("restoring \(effects.count) stream change(s) before exit")
+        if logger.logLevel <= .debug { logDecisions("audiod stopping", effects) }
         backend.apply(effects)
         // Whichever comes first, the server's answers or the deadline, ends the stop.
         let once = Once()

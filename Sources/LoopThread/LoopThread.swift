@@ -31,6 +31,12 @@ public final class LoopThread: @unchecked Sendable {
     /// Whether the caller runs on the loop thread.
     public var isOnLoop: Bool { thread.withLock { t in t.map { pthread_equal($0, pthread_self()) != 0 } ?? false } }
 
+    /// Debug builds trap when a loop-confined entry point is called from another thread while the loop runs: the
+    /// state behind it has no lock, and a race there shows up much later as a wrong decision, not as a crash.
+    public func assertOnLoop(_ function: StaticString, file: StaticString, line: UInt) {
+        assert(isOnLoop || !isRunning, "\(name): \(function) called off the loop thread", file: file, line: line)
+    }
+
     /// Starts the thread. `body` loops while `isRunning`, calling `drain()` between waits; queued work left when it
     /// returns still runs.
     public func start(_ body: @escaping @Sendable () -> Void) {

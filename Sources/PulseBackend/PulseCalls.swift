@@ -99,6 +99,11 @@ public final class MainLoop: @unchecked Sendable {
     /// Whether the caller runs on the loop thread.
     public var isOnLoop: Bool { thread.isOnLoop }
 
+    /// Traps in debug builds when called off the loop thread while it runs (`LoopThread.assertOnLoop`).
+    public func assertOnLoop(_ function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line) {
+        thread.assertOnLoop(function, file: file, line: line)
+    }
+
     /// Runs `work` on the loop thread, soon. From the loop thread itself it still queues,
     /// so that the caller's stack unwinds first.
     public func execute(_ work: @escaping @Sendable () -> Void) { thread.execute(work) }
