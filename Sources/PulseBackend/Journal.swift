@@ -6,8 +6,8 @@ import Glibc
 /// What audiod has changed on the server, kept on disk so that a run that crashed (or lost its connection) can be
 /// undone by the next one: docs/POLICY.md §8, "nothing left behind".
 ///
-/// It lives in `$XDG_RUNTIME_DIR/audiod/journal.json` (a tmpfs that dies with the login session, like the streams
-/// it describes) and is replaced atomically (write, then rename) whenever what audiod applied changes.
+/// It lives in `$XDG_RUNTIME_DIR/audiod/journal` (a tmpfs that dies with the login session, like the streams it
+/// describes), written as a log by `JournalLog`.
 public struct Journal: Codable, Equatable, Sendable {
     /// One stream audiod changed.
     public struct Entry: Codable, Equatable, Sendable {
@@ -45,10 +45,10 @@ public struct Journal: Codable, Equatable, Sendable {
 
     public var isEmpty: Bool { entries.isEmpty && leaks.isEmpty }
 
-    /// `$XDG_RUNTIME_DIR/audiod/journal.json`, nil when `XDG_RUNTIME_DIR` is unset.
+    /// `$XDG_RUNTIME_DIR/audiod/journal`, nil when `XDG_RUNTIME_DIR` is unset.
     public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
         guard let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty else { return nil }
-        return dir + "/audiod/journal.json"
+        return dir + "/audiod/journal"
     }
 
     /// Reads a journal; nil when there is none. A file that cannot be parsed is an error (and is left in place
@@ -56,24 +56,229 @@ public struct Journal: Codable, Equatable, Sendable {
     public static func load(from path: String) throws -> Journal? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
-        return try JSONDecoder().decode(Journal.self, from: data)
+        // An earlier release wrote the whole journal as JSON.
+        if data.first == UInt8(ascii: "{") { return try JSONDecoder().decode(Journal.self, from: data) }
+        return try JournalLog.replay(String(decoding: data, as: UTF8.self))
     }
+}
 
-    /// Writes atomically (temporary file + rename), creating the directory (mode 0700) if needed. An empty journal
-    /// removes the file.
-    public func save(to path: String) throws {
-        let url = URL(fileURLWithPath: path)
-        if isEmpty {
-            if FileManager.default.fileExists(atPath: path) { try FileManager.default.removeItem(at: url) }
+/// The journal on disk as a log: one line per change, appended with a single `write(2)` before the operations it
+/// records leave, and rewritten whole (to a temporary file, then renamed) only when the lines outnumber what
+/// they describe — so a step costs a few dozen bytes, not the whole journal encoded again.
+///
+/// No `fsync`: the journal must survive audiod crashing or being killed, and the page cache does; a machine that
+/// crashes takes the sound server's streams (and the tmpfs under `$XDG_RUNTIME_DIR`) with it.
+///
+/// Lines (fields separated by spaces, text fields percent-encoded):
+/// - `audiod-journal 1 <server cookie>` — first line;
+/// - `+ <p|r> <index> <unmute 0|1> <applied volume|-> <user volume|-> <restore key|-> <application name>` — audiod
+///   holds this change on the stream (replacing any earlier line for it);
+/// - `- <p|r> <index>` — it holds nothing there any more;
+/// - `L <key> <unmute 0|1> <applied volume|-> <user volume|->` — a restore-database entry may hold a policy value;
+/// - `l <key>` — it does not.
+public final class JournalLog {
+    public let path: String
+    private var fd: Int32 = -1
+    /// What the file says now.
+    public private(set) var written = Journal()
+    private var lines = 0
+    private var exists = false
+
+    public init(path: String) { self.path = path }
+    deinit { if fd >= 0 { Glibc.close(fd) } }
+
+    /// Brings the file to `journal`: appends the difference, or rewrites it when that is shorter in the long run
+    /// (a new server cookie, or more lines than twice what they describe). An empty journal removes the file.
+    public func write(_ journal: Journal) throws {
+        guard journal != written || !exists && !journal.isEmpty else { return }
+        if journal.isEmpty {
+            if fd >= 0 { Glibc.close(fd) }
+            fd = -1
+            if exists || FileManager.default.fileExists(atPath: path) { unlink(path) }
+            exists = false
+            written = journal
+            lines = 0
             return
         }
-        try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700])
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        try encoder.encode(self).write(to: url, options: .atomic)
+        let size = journal.entries.count + journal.leaks.count
+        if !exists || fd < 0 || journal.serverCookie != written.serverCookie || lines > 2 * size + 32 {
+            try rewrite(journal)
+            return
+        }
+        var out = ""
+        let old = Dictionary(written.entries.map { (Self.key($0), $0) }, uniquingKeysWith: { _, b in b })
+        let new = Dictionary(journal.entries.map { (Self.key($0), $0) }, uniquingKeysWith: { _, b in b })
+        var added = 0
+        for e in journal.entries where old[Self.key(e)] != e {
+            out += Self.line(e)
+            added += 1
+        }
+        for e in written.entries where new[Self.key(e)] == nil {
+            out += "- \(e.record ? "r" : "p") \(e.index)\n"
+            added += 1
+        }
+        for (k, l) in journal.leaks.sorted(by: { $0.key < $1.key }) where written.leaks[k] != l {
+            out += Self.line(leak: k, l)
+            added += 1
+        }
+        for k in written.leaks.keys.sorted() where journal.leaks[k] == nil {
+            out += "l \(Self.encode(k))\n"
+            added += 1
+        }
+        try append(out)
+        lines += added
+        written = journal
     }
+
+    private func append(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var off = 0
+        while off < bytes.count {
+            let n = bytes.withUnsafeBytes { buf in
+                guard let base = buf.baseAddress else { return 0 }
+                return Glibc.write(fd, base + off, buf.count - off)
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw JournalError("cannot append to \(path): \(String(cString: strerror(errno)))")
+            }
+            off += n
+        }
+    }
+
+    private func rewrite(_ journal: Journal) throws {
+        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
+        if !dir.isEmpty {
+            try FileManager.default.createDirectory(
+                atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        var text = "audiod-journal 1 \(journal.serverCookie)\n"
+        for e in journal.entries { text += Self.line(e) }
+        for (k, l) in journal.leaks.sorted(by: { $0.key < $1.key }) { text += Self.line(leak: k, l) }
+        let temp = path + ".new"
+        let t = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard t >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
+        if fd >= 0 { Glibc.close(fd) }
+        fd = t
+        try append(text)
+        guard rename(temp, path) == 0 else {
+            Glibc.close(fd)
+            fd = -1
+            throw JournalError("cannot rename \(temp): \(String(cString: strerror(errno)))")
+        }
+        // The descriptor now writes the renamed file: appends go on where the rewrite ended.
+        exists = true
+        written = journal
+        lines = journal.entries.count + journal.leaks.count
+    }
+
+    // MARK: Lines
+
+    private static func key(_ e: Journal.Entry) -> UInt64 { UInt64(e.index) << 1 | (e.record ? 1 : 0) }
+
+    private static func line(_ e: Journal.Entry) -> String {
+        "+ \(e.record ? "r" : "p") \(e.index) \(e.unmute ? 1 : 0) \(volume(e.appliedVolume)) \(volume(e.restoreVolume)) "
+            + "\(e.restoreKey.map(encode) ?? "-") \(encode(e.applicationName))\n"
+    }
+
+    private static func line(leak key: String, _ l: Journal.Leak) -> String {
+        "L \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume))\n"
+    }
+
+    private static func volume(_ v: [UInt32]?) -> String {
+        guard let v, !v.isEmpty else { return "-" }
+        return v.map(String.init).joined(separator: ",")
+    }
+
+    private static func parseVolume(_ s: Substring) throws -> [UInt32]? {
+        if s == "-" { return nil }
+        let parts = s.split(separator: ",").map { UInt32($0) }
+        guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else { throw JournalError("bad volume \"\(s)\"") }
+        return parts.compactMap { $0 }
+    }
+
+    /// Percent-encodes what would break a line into fields: `%`, spaces, control characters; `-` alone stands for
+    /// "none", so a text that is exactly `-` is encoded too.
+    static func encode(_ s: String) -> String {
+        if s == "-" { return "%2D" }
+        var bytes: [UInt8] = []
+        for b in s.utf8 {
+            if b == UInt8(ascii: "%") || b <= 0x20 || b == 0x7F {
+                let hex = Array("0123456789ABCDEF".utf8)
+                bytes += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 0xF)]]
+            } else {
+                bytes.append(b)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func decode(_ s: Substring) throws -> String {
+        var bytes: [UInt8] = []
+        var it = Array(s.utf8)[...]
+        while let b = it.popFirst() {
+            if b == UInt8(ascii: "%") {
+                guard it.count >= 2, let v = UInt8(String(decoding: it.prefix(2), as: UTF8.self), radix: 16) else {
+                    throw JournalError("bad escape in \"\(s)\"")
+                }
+                bytes.append(v)
+                it = it.dropFirst(2)
+            } else {
+                bytes.append(b)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The journal a log describes: its lines applied in order.
+    static func replay(_ text: String) throws -> Journal {
+        var j = Journal()
+        var entries: [UInt64: Journal.Entry] = [:]
+        var order: [UInt64] = []
+        for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
+            let f = raw.split(separator: " ", omittingEmptySubsequences: false)
+            func fail() -> JournalError { JournalError("line \(n + 1) is not a journal line: \"\(raw.prefix(80))\"") }
+            guard let kind = f.first else { continue }
+            if n == 0 {
+                guard kind == "audiod-journal", f.count == 3, f[1] == "1", let cookie = UInt32(f[2]) else { throw fail() }
+                j.serverCookie = cookie
+                continue
+            }
+            switch kind {
+            case "+":
+                guard f.count == 8, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]), f[3] == "0" || f[3] == "1" else {
+                    throw fail()
+                }
+                let e = Journal.Entry(
+                    record: f[1] == "r", index: index, applicationName: try decode(f[7]),
+                    restoreKey: f[6] == "-" ? nil : try decode(f[6]), unmute: f[3] == "1",
+                    appliedVolume: try parseVolume(f[4]), restoreVolume: try parseVolume(f[5]))
+                let k = key(e)
+                if entries[k] == nil { order.append(k) }
+                entries[k] = e
+            case "-":
+                guard f.count == 3, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]) else { throw fail() }
+                let k = UInt64(index) << 1 | (f[1] == "r" ? 1 : 0)
+                if entries.removeValue(forKey: k) != nil { order.removeAll { $0 == k } }
+            case "L":
+                guard f.count == 5, f[2] == "0" || f[2] == "1" else { throw fail() }
+                j.leaks[try decode(f[1])] = Journal.Leak(
+                    unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]), restoreVolume: try parseVolume(f[4]))
+            case "l":
+                guard f.count == 2 else { throw fail() }
+                j.leaks[try decode(f[1])] = nil
+            default:
+                throw fail()
+            }
+        }
+        j.entries = order.compactMap { entries[$0] }
+        return j
+    }
+}
+
+struct JournalError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
 }
 
 /// The key a restore database files a stream under: its media role, else its application id, else its

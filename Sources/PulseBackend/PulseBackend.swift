@@ -130,6 +130,7 @@ public final class PulseBackend: @unchecked Sendable {
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
     private var journalWritten: Journal?
+    private var journalLog: JournalLog?
     /// Set while a new connection's streams are first reported.
     private var holdingJournal = false
     private var pendingOperations = 0
@@ -552,6 +553,8 @@ public final class PulseBackend: @unchecked Sendable {
 
     private func operate(_ id: StreamID, mute: Bool) {
         guard let c = context else { return }
+        // Every write, at debug: each one must follow the arbiter's "decided" line that names it.
+        logger.debug("stream write", metadata: ["effect": "\(Effect.setStreamMute(id, mute))"])
         tracker.sent(id, mute: mute, now: monotonicNow())
         armExpiry()
         streams[id]?.correction = nil
@@ -567,6 +570,7 @@ public final class PulseBackend: @unchecked Sendable {
 
     private func operate(_ id: StreamID, volume: [UInt32]) {
         guard let c = context else { return }
+        logger.debug("stream write", metadata: ["effect": "\(Effect.setStreamVolume(id, Volume(channels: volume)))"])
         tracker.sent(id, volume: volume, now: monotonicNow())
         armExpiry()
         streams[id]?.correction = nil
@@ -727,7 +731,8 @@ public final class PulseBackend: @unchecked Sendable {
         let j = Journal(serverCookie: server.cookie, entries: entries, leaks: leaks)
         guard j != journalWritten else { return }
         do {
-            try j.save(to: path)
+            if journalLog == nil { journalLog = JournalLog(path: path) }
+            try journalLog?.write(j)
             journalWritten = j
         } catch {
             logger.error("cannot write the journal", metadata: ["path": "\(path)", "error": "\(error)"])

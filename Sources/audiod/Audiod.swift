@@ -38,7 +38,7 @@ struct Audiod: ParsableCommand {
     @Option(help: ArgumentHelp("Saved state: silent mode and D-Bus app rules (default: $XDG_STATE_HOME/audiod/state.json).", valueName: "path"))
     var state: String?
 
-    @Option(help: ArgumentHelp("Journal file (default: $XDG_RUNTIME_DIR/audiod/journal.json).", valueName: "path"))
+    @Option(help: ArgumentHelp("Journal file (default: $XDG_RUNTIME_DIR/audiod/journal).", valueName: "path"))
     var journal: String?
 
     @Option(help: ArgumentHelp(

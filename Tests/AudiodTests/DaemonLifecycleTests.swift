@@ -37,7 +37,7 @@ struct DaemonLifecycleTests {
         let status = daemon.wait(timeout: 10)
         #expect(status == 0, "audiod exit status \(String(describing: status))")
         #expect(server.playbackStream(pid: music.pid)?.muted == false, "a mute outlived audiod")
-        let journal = "\(server.directory)/audiod/journal.json"
+        let journal = "\(server.directory)/audiod/journal"
         let text = (try? String(contentsOfFile: journal, encoding: .utf8)) ?? ""
         #expect(!text.contains("\"entries\":[{"), "the journal still lists stream changes after a clean exit: \(text)")
     }

@@ -382,7 +382,7 @@ struct StopAndRecoveryTests {
         let r = try server.runStatus(try unitStopPost())
         #expect(r.status == 0, "audiod --restore: \(r)")
         #expect(server.playbackStream(pid: music.pid)?.muted == false, "still muted after --restore: \(r.output)")
-        #expect(!FileManager.default.fileExists(atPath: "\(server.directory)/audiod/journal.json"), "the journal stayed")
+        #expect(!FileManager.default.fileExists(atPath: "\(server.directory)/audiod/journal"), "the journal stayed")
         // It served nothing: the name has no owner.
         let probe = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", recordSignals: false)
         defer { probe.close() }

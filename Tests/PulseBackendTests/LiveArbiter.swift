@@ -22,7 +22,7 @@ final class LiveArbiter: @unchecked Sendable {
         arbiter = Arbiter(
             loop: loop, settings: settings,
             backend: PulseBackend.Options(
-                server: server.pulseServer, journalPath: journal ?? "\(server.directory)/audiod/journal.json"),
+                server: server.pulseServer, journalPath: journal ?? "\(server.directory)/audiod/journal"),
             logger: logger)
         loop.start()
         let a = arbiter

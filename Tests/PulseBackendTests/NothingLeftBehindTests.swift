@@ -169,7 +169,7 @@ struct NothingLeftBehindTests {
     func journalAfterCrash(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
-        let journal = "\(server.directory)/audiod/journal.json"
+        let journal = "\(server.directory)/audiod/journal"
         let music = try playback(server, name: "music-app")
         let nav = try playback(server, name: "nav-app")
         let game = try playback(server, name: "game-app")

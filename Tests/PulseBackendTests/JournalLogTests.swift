@@ -1,0 +1,88 @@
+import Foundation
+@testable import PulseBackend
+import Testing
+
+/// The journal as an appended log: every state written must read back as itself, however it got there.
+struct JournalLogTests {
+    func path() -> String {
+        let dir = NSTemporaryDirectory() + "journal-test-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+        return dir + "/audiod/journal"
+    }
+
+    func entry(_ i: UInt32, name: String = "player", key: String? = "sink-input-by-media-role:music", mute: Bool = true,
+               volume: [UInt32]? = nil) -> Journal.Entry {
+        Journal.Entry(record: i % 5 == 0, index: i, applicationName: name, restoreKey: key, unmute: mute,
+                      appliedVolume: volume, restoreVolume: volume.map { $0.map { $0 * 2 } })
+    }
+
+    @Test func everyStateReadsBackAsItself() throws {
+        let p = path()
+        let log = JournalLog(path: p)
+        var j = Journal(serverCookie: 42)
+        var lines = 0
+        for step in 0..<500 {
+            // Streams come, change and go; leaks are set and cleared.
+            let i = UInt32(step % 37)
+            if let at = j.entries.firstIndex(where: { $0.index == i }) {
+                if step % 3 == 0 { j.entries.remove(at: at) } else { j.entries[at].appliedVolume = [UInt32(step), 1] }
+            } else {
+                j.entries.append(entry(i, volume: step % 2 == 0 ? [13_107, 13_107] : nil))
+            }
+            if step % 7 == 0 { j.leaks["key \(step % 4)"] = Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil) }
+            if step % 11 == 0 { j.leaks["key \(step % 4)"] = nil }
+            j.entries.sort { $0.index < $1.index }
+            try log.write(j)
+            let read = try #require(try Journal.load(from: p))
+            #expect(Set(read.entries.map(\.index)) == Set(j.entries.map(\.index)), "step \(step)")
+            #expect(read.entries.sorted { $0.index < $1.index } == j.entries, "step \(step)")
+            #expect(read.leaks == j.leaks && read.serverCookie == 42, "step \(step)")
+            lines = (try String(contentsOfFile: p, encoding: .utf8)).split(separator: "\n").count
+        }
+        // Rewritten whenever the lines outnumber what they describe: the file never grows with the steps.
+        #expect(lines <= 2 * (j.entries.count + j.leaks.count) + 34, "\(lines) lines for \(j.entries.count) entries")
+    }
+
+    @Test func namesAndKeysOfAnyTextSurvive() throws {
+        let p = path()
+        let odd = ["two words", "100% sure", "line\nbreak", "-", "", "tab\there", "Ünïcødé ♪", "%41"]
+        var j = Journal(serverCookie: 7)
+        for (n, name) in odd.enumerated() {
+            j.entries.append(entry(UInt32(n + 1), name: name, key: name.isEmpty ? nil : name))
+            j.leaks[name] = Journal.Leak(unmute: false, appliedVolume: [1, 2], restoreVolume: [3, 4])
+        }
+        let log = JournalLog(path: p)
+        try log.write(Journal(serverCookie: 7, entries: [entry(99)]))
+        try log.write(j)  // appended after the first write, not rewritten
+        let read = try #require(try Journal.load(from: p))
+        #expect(read.entries.filter { $0.index != 99 }.map(\.applicationName) == odd)
+        #expect(read.leaks == j.leaks)
+    }
+
+    @Test func anEmptyJournalRemovesTheFileAndANewCookieStartsAfresh() throws {
+        let p = path()
+        let log = JournalLog(path: p)
+        try log.write(Journal(serverCookie: 1, entries: [entry(1)]))
+        #expect(FileManager.default.fileExists(atPath: p))
+        try log.write(Journal(serverCookie: 1))
+        #expect(!FileManager.default.fileExists(atPath: p))
+        try log.write(Journal(serverCookie: 1, entries: [entry(2)]))
+        try log.write(Journal(serverCookie: 2, entries: [entry(3)]))
+        let read = try #require(try Journal.load(from: p))
+        #expect(read.serverCookie == 2 && read.entries.map(\.index) == [3])
+    }
+
+    @Test func aJournalOfTheEarlierJSONFormatIsStillRead() throws {
+        let p = path()
+        try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let old = Journal(serverCookie: 9, entries: [entry(4)], leaks: ["k": Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)])
+        try JSONEncoder().encode(old).write(to: URL(fileURLWithPath: p))
+        #expect(try Journal.load(from: p) == old)
+    }
+
+    @Test func aDamagedLineIsAnErrorThatSaysWhere() throws {
+        let p = path()
+        try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try "audiod-journal 1 5\n+ p 3 1 - - - player\n? what\n".write(toFile: p, atomically: true, encoding: .utf8)
+        #expect { try Journal.load(from: p) } throws: { "\($0)".contains("line 3") }
+    }
+}
