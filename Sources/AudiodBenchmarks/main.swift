@@ -33,6 +33,9 @@ struct Results {
     var activation: [(streams: Int, Latency)] = []
     var roleCork = Latency()  // audiod vs module-role-cork (floor = the module)
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
+    var churn: [ChurnRow] = []
+    /// audiod's resident memory after the first 1,000 churned streams, and after all of them.
+    var churnRSS: (streams: Int, after1000: Int, afterAll: Int) = (0, 0, 0)
 }
 
 /// Context switches of every thread of a process: each is a wake-up (or a preemption).
@@ -55,7 +58,7 @@ func expectSuccess(_ r: Result<[DBusValue], DBusError>, _ what: String) throws {
 func startAudiod(_ server: TestServer, config: String, client: BusClient) throws -> (Child, Double) {
     let t0 = nowNs()
     // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop (this run's directory is on disk).
-    let journal = "/dev/shm/audiod-bench-\(getpid())/journal.json"
+    let journal = "/dev/shm/audiod-bench-\(getpid())/journal"
     let child = try server.spawn([TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"], log: "audiod.log")
     while nowNs() - t0 < 10_000_000_000 {
         if case .success = client.call(API.managerPath, API.peer.name, "Ping") {
@@ -79,6 +82,9 @@ func run(_ kind: ServerKind) throws -> Results {
             // What the server and its session manager hold, for a stream in a state nobody set.
             text += "\n--- pactl list sink-inputs\n" + ((try? server.pactl(["list", "sink-inputs"])) ?? "")
             text += "\n--- WirePlumber's restore-stream\n" + server.file("state/wireplumber/restore-stream")
+            for log in ["pipewire-pulse.log", "pipewire.log", "pulse.log"] where !server.file(log).isEmpty {
+                text += "\n--- \(log) (end)\n" + server.file(log).suffix(4000)
+            }
         }
         if (try? text.write(toFile: kept, atomically: true, encoding: .utf8)) != nil {
             print("\(kind): audiod's log kept in \(kept)")
@@ -228,7 +234,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
 
     // An app that never talks to audiod starts a phone-role stream; another app's music stream goes quiet.
     let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
-    let m = try server.waitForPlaybackStream(pid: music.pid).index
+    var m = try server.waitForPlaybackStream(pid: music.pid).index
     func phoneCalls() throws -> [UInt64] {
         guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call (the observer sees \(observer.state(m).map { "\($0)" } ?? "no such stream"))") }
         var times: [UInt64] = []
@@ -243,6 +249,33 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         return times
     }
     r.roleCork.audiod = try phoneCalls()
+    music.kill()
+
+    // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
+    do {
+        try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
+                                   [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]), "SilentMode on")
+        let env = ProcessInfo.processInfo.environment
+        let perRate = Int(env["BENCH_CHURN"] ?? "") ?? max(200, iterations * 10)
+        for rate in (env["BENCH_CHURN_RATES"] ?? "100,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
+            r.churn.append(try churn(rate: rate, total: min(perRate, rate * 10), server: server, observer: observer, audiod: audiod.pid,
+                                     corked: env["BENCH_CHURN_CORKED"] != nil, sampleRate: env["BENCH_CHURN_CORKED"] != nil ? (kind == .pipewire ? 48000 : 44100) : 8000))
+        }
+        // Memory: what audiod holds once streams are gone must not grow with how many there ever were.
+        let long = Int(env["BENCH_CHURN_TOTAL"] ?? "") ?? (iterations >= 100 ? 100_000 : 3_000)
+        // Corked, at the sink's own rate: the cheapest streams for the server to make, so the run is short.
+        let native: UInt32 = kind == .pipewire ? 48000 : 44100
+        _ = try churn(rate: 5000, total: 1000, server: server, observer: observer, audiod: audiod.pid, corked: true, sampleRate: native)
+        sleep(1)
+        let after1000 = processMemory(audiod.pid).rss
+        let rest = try churn(rate: 5000, total: long - 1000, server: server, observer: observer, audiod: audiod.pid, corked: true, sampleRate: native)
+        r.churnRSS = (long, after1000, processMemory(audiod.pid).rss)
+        print("\(kind): \(long) streams came and went at \(Int(rest.achieved))/s; audiod's RSS \(after1000) kB after 1,000, \(r.churnRSS.afterAll) kB after all")
+        sleep(1)
+        r.churnRSS = (long, after1000, processMemory(audiod.pid).rss)
+        try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
+                                   [.string(API.manager.name), .string("SilentMode"), .variant(.bool(false))]), "SilentMode off")
+    }
 
     // Calls per second: SetActive round trips from 8 clients at once, then Peer.Ping on the same daemon.
     do {
@@ -274,12 +307,14 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
 
     // The peer: PulseAudio's module-role-cork instead of audiod.
     if kind == .pulseaudio {
+        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+        defer { music.kill() }
+        m = try server.waitForPlaybackStream(pid: music.pid).index
         audiod.signal(SIGTERM)
         _ = audiod.wait(timeout: 10)
         _ = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
         r.roleCork.floor = try phoneCalls()
     }
-    music.kill()
     try? FileManager.default.removeItem(atPath: "/dev/shm/audiod-bench-\(getpid())")
     return r
 }
@@ -329,4 +364,22 @@ for (kind, r) in all {
         + "| \(r.idleRSS / 1024).\(r.idleRSS % 1024 * 10 / 1024) MB | \(r.idlePSS / 1024).\(r.idlePSS % 1024 * 10 / 1024) MB "
         + "| \(r.loadedRSS / 1024).\(r.loadedRSS % 1024 * 10 / 1024) MB | \(r.loadedPSS / 1024).\(r.loadedPSS % 1024 * 10 / 1024) MB "
         + "| \(String(format: "%.1f", r.idleWakeupsPerSecond)) | \(String(format: "%.1f", starts[starts.count / 2])) ms (\(String(format: "%.1f", starts.last ?? 0)) ms) |")
+}
+
+print("\n### Stream churn: game-role streams come and go with silent mode on (each one muted by audiod)\n")
+print("| server | target/s | achieved/s | streams | audiod CPU | server CPU | audiod / server | decision lag p50 | p99 | gone before seen muted |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for (kind, r) in all {
+    for c in r.churn {
+        print("| \(kind) | \(c.target) | \(Int(c.achieved)) | \(c.streams) "
+            + "| \(String(format: "%.1f", c.audiodCPUms / c.seconds / 10)) % | \(String(format: "%.1f", c.serverCPUms / c.seconds / 10)) % "
+            + "| \(ratio(c.audiodCPUms, c.serverCPUms)) | \(ms(percentile(c.lag, 0.5))) | \(ms(percentile(c.lag, 0.99))) | \(c.unseen) |")
+    }
+}
+print("\n### audiod's memory as streams come and go\n")
+print("| server | RSS after 1,000 streams | RSS after | streams in all | difference |")
+print("|---|---:|---:|---:|---:|")
+for (kind, r) in all {
+    let (n, a, b) = r.churnRSS
+    print("| \(kind) | \(a) kB | \(b) kB | \(n) | \(b - a) kB |")
 }

@@ -159,6 +159,9 @@ public final class TestServer: @unchecked Sendable {
         }
     }
 
+    /// The sound server's processes (PulseAudio; or PipeWire, WirePlumber and pipewire-pulse).
+    public var soundServerPIDs: [pid_t] { lock.withLock { serverPIDs } }
+
     /// Kills the sound server (SIGKILL), as a crash would.
     public func killServer() {
         let pids = lock.withLock { () -> [pid_t] in

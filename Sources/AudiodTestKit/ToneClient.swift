@@ -48,14 +48,18 @@ public final class ToneClient: @unchecked Sendable {
     /// Opens a playback stream with these properties, writing silence; returns its sink-input index and the time
     /// just before it was asked for.
     @discardableResult
-    public func open(_ properties: [String: String], device: String? = nil) throws -> (index: UInt32, startedAt: UInt64) {
+    /// `corked`: the stream starts paused, and `rate` is its sample rate — a corked stream at the sink's own rate
+    /// costs the server least to make (no resampler, nothing to mix), for benchmarks that make thousands.
+    public func open(_ properties: [String: String], device: String? = nil, corked: Bool = false, rate: UInt32 = 8000)
+        throws -> (index: UInt32, startedAt: UInt64)
+    {
         pa_threaded_mainloop_lock(mainloop)
         defer { pa_threaded_mainloop_unlock(mainloop) }
         let props = pa_proplist_new()
         defer { pa_proplist_free(props) }
         for (k, v) in properties { pa_proplist_sets(props, k, v) }
         // 8 kHz mono: 200 streams of it cost the server next to nothing.
-        var spec = pa_sample_spec(format: PA_SAMPLE_S16LE, rate: 8000, channels: 1)
+        var spec = pa_sample_spec(format: PA_SAMPLE_S16LE, rate: rate, channels: 1)
         guard let s = pa_stream_new_with_proplist(context, "tone", &spec, nil, props) else {
             throw TestKitError("pa_stream_new failed")
         }
@@ -72,7 +76,7 @@ public final class ToneClient: @unchecked Sendable {
             }
         }, nil)
         let started = DispatchTime.now().uptimeNanoseconds
-        guard pa_stream_connect_playback(s, device, nil, PA_STREAM_NOFLAGS, nil, nil) >= 0 else {
+        guard pa_stream_connect_playback(s, device, nil, corked ? PA_STREAM_START_CORKED : PA_STREAM_NOFLAGS, nil, nil) >= 0 else {
             pa_stream_unref(s)
             throw TestKitError("pa_stream_connect_playback failed")
         }
@@ -88,6 +92,16 @@ public final class ToneClient: @unchecked Sendable {
         }
         streams.append(s)
         return (pa_stream_get_index(s), started)
+    }
+
+    /// Closes the stream with this sink-input index, if this client opened it.
+    public func close(_ index: UInt32) {
+        pa_threaded_mainloop_lock(mainloop)
+        defer { pa_threaded_mainloop_unlock(mainloop) }
+        guard let i = streams.firstIndex(where: { pa_stream_get_index($0) == index }) else { return }
+        pa_stream_disconnect(streams[i])
+        pa_stream_unref(streams[i])
+        streams.remove(at: i)
     }
 
     /// Closes every stream this client opened.

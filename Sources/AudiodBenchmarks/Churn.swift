@@ -1,0 +1,84 @@
+import AudiodTestKit
+import Foundation
+import Synchronization
+
+/// Streams coming and going fast, each one a decision: with silent mode on, every new game-role stream is muted
+/// by audiod. Measured per target rate: what rate the machine achieved, audiod's CPU next to the sound server's,
+/// and the decision lag — from asking for the stream to another client seeing it muted.
+struct ChurnRow {
+    var target: Int
+    var streams = 0
+    var seconds = 0.0
+    var audiodCPUms = 0.0
+    var serverCPUms = 0.0
+    var lag: [UInt64] = []
+    /// Streams that were gone before anyone saw them muted.
+    var unseen = 0
+    var achieved: Double { Double(streams) / seconds }
+}
+
+/// user + system CPU time of a process, in ms (`/proc/<pid>/stat` fields 14 and 15, in clock ticks).
+func cpuMs(_ pid: pid_t) -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = text.lastIndex(of: ")")
+    else { return 0 }
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    // After the command: state is field 3, so utime (14) and stime (15) are at 11 and 12 here.
+    guard fields.count > 12, let u = Double(fields[11]), let s = Double(fields[12]) else { return 0 }
+    return (u + s) * 1000 / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// Opens `total` game-role streams at `rate` per second from `threads` threads, each stream on a connection of its
+/// own (many clients, as the issue of a busy desktop is), closed after a lifetime that keeps at most ~100 alive
+/// (PipeWire mixes at most 128 into one sink). A stream goes with its connection: pipewire-pulse 0.3.65 drops a
+/// connection that closes streams and opens more in quick succession ("Connection terminated").
+func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod: pid_t, threads: Int = 2,
+           corked: Bool = false, sampleRate: UInt32 = 8000) throws -> ChurnRow {
+    var row = ChurnRow(target: rate)
+    let lifetimeNs = UInt64(min(0.2, 100 / Double(rate)) * 1e9)
+    observer.forgetFirstMuted()
+    let next = Atomic<Int>(0)
+    let opened = Mutex<[(index: UInt32, at: UInt64)]>([])
+    let failure = Mutex<String?>(nil)
+    let serverPids = server.soundServerPIDs
+    let cpu0 = (cpuMs(audiod), serverPids.map(cpuMs).reduce(0, +))
+    let t0 = nowNs()
+    let group = DispatchGroup()
+    for t in 0..<threads {
+        group.enter()
+        Thread {
+            defer { group.leave() }
+            var live: [(client: ToneClient, at: UInt64)] = []
+            while true {
+                let i = next.add(1, ordering: .relaxed).oldValue
+                if i >= total { break }
+                let due = t0 + UInt64(i) * 1_000_000_000 / UInt64(rate)
+                let now = nowNs()
+                if due > now { usleep(UInt32((due - now) / 1000)) }
+                while let first = live.first, nowNs() - first.at >= lifetimeNs { live.removeFirst() }
+                do {
+                    let client = try ToneClient(server: server.pulseServer, name: "churn-\(t)")
+                    let (index, at) = try client.open(["media.role": "game", "application.name": "churn"], corked: corked, rate: sampleRate)
+                    live.append((client, at))
+                    opened.withLock { $0.append((index, at)) }
+                } catch {
+                    failure.withLock { $0 = "\(error)" }
+                    break
+                }
+            }
+            live.removeAll()
+        }.start()
+    }
+    group.wait()
+    row.seconds = Double(nowNs() - t0) / 1e9
+    if let f = failure.withLock({ $0 }) { throw BenchFailure("churn at \(rate)/s: \(f)") }
+    // Late mutes still count: give the last streams' decisions a moment to show.
+    usleep(300_000)
+    row.audiodCPUms = cpuMs(audiod) - cpu0.0
+    row.serverCPUms = serverPids.map(cpuMs).reduce(0, +) - cpu0.1
+    for s in opened.withLock({ $0 }) {
+        row.streams += 1
+        if let m = observer.firstSeenMuted(s.index), m >= s.at { row.lag.append(m - s.at) } else { row.unseen += 1 }
+    }
+    return row
+}
