@@ -130,13 +130,14 @@ public struct Engine: Sendable {
 
     /// Every stream audiod has changed, with the value to put back: what a journal must hold so that the next
     /// start can undo a crashed run.
-    public var appliedChanges: [AppliedChange] {
-        streams.keys.sorted().compactMap { id in
-            guard let s = streams[id], s.appliedMute || s.appliedVolume != nil else { return nil }
-            return AppliedChange(
-                stream: id, applicationName: s.info.applicationName, unmute: s.appliedMute,
-                appliedVolume: s.appliedVolume, restoreVolume: s.appliedVolume == nil ? nil : s.userVolume)
-        }
+    public var appliedChanges: [AppliedChange] { streams.keys.sorted().compactMap(appliedChange(of:)) }
+
+    /// What audiod holds on one stream: nil when nothing (or no such stream).
+    public func appliedChange(of id: StreamID) -> AppliedChange? {
+        guard let s = streams[id], s.appliedMute || s.appliedVolume != nil else { return nil }
+        return AppliedChange(
+            stream: id, applicationName: s.info.applicationName, unmute: s.appliedMute,
+            appliedVolume: s.appliedVolume, restoreVolume: s.appliedVolume == nil ? nil : s.userVolume)
     }
 
     // MARK: Events

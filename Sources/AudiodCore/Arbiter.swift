@@ -119,13 +119,19 @@ public final class Arbiter: @unchecked Sendable {
     ///    have left: D-Bus signals about a hundred sessions take milliseconds to send, and libpulse writes only on
     ///    the next loop pass. Later steps queue behind, so the bus hears every step, in order.
     private func interpret(_ event: Event, _ effects: [Effect]) {
-        var touchesStreams = false
+        // What audiod holds can change only on the streams the step wrote and the one its event was about.
+        var touched: [StreamID] = []
         for e in effects {
-            if case .setStreamMute = e { touchesStreams = true } else if case .setStreamVolume = e { touchesStreams = true }
+            switch e {
+            case .setStreamMute(let id, _), .setStreamVolume(let id, _): touched.append(id)
+            default: break
+            }
         }
+        let touchesStreams = !touched.isEmpty
+        if let id = streamOfEvent(event) { touched.append(id) }
         // 1 and 2.
-        if touchesStreams || isStreamEvent(event) {
-            backend.updateApplied(engine.appliedChanges)
+        if !touched.isEmpty {
+            backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })
             backend.apply(effects)
         }
         // 3.
@@ -182,10 +188,11 @@ public final class Arbiter: @unchecked Sendable {
         ])
     }
 
-    private func isStreamEvent(_ e: Event) -> Bool {
+    private func streamOfEvent(_ e: Event) -> StreamID? {
         switch e {
-        case .streamAppeared, .streamChanged, .streamRemoved: return true
-        default: return false
+        case .streamAppeared(let info), .streamChanged(let info): return info.id
+        case .streamRemoved(let id): return id
+        default: return nil
         }
     }
 
@@ -235,7 +242,7 @@ public final class Arbiter: @unchecked Sendable {
         }
         backend.flush { [weak self] in
             guard let self else { return done() }
-            if self.backend.isConnected { self.backend.updateApplied(self.engine.appliedChanges) }
+            if self.backend.isConnected { self.backend.updateApplied(all: self.engine.appliedChanges) }
             // Policy values that streams left in the restore database are written back now, so that a stop
             // without systemd's ExecStopPost leaves nothing behind either.
             self.backend.repairRecordedLeaks { [weak self] repaired, left in

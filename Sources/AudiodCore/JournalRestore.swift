@@ -48,7 +48,7 @@ public enum JournalRestore {
                     // The engine puts back what the journal says an earlier run left, by the same effects as in a
                     // running audiod (journaled first); under `restoreOnly` it silences nothing itself.
                     let effects = result.engine.handle(e, at: Instant(nanoseconds: result.clock.next()))
-                    backend.updateApplied(result.engine.appliedChanges)
+                    backend.updateApplied(all: result.engine.appliedChanges)
                     backend.apply(effects)
                 case .connected:
                     guard !result.finished else { return }

@@ -79,55 +79,71 @@ public struct Journal: Codable, Equatable, Sendable {
 public final class JournalLog {
     public let path: String
     private var fd: Int32 = -1
-    /// What the file says now.
-    public private(set) var written = Journal()
+    private var cookie: UInt32 = 0
+    private var entries: [UInt64: Journal.Entry] = [:]
+    private var leaks: [String: Journal.Leak] = [:]
     private var lines = 0
     private var exists = false
 
     public init(path: String) { self.path = path }
     deinit { if fd >= 0 { Glibc.close(fd) } }
 
-    /// Brings the file to `journal`: appends the difference, or rewrites it when that is shorter in the long run
-    /// (a new server cookie, or more lines than twice what they describe). An empty journal removes the file.
+    /// What the file says now.
+    public var written: Journal {
+        Journal(serverCookie: cookie, entries: entries.keys.sorted().compactMap { entries[$0] }, leaks: leaks)
+    }
+
+    /// Brings the file to `journal` (the whole of it: for connecting and the rare changes of leaks).
     public func write(_ journal: Journal) throws {
-        guard journal != written || !exists && !journal.isEmpty else { return }
-        if journal.isEmpty {
+        let new = Dictionary(journal.entries.map { (Self.key($0), $0) }, uniquingKeysWith: { _, b in b })
+        var changed: [(UInt64, Journal.Entry?)] = journal.entries.map { (Self.key($0), $0) }
+        for k in entries.keys where new[k] == nil { changed.append((k, nil)) }
+        var leakChanges: [(String, Journal.Leak?)] = journal.leaks.map { ($0.key, $0.value) }
+        for k in leaks.keys where journal.leaks[k] == nil { leakChanges.append((k, nil)) }
+        try update(cookie: journal.serverCookie, entries: changed, leaks: leakChanges)
+    }
+
+    /// Records these streams' entries (nil: audiod holds nothing there any more), without looking at the others:
+    /// what a step costs is what it changed.
+    public func update(cookie newCookie: UInt32, streams: [(record: Bool, index: UInt32, entry: Journal.Entry?)]) throws {
+        try update(cookie: newCookie, entries: streams.map { (UInt64($0.index) << 1 | ($0.record ? 1 : 0), $0.entry) }, leaks: [])
+    }
+
+    private func update(cookie newCookie: UInt32, entries changed: [(UInt64, Journal.Entry?)],
+                        leaks leakChanges: [(String, Journal.Leak?)]) throws {
+        var out = ""
+        var added = 0
+        for (k, e) in changed where entries[k] != e {
+            entries[k] = e
+            if let e {
+                out += Self.line(e)
+            } else {
+                out += "- \(k & 1 == 1 ? "r" : "p") \(k >> 1)\n"
+            }
+            added += 1
+        }
+        for (k, l) in leakChanges.sorted(by: { $0.0 < $1.0 }) where leaks[k] != l {
+            leaks[k] = l
+            out += l.map { Self.line(leak: k, $0) } ?? "l \(Self.encode(k))\n"
+            added += 1
+        }
+        let cookieChanged = newCookie != cookie
+        cookie = newCookie
+        guard added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty)) else { return }
+        if entries.isEmpty && leaks.isEmpty {
             if fd >= 0 { Glibc.close(fd) }
             fd = -1
             if exists || FileManager.default.fileExists(atPath: path) { unlink(path) }
             exists = false
-            written = journal
             lines = 0
             return
         }
-        let size = journal.entries.count + journal.leaks.count
-        if !exists || fd < 0 || journal.serverCookie != written.serverCookie || lines > 2 * size + 32 {
-            try rewrite(journal)
+        if !exists || fd < 0 || cookieChanged || lines + added > 2 * (entries.count + leaks.count) + 32 {
+            try rewrite()
             return
-        }
-        var out = ""
-        let old = Dictionary(written.entries.map { (Self.key($0), $0) }, uniquingKeysWith: { _, b in b })
-        let new = Dictionary(journal.entries.map { (Self.key($0), $0) }, uniquingKeysWith: { _, b in b })
-        var added = 0
-        for e in journal.entries where old[Self.key(e)] != e {
-            out += Self.line(e)
-            added += 1
-        }
-        for e in written.entries where new[Self.key(e)] == nil {
-            out += "- \(e.record ? "r" : "p") \(e.index)\n"
-            added += 1
-        }
-        for (k, l) in journal.leaks.sorted(by: { $0.key < $1.key }) where written.leaks[k] != l {
-            out += Self.line(leak: k, l)
-            added += 1
-        }
-        for k in written.leaks.keys.sorted() where journal.leaks[k] == nil {
-            out += "l \(Self.encode(k))\n"
-            added += 1
         }
         try append(out)
         lines += added
-        written = journal
     }
 
     private func append(_ text: String) throws {
@@ -146,15 +162,15 @@ public final class JournalLog {
         }
     }
 
-    private func rewrite(_ journal: Journal) throws {
+    private func rewrite() throws {
         let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
         if !dir.isEmpty {
             try FileManager.default.createDirectory(
                 atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
-        var text = "audiod-journal 1 \(journal.serverCookie)\n"
-        for e in journal.entries { text += Self.line(e) }
-        for (k, l) in journal.leaks.sorted(by: { $0.key < $1.key }) { text += Self.line(leak: k, l) }
+        var text = "audiod-journal 1 \(cookie)\n"
+        for k in entries.keys.sorted() { if let e = entries[k] { text += Self.line(e) } }
+        for (k, l) in leaks.sorted(by: { $0.key < $1.key }) { text += Self.line(leak: k, l) }
         let temp = path + ".new"
         let t = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard t >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
@@ -168,8 +184,7 @@ public final class JournalLog {
         }
         // The descriptor now writes the renamed file: appends go on where the rewrite ended.
         exists = true
-        written = journal
-        lines = journal.entries.count + journal.leaks.count
+        lines = entries.count + leaks.count
     }
 
     // MARK: Lines

@@ -20,23 +20,64 @@ public enum ProcessTable {
     }
 
     /// The parent pid from `/proc/<pid>/stat`, nil when the process is gone.
-    public static func parent(of pid: UInt32) -> UInt32? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return nil }
+    public static func parent(of pid: UInt32) -> UInt32? { stat(pid)?.parent }
+
+    /// The parent and the start time (in clock ticks since boot: with the pid, it names one process for good) from
+    /// `/proc/<pid>/stat`.
+    static func stat(_ pid: UInt32) -> (parent: UInt32, start: UInt64)? {
+        guard let bytes = read("/proc/\(pid)/stat") else { return nil }
         // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
-        guard let close = stat.lastIndex(of: ")") else { return nil }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count >= 2, let ppid = UInt32(fields[1]) else { return nil }
-        return ppid
+        guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "))
+        // state, ppid, …; starttime is field 22 of the line, the 20th after the command.
+        guard fields.count >= 20, let ppid = number(fields[1]), let start = number(fields[19]) else { return nil }
+        return (UInt32(truncatingIfNeeded: ppid), start)
     }
 
     /// The real user id of a process (`Uid:` in `/proc/<pid>/status`), nil when it is gone.
     public static func owner(of pid: UInt32) -> uid_t? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
-        for line in status.split(separator: "\n") where line.hasPrefix("Uid:") {
-            let parts = line.split(whereSeparator: { $0 == "\t" || $0 == " " })
-            if parts.count >= 2, let uid = uid_t(parts[1]) { return uid }
+        statusField(pid, "Uid:").flatMap { number($0.first) }.map { uid_t(truncatingIfNeeded: $0) }
+    }
+
+    /// The numbers of a `/proc/<pid>/status` line (`Uid:\t1000\t1000…`), nil when the process or line is missing.
+    static func statusField(_ pid: UInt32, _ name: String) -> [ArraySlice<UInt8>]? {
+        guard let bytes = read("/proc/\(pid)/status") else { return nil }
+        let key = Array(name.utf8)
+        for line in bytes.split(separator: UInt8(ascii: "\n")) where line.starts(with: key) {
+            return line.dropFirst(key.count).split { $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: " ") }
         }
         return nil
+    }
+
+    static func number(_ digits: ArraySlice<UInt8>?) -> UInt64? {
+        guard let digits, !digits.isEmpty else { return nil }
+        var n: UInt64 = 0
+        for d in digits {
+            guard d >= 48, d <= 57 else { return nil }
+            n = n &* 10 &+ UInt64(d - 48)
+        }
+        return n
+    }
+
+    /// A small /proc file in one `read(2)`, without Foundation: these reads sit on the path of every new stream.
+    static func read(_ path: String, limit: Int = 4096) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: limit)
+        var total = 0
+        while total < limit {
+            let n = buffer.withUnsafeMutableBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return -1 }
+                return Glibc.read(fd, base + total, limit - total)
+            }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            total += n
+        }
+        guard total > 0 else { return nil }
+        buffer.removeLast(limit - total)
+        return buffer
     }
 }
 
@@ -49,9 +90,9 @@ extension ProcessTable {
         guard pid > 0, owner(of: pid) == getuid() else { return false }
         guard let binary, !binary.isEmpty else { return true }
         if let exe = executableName(pid) { return exe == binary }
-        guard let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return false }
+        guard let comm = read("/proc/\(pid)/comm") else { return false }
         // The kernel keeps 15 bytes of a process's name.
-        return trimmed(comm) == String(decoding: binary.utf8.prefix(15), as: UTF8.self)
+        return trimmed(String(decoding: comm, as: UTF8.self)) == String(decoding: binary.utf8.prefix(15), as: UTF8.self)
     }
 
     /// The file name of a process's executable (`/proc/PID/exe`), nil when it cannot be read.
@@ -103,10 +144,7 @@ extension ProcessTable {
 
     /// The pid a process has in its own (innermost) pid namespace (`NSpid:` of /proc/PID/status).
     static func innermostPid(_ pid: UInt32) -> UInt32? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("NSpid:") })
-        else { return nil }
-        return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).last.flatMap { UInt32($0) }
+        statusField(pid, "NSpid:").flatMap { number($0.last) }.map { UInt32(truncatingIfNeeded: $0) }
     }
 
     /// Host pids of this user's processes that have `nsPid` as their pid inside their own (inner) pid namespace
@@ -129,7 +167,8 @@ extension ProcessTable {
     /// A Flatpak app's id and instance from `.flatpak-info` in the root of a (verified) host process, nil for a
     /// process that is not in a Flatpak sandbox.
     public static func flatpakApp(of pid: UInt32) -> (id: String, instance: String?)? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/root/.flatpak-info", encoding: .utf8) else { return nil }
+        guard let bytes = read("/proc/\(pid)/root/.flatpak-info", limit: 65536) else { return nil }
+        let text = String(decoding: bytes, as: UTF8.self)
         var section = "", id: String?, instance: String?
         for raw in text.split(separator: "\n") {
             let line = trimmed(raw)
@@ -163,7 +202,19 @@ public struct StreamIdentity: Equatable, Sendable {
         "pipewire.access.portal.instance_id",
     ]
 
+    /// What the host says of the process behind a stream: the expensive half of `of` (it reads /proc), which does
+    /// not depend on the client connection and so can be kept for a burst of streams from one process.
+    public struct Host: Equatable, Sendable {
+        public var pid: UInt32?
+        public var app: String?
+        public var instance: String?
+    }
+
     public static func of(_ properties: [String: String], client: UInt32?) -> StreamIdentity {
+        of(host(properties), client: client)
+    }
+
+    public static func host(_ properties: [String: String]) -> Host {
         var pid: UInt32?
         if let kernel = properties["pipewire.sec.pid"].flatMap({ UInt32($0) }), kernel > 0 {
             pid = kernel
@@ -188,15 +239,19 @@ public struct StreamIdentity: Equatable, Sendable {
             let apps = Set(ProcessTable.sandboxed(nsPid: reported, binary: binary).compactMap { ProcessTable.flatpakApp(of: $0)?.id })
             if apps.count == 1 { app = apps.first }
         }
+        return Host(pid: pid, app: app, instance: instance)
+    }
+
+    public static func of(_ host: Host, client: UInt32?) -> StreamIdentity {
         var identity: String?
-        if pid == nil {
-            if let app {
-                identity = "flatpak:\(app)" + (instance.map { "/\($0)" } ?? client.map { "/client-\($0)" } ?? "")
+        if host.pid == nil {
+            if let app = host.app {
+                identity = "flatpak:\(app)" + (host.instance.map { "/\($0)" } ?? client.map { "/client-\($0)" } ?? "")
             } else if let client {
                 identity = "client:\(client)"
             }
         }
-        return StreamIdentity(pid: pid, identity: identity, flatpakApp: app)
+        return StreamIdentity(pid: host.pid, identity: identity, flatpakApp: host.app)
     }
 }
 

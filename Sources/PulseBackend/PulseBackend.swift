@@ -101,6 +101,7 @@ public final class PulseBackend: @unchecked Sendable {
     private var hasRestoreDatabase = false
 
     private var streams: [StreamID: Tracked] = [:]
+    private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64)] = [:]
     /// Which replies are the truth (sequence numbers, one read in flight per stream, late confirmation): the pure
     /// part of tracking, tested without a server (`StreamTracker`).
     private var tracker: StreamTracker<RawStream>
@@ -129,7 +130,6 @@ public final class PulseBackend: @unchecked Sendable {
     private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
-    private var journalWritten: Journal?
     private var journalLog: JournalLog?
     /// Set while a new connection's streams are first reported.
     private var holdingJournal = false
@@ -198,7 +198,7 @@ public final class PulseBackend: @unchecked Sendable {
         // The streams went with the connection. What audiod applied stays in the journal (not rewritten while
         // disconnected), so the next connection can undo it if the streams are still there, and otherwise knows
         // which restore-database entries carry policy values.
-        if recovery == nil, let j = journalWritten { recovery = j }
+        if recovery == nil, let j = journalLog?.written, !j.isEmpty { recovery = j }
         let gone = streams.keys.sorted()
         streams.removeAll()
         tracker.reset()
@@ -363,12 +363,10 @@ public final class PulseBackend: @unchecked Sendable {
         // where the kernel or the host vouches for it.
         let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
         if t.identity == nil || source != t.identitySource {
-            let who = StreamIdentity.of(props, client: t.raw.client)
-            t.identity = who
+            let (host, chain) = hostOf(props)
+            t.identity = StreamIdentity.of(host, client: t.raw.client)
             t.identitySource = source
-            t.chain = who.pid.map(ProcessTable.chain) ?? []
-            // A process that already exited still has its pid: the engine matches by the pid first.
-            if t.chain.isEmpty, let pid = who.pid { t.chain = [pid] }
+            t.chain = chain
         }
         if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
@@ -397,6 +395,37 @@ public final class PulseBackend: @unchecked Sendable {
             onEvent?(.policy(.streamChanged(info)))
         }
     }
+
+    /// Who plays, from what a stream says of it, with its process chain. A burst of streams from one process (a
+    /// browser's tabs, a game's effects) reads /proc once: an answer stands while the process it names is the same
+    /// one (its start time) and for at most `hostCacheNanoseconds` (a parent that exits changes the chain).
+    private func hostOf(_ props: [String: String]) -> (StreamIdentity.Host, [UInt32]) {
+        let key = StreamIdentity.sourceKeys.map { props[$0] }
+        let now = monotonicNow()
+        if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid,
+            let start = ProcessTable.stat(pid)?.start, start == c.start
+        {
+            return (c.host, c.chain)
+        }
+        let host = StreamIdentity.host(props)
+        var chain = host.pid.map(ProcessTable.chain) ?? []
+        // A process that already exited still has its pid: the engine matches by the pid first.
+        if chain.isEmpty, let pid = host.pid { chain = [pid] }
+        if hostCache.count >= 64 {
+            hostCache = hostCache.filter { now - $0.value.at < Self.hostCacheNanoseconds }
+            if hostCache.count >= 64 { hostCache.removeAll() }
+        }
+        // Only a pid the stream itself names (the kernel's, or the reported one the host vouched for) is kept: any
+        // other answer came from scanning the sandboxes, which the next sandbox with the same inner pid and binary
+        // changes.
+        let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap { $0.flatMap { UInt32($0) } }
+        if let pid = host.pid, named.contains(pid), let start = ProcessTable.stat(pid)?.start {
+            hostCache[key] = (host, chain, start, now)
+        }
+        return (host, chain)
+    }
+
+    private static let hostCacheNanoseconds: UInt64 = 1_000_000_000
 
     private func monotonicNow() -> UInt64 {
         var ts = timespec()
@@ -706,36 +735,60 @@ public final class PulseBackend: @unchecked Sendable {
         flushWaiters.append(done)
     }
 
-    /// What the engine has applied now (`Engine.appliedChanges`). Journals it before the operations are sent.
-    public func updateApplied(_ changes: [AppliedChange]) {
+    /// What the engine holds on these streams now (nil: nothing) — only the streams a step may have changed, so
+    /// that a step's journal costs what it changed. Journals it before the operations are sent.
+    public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
-        var next: [StreamID: AppliedChange] = [:]
-        for c in changes { next[c.stream] = c }
-        guard next != applied else { return }
+        var dirty: [StreamID] = []
         let now = monotonicNow()
-        for (id, c) in applied where next[id] == nil { lifted[id] = (Journal.Leak(c), now) }
-        for id in next.keys { lifted[id] = nil }
-        applied = next
-        if isConnected { writeJournal() }
+        for (id, c) in changes where applied[id] != c {
+            // A value lifted from a stream that still exists may yet be saved by the server (see `lifted`); a
+            // stream that is gone was dealt with when it went.
+            if let old = applied[id], c == nil, streams[id] != nil { lifted[id] = (Journal.Leak(old), now) }
+            if c != nil { lifted[id] = nil }
+            applied[id] = c
+            dirty.append(id)
+        }
+        guard !dirty.isEmpty, isConnected, !holdingJournal, let server else { return }
+        do {
+            try journal()?.update(cookie: server.cookie, streams: dirty.map { id in
+                (id.kind == .record, id.index, applied[id].map { entry(id, $0) })
+            })
+        } catch {
+            logger.error("cannot write the journal", metadata: ["path": "\(options.journalPath ?? "")", "error": "\(error)"])
+        }
     }
 
+    /// Everything the engine holds (`Engine.appliedChanges`): for stopping and `--restore`, which look at all.
+    public func updateApplied(all changes: [AppliedChange]) {
+        var next: [StreamID: AppliedChange] = [:]
+        for c in changes { next[c.stream] = c }
+        var list: [(StreamID, AppliedChange?)] = next.map { ($0.key, $0.value) }
+        for id in applied.keys where next[id] == nil { list.append((id, nil)) }
+        updateApplied(list)
+    }
+
+    private func entry(_ id: StreamID, _ c: AppliedChange) -> Journal.Entry {
+        Journal.Entry(
+            record: id.kind == .record, index: id.index, applicationName: c.applicationName,
+            restoreKey: streams[id]?.restoreKey, unmute: c.unmute, appliedVolume: c.appliedVolume?.channels,
+            restoreVolume: c.restoreVolume?.channels)
+    }
+
+    private func journal() -> JournalLog? {
+        guard let path = options.journalPath else { return nil }
+        if journalLog == nil { journalLog = JournalLog(path: path) }
+        return journalLog
+    }
+
+    /// The whole journal, for connecting and for the leaks (which change rarely).
     private func writeJournal() {
-        guard !holdingJournal, let path = options.journalPath, let server else { return }
-        let entries = applied.keys.sorted().compactMap { id -> Journal.Entry? in
-            guard let c = applied[id] else { return nil }
-            return Journal.Entry(
-                record: id.kind == .record, index: id.index, applicationName: c.applicationName,
-                restoreKey: streams[id]?.restoreKey, unmute: c.unmute, appliedVolume: c.appliedVolume?.channels,
-                restoreVolume: c.restoreVolume?.channels)
-        }
-        let j = Journal(serverCookie: server.cookie, entries: entries, leaks: leaks)
-        guard j != journalWritten else { return }
+        guard !holdingJournal, let server, let log = journal() else { return }
+        let entries = applied.keys.sorted().compactMap { id in applied[id].map { entry(id, $0) } }
         do {
-            if journalLog == nil { journalLog = JournalLog(path: path) }
-            try journalLog?.write(j)
-            journalWritten = j
+            try log.write(Journal(serverCookie: server.cookie, entries: entries, leaks: leaks))
         } catch {
-            logger.error("cannot write the journal", metadata: ["path": "\(path)", "error": "\(error)"])
+            logger.error("cannot write the journal", metadata: ["path": "\(log.path)", "error": "\(error)"])
         }
     }
 }
