@@ -82,3 +82,28 @@ func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod
     }
     return row
 }
+
+/// The trace log's "step timing" lines of the activation rounds, each matched with the round whose call it
+/// followed: the phases in µs from the client's call (the clocks are the same CLOCK_MONOTONIC).
+func breakdown(_ log: String, sent: [UInt64], seen: [UInt64]) -> [(phase: String, us: [UInt64])] {
+    var steps: [(at: UInt64, fields: [String: UInt64])] = []
+    for line in log.split(separator: "\n") where line.contains("step timing") && line.contains("setActive") {
+        var f: [String: UInt64] = [:]
+        for word in line.split(separator: " ") {
+            let kv = word.split(separator: "=", maxSplits: 1)
+            if kv.count == 2, let v = UInt64(kv[1]) { f[String(kv[0])] = v }
+        }
+        if let at = f["at"] { steps.append((at, f)) }
+    }
+    let phases = ["decided", "logged", "journaled", "queued", "written", "acknowledged"]
+    var out: [(phase: String, us: [UInt64])] = [("bus: call → audiod", [])] + phases.map { ("audiod: \($0)", []) } + [("observer sees the mute", [])]
+    for (t0, t1) in zip(sent, seen) {
+        // The step this round caused: the first after the call that muted something (it has "written").
+        guard let step = steps.first(where: { $0.at >= t0 && $0.at <= t1 && $0.fields["written"] != nil }) else { continue }
+        let inbound = (step.at - t0) / 1000
+        out[0].us.append(inbound)
+        for (i, p) in phases.enumerated() { if let v = step.fields[p] { out[i + 1].us.append(inbound + v) } }
+        out[phases.count + 1].us.append((t1 - t0) / 1000)
+    }
+    return out.filter { !$0.us.isEmpty }
+}

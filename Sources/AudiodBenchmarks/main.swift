@@ -34,6 +34,8 @@ struct Results {
     var roleCork = Latency()  // audiod vs module-role-cork (floor = the module)
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
     var churn: [ChurnRow] = []
+    /// BENCH_LOG=trace: where an activation's time went, phase by phase (µs per round).
+    var breakdown: [(phase: String, us: [UInt64])] = []
     /// audiod's resident memory after the first 1,000 churned streams, and after all of them.
     var churnRSS: (streams: Int, after1000: Int, afterAll: Int) = (0, 0, 0)
 }
@@ -204,11 +206,14 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             var lat = Latency()
             // A hundred streams take the server ~0.25 s to mute whoever asks: fewer rounds keep the run short.
             let rounds = n >= 100 ? max(10, iterations / 4) : iterations
+            var sent: [UInt64] = [], seen: [UInt64] = []
             for _ in 0..<rounds {
                 let t0 = nowNs()
                 try expectSuccess(owner.session(a, "SetActive", [.bool(true), .strings([])]), "SetActive a")
                 guard let t1 = observer.wait(indexes, muted: true) else { throw BenchFailure("\(n) streams not muted") }
                 lat.audiod.append(t1 - t0)
+                sent.append(t0)
+                seen.append(t1)
                 try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("\(n) streams not unmuted") }
             }
@@ -223,6 +228,9 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 lat.floor.append(t1 - t0)
                 floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, false) }) }
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
+            }
+            if n == 1, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
+                r.breakdown = breakdown(server.file("audiod.log"), sent: sent, seen: seen)
             }
             if ProcessInfo.processInfo.environment["BENCH_DUMP"] != nil {
                 print("audiod \(n): " + lat.audiod.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " "))
@@ -382,4 +390,14 @@ print("|---|---:|---:|---:|---:|")
 for (kind, r) in all {
     let (n, a, b) = r.churnRSS
     print("| \(kind) | \(a) kB | \(b) kB | \(n) | \(b - a) kB |")
+}
+
+for (kind, r) in all where !r.breakdown.isEmpty {
+    print("\n### \(kind): where an activation's time goes (1 stream, --log-level trace; µs from the client's call)\n")
+    print("| phase | p50 | p99 |")
+    print("|---|---:|---:|")
+    for (phase, us) in r.breakdown {
+        let s = us.sorted()
+        print("| \(phase) | \(s[s.count / 2]) | \(s[min(s.count - 1, Int(Double(s.count - 1) * 0.99))]) |")
+    }
 }

@@ -98,16 +98,38 @@ public final class Arbiter: @unchecked Sendable {
         loop.assertOnLoop()
         // Stopping has begun: nothing new is decided, so no call or stream event can leave a new mute behind.
         guard !shuttingDown else { return [] }
+        let tracing = logger.logLevel <= .trace
+        let t0 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         let unsettled = engine.settleOverflows
         let effects = engine.handle(event, at: now)
+        let t1 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         if engine.settleOverflows != unsettled {
             logger.error("the policy did not settle within its round limit; the rest of the step was dropped", metadata: [
                 "event": "\(event)",
             ])
         }
         if logger.logLevel <= .debug { logDecisions("\(event)", effects) }
-        interpret(event, effects)
+        let t2 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
+        interpret(event, effects, timing: tracing ? StepTiming(start: t0, decided: t1, logged: t2) : nil)
         return effects
+    }
+
+    /// `--log-level trace`: where a step's time goes, from the event's arrival to the server's acknowledgement.
+    struct StepTiming {
+        var start: UInt64, decided: UInt64, logged: UInt64, journaled: UInt64 = 0, queued: UInt64 = 0
+    }
+
+    private func trace(_ event: Event, _ t: StepTiming, written: UInt64, acknowledged: UInt64) {
+        func us(_ a: UInt64, _ b: UInt64) -> String { b >= a ? "\((b - a) / 1000)" : "-" }
+        // One line per step, in microseconds from the event's arrival (`at`, CLOCK_MONOTONIC in ns, comparable with
+        // other processes' clocks): engine → journal → operations queued → written to the server's socket →
+        // acknowledged by the server. ("logged" is the debug log of the decision, which only a trace run pays.)
+        logger.trace("step timing", metadata: [
+            "event": "\(event)", "at": "\(t.start)", "decided": "\(us(t.start, t.decided))",
+            "logged": "\(us(t.start, t.logged))", "journaled": "\(us(t.start, t.journaled))",
+            "queued": "\(us(t.start, t.queued))", "written": "\(us(t.start, written))",
+            "acknowledged": "\(us(t.start, acknowledged))",
+        ])
     }
 
     /// The one interpreter of engine effects, always in this order:
@@ -118,7 +140,8 @@ public final class Arbiter: @unchecked Sendable {
     /// 4. the bus — replies, signals, objects, properties, MPRIS — through `onStep`, once the stream operations
     ///    have left: D-Bus signals about a hundred sessions take milliseconds to send, and libpulse writes only on
     ///    the next loop pass. Later steps queue behind, so the bus hears every step, in order.
-    private func interpret(_ event: Event, _ effects: [Effect]) {
+    private func interpret(_ event: Event, _ effects: [Effect], timing: StepTiming? = nil) {
+        var timing = timing
         // What audiod holds can change only on the streams the step wrote and the one its event was about.
         var touched: [StreamID] = []
         for e in effects {
@@ -132,7 +155,18 @@ public final class Arbiter: @unchecked Sendable {
         // 1 and 2.
         if !touched.isEmpty {
             backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })
+            timing?.journaled = DispatchTime.now().uptimeNanoseconds
             backend.apply(effects)
+            timing?.queued = DispatchTime.now().uptimeNanoseconds
+        }
+        if let t = timing, touchesStreams {
+            // Written: libpulse sends on the loop pass after this step; acknowledged: the server answered them all.
+            loop.afterServerWrites { [weak self] in
+                let written = DispatchTime.now().uptimeNanoseconds
+                self?.backend.flush { [weak self] in
+                    self?.trace(event, t, written: written, acknowledged: DispatchTime.now().uptimeNanoseconds)
+                }
+            }
         }
         // 3.
         for e in effects {
