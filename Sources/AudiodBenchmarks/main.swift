@@ -30,9 +30,11 @@ struct Results {
     var startMs: [Double] = []
     var idleWakeupsPerSecond = 0.0
     var idleRSS = 0, idlePSS = 0, loadedRSS = 0, loadedPSS = 0
-    var activation: [(streams: Int, Latency)] = []
+    var activation: [(sessions: Int, streams: Int, Latency)] = []
     var roleCork = Latency()  // audiod vs module-role-cork (floor = the module)
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
+    /// audiod's CPU time per call, in µs.
+    var setActiveCPUus = 0.0, pingCPUus = 0.0
     var churn: [ChurnRow] = []
     /// BENCH_LOG=trace: where an activation's time went, phase by phase (µs per round).
     var breakdown: [(phase: String, us: [UInt64])] = []
@@ -183,17 +185,19 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     defer { floorLoop.sync { direct.stop() }; floorLoop.stop() }
     guard waitFor(10, { floorLoop.sync { direct.isConnected } }) else { throw BenchFailure("direct client did not connect") }
 
-    // Activation → competing streams muted, with 100 sessions.
-    do {
+    // Activation → competing streams muted, with 2 sessions (one stream), then 100 (1, 10 and 100 streams).
+    let plans: [(extra: Int, streams: String)] = ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map {
+        [($0, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
+    } ?? [(0, "1"), (98, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
+    for (extra, streamCounts) in plans {
         let owner = try BusClient(address: busAddress, recordSignals: false)
         defer { owner.close() }
-        let extra = Int(ProcessInfo.processInfo.environment["BENCH_EXTRA"] ?? "") ?? 98
         let others = try (0..<(extra + 62) / 63).map { _ in try BusClient(address: busAddress, recordSignals: false) }
         defer { for o in others { o.close() } }
         for i in 0..<extra { _ = try others[i / 63].makeSession(pid: holder.pid, "ambient", activate: true) }
         let a = try owner.makeSession(pid: holder.pid, "playback")
         let b = try owner.makeSession(pid: holder.pid, "playback", activate: true)
-        for n in (ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100").split(separator: ",").compactMap({ Int($0) }) {
+        for n in streamCounts.split(separator: ",").compactMap({ Int($0) }) {
             // No role and an app name of their own: the floor client below mutes and unmutes these streams as a
             // mixer would, and WirePlumber, which saves a mute per role (else per app), can miss the last unmute
             // of a stream that ends at once — its race, not audiod's. Kept off the music app's entry so, and off
@@ -229,13 +233,13 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, false) }) }
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
             }
-            if n == 1, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
+            if n == 1, extra > 0, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
                 r.breakdown = breakdown(server.file("audiod.log"), sent: sent, seen: seen)
             }
             if ProcessInfo.processInfo.environment["BENCH_DUMP"] != nil {
                 print("audiod \(n): " + lat.audiod.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " "))
             }
-            r.activation.append((n, lat))
+            r.activation.append((extra + 2, n, lat))
             tones.closeAll()
         }
     }
@@ -290,7 +294,9 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         let clients = try (0..<8).map { _ in try BusClient(address: busAddress, recordSignals: false) }
         defer { clients.forEach { $0.close() } }
         let sessions = try clients.map { try $0.makeSession(pid: holder.pid, "ambient") }
-        func rate(_ call: @escaping @Sendable (Int, Int) -> Void) -> Double {
+        /// Calls per second, and audiod's own CPU time per call (its user + system time across the run).
+        func rate(_ call: @escaping @Sendable (Int, Int) -> Void) -> (perSecond: Double, cpuUs: Double) {
+            let cpu0 = cpuMs(audiod.pid)
             let count = Atomic<Int>(0)
             let stop = Atomic<Bool>(false)
             let done = DispatchGroup()
@@ -306,11 +312,12 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             usleep(3_000_000)
             stop.store(true, ordering: .relaxed)
             done.wait()
-            return Double(count.load(ordering: .relaxed)) / (Double(nowNs() - t0) / 1e9)
+            let calls = Double(count.load(ordering: .relaxed))
+            return (calls / (Double(nowNs() - t0) / 1e9), (cpuMs(audiod.pid) - cpu0) * 1000 / calls)
         }
         let cs = clients
-        r.callsPerSecond = rate { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])]) }
-        r.pingsPerSecond = rate { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
+        (r.callsPerSecond, r.setActiveCPUus) = rate { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])]) }
+        (r.pingsPerSecond, r.pingCPUus) = rate { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
     }
 
     // The peer: PulseAudio's module-role-cork instead of audiod.
@@ -346,9 +353,9 @@ for kind in kinds {
     }
 }
 
-print("\n### Activation → competing streams muted (100 sessions), as an observer client sees it\n")
-print("| server | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|")
+print("\n### Activation → competing streams muted, as an observer client sees it\n")
+print("| server | sessions | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 | audiod − floor p50 |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 /// audiod p50 | p99 | floor p50 | p99 | ratios; the floor's cells empty when it was not measured.
 func cells(_ l: Latency) -> String {
     let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
@@ -357,7 +364,9 @@ func cells(_ l: Latency) -> String {
     return "\(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |"
 }
 for (kind, r) in all {
-    for (n, l) in r.activation { print("| \(kind) | \(n) | \(cells(l))") }
+    for (sessions, n, l) in r.activation {
+        print("| \(kind) | \(sessions) | \(n) | \(cells(l)) \(ms(percentile(l.audiod, 0.5) - percentile(l.floor, 0.5))) |")
+    }
 }
 print("\n### An unmanaged phone-role stream starts → the music stream muted\n")
 print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
@@ -372,6 +381,13 @@ for (kind, r) in all {
         + "| \(r.idleRSS / 1024).\(r.idleRSS % 1024 * 10 / 1024) MB | \(r.idlePSS / 1024).\(r.idlePSS % 1024 * 10 / 1024) MB "
         + "| \(r.loadedRSS / 1024).\(r.loadedRSS % 1024 * 10 / 1024) MB | \(r.loadedPSS / 1024).\(r.loadedPSS % 1024 * 10 / 1024) MB "
         + "| \(String(format: "%.1f", r.idleWakeupsPerSecond)) | \(String(format: "%.1f", starts[starts.count / 2])) ms (\(String(format: "%.1f", starts.last ?? 0)) ms) |")
+}
+
+print("\n### audiod's own CPU time per call (user + system, across each 3 s run)\n")
+print("| server | per SetActive | per Peer.Ping | ratio |")
+print("|---|---:|---:|---:|")
+for (kind, r) in all {
+    print("| \(kind) | \(String(format: "%.1f", r.setActiveCPUus)) µs | \(String(format: "%.1f", r.pingCPUus)) µs | \(ratio(r.setActiveCPUus, r.pingCPUus)) |")
 }
 
 print("\n### Stream churn: game-role streams come and go with silent mode on (each one muted by audiod)\n")

@@ -82,6 +82,8 @@ struct Lifecycle {
                 service.followMediaPlayers()
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
+                // Once connecting (to the bus and the sound server) is over, what start-up ran can go.
+                serviceBox.trim = loop.timer(afterNanoseconds: 2_000_000_000) { ResidentCode.dropStartupPages() }
                 return .success(())
             } catch let e as DBusError {
                 return .failure(e)
@@ -156,4 +158,5 @@ struct Lifecycle {
 /// The D-Bus service, made and used on the loop thread only.
 private final class ServiceBox: @unchecked Sendable {
     var service: AudioSessionService?
+    var trim: LoopTimer?
 }
