@@ -4,7 +4,11 @@
 // Usage: AudiodBenchmarks [iterations] [pulseaudio|pipewire …]   (default: 200, every installed server)
 // For digging into one figure: BENCH_STREAMS=1,10 (the activation rows), BENCH_EXTRA=98 (the idle ambient
 // sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log is kept in $TMPDIR, as it
-// is after a failed run), BENCH_DUMP=1 (every round of the activation rows, to see where a p99 comes from).
+// is after a failed run, and every stream write in it is checked against the decision before it; =trace also
+// prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
+// to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,1000,5000),
+// BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CORKED=1 (churn with corked streams at the sink's
+// rate, the cheapest for the server to make).
 
 import AudioPolicy
 import AudiodCore
@@ -38,6 +42,7 @@ struct Results {
     var churn: [ChurnRow] = []
     /// BENCH_LOG=trace: where an activation's time went, phase by phase (µs per round).
     var breakdown: [(phase: String, us: [UInt64])] = []
+    var phoneBreakdown: [(phase: String, us: [UInt64])] = []
     /// audiod's resident memory after the first 1,000 churned streams, and after all of them.
     var churnRSS: (streams: Int, after1000: Int, afterAll: Int) = (0, 0, 0)
 }
@@ -97,6 +102,11 @@ func run(_ kind: ServerKind) throws -> Results {
     do {
         let r = try measure(kind, server)
         if ProcessInfo.processInfo.environment["BENCH_LOG"] != nil { keepLog("") }
+        if ["debug", "trace"].contains(ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "") {
+            let (writes, unexplained) = unexplainedWrites(server.file("audiod.log"))
+            print("\(kind): \(writes) stream writes in audiod's debug log, \(unexplained.count) not explained by the decision before them")
+            for u in unexplained.prefix(5) { print("  \(u)") }
+        }
         return r
     } catch {
         keepLog("-failure")
@@ -234,7 +244,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
             }
             if n == 1, extra > 0, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
-                r.breakdown = breakdown(server.file("audiod.log"), sent: sent, seen: seen)
+                r.breakdown = breakdown(server.file("audiod.log"), event: "setActive", sent: sent, seen: seen,
+                                        first: "bus: call → audiod")
             }
             if ProcessInfo.processInfo.environment["BENCH_DUMP"] != nil {
                 print("audiod \(n): " + lat.audiod.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " "))
@@ -247,6 +258,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     // An app that never talks to audiod starts a phone-role stream; another app's music stream goes quiet.
     let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
     var m = try server.waitForPlaybackStream(pid: music.pid).index
+    var phoneStarts: [UInt64] = [], phoneSeen: [UInt64] = []
     func phoneCalls() throws -> [UInt64] {
         guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call (the observer sees \(observer.state(m).map { "\($0)" } ?? "no such stream"))") }
         var times: [UInt64] = []
@@ -255,12 +267,18 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             let started = try phone.open(["media.role": "phone"]).startedAt
             guard let t1 = observer.wait([m], muted: true) else { throw BenchFailure("music not muted by the call") }
             times.append(t1 - started)
+            phoneStarts.append(started)
+            phoneSeen.append(t1)
             phone.closeAll()
             guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music not unmuted after the call") }
         }
         return times
     }
     r.roleCork.audiod = try phoneCalls()
+    if ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
+        r.phoneBreakdown = breakdown(server.file("audiod.log"), event: "streamAppeared", sent: phoneStarts, seen: phoneSeen,
+                                     first: "server: stream asked for → audiod has read it")
+    }
     music.kill()
 
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
@@ -274,7 +292,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                                      corked: env["BENCH_CHURN_CORKED"] != nil, sampleRate: env["BENCH_CHURN_CORKED"] != nil ? (kind == .pipewire ? 48000 : 44100) : 8000))
         }
         // Memory: what audiod holds once streams are gone must not grow with how many there ever were.
-        let long = Int(env["BENCH_CHURN_TOTAL"] ?? "") ?? (iterations >= 100 ? 100_000 : 3_000)
+        // PipeWire makes streams about ten times slower than PulseAudio here: 20,000 there keeps the run short.
+        let long = Int(env["BENCH_CHURN_TOTAL"] ?? "") ?? (iterations >= 100 ? (kind == .pulseaudio ? 100_000 : 20_000) : 3_000)
         // Corked, at the sink's own rate: the cheapest streams for the server to make, so the run is short.
         let native: UInt32 = kind == .pipewire ? 48000 : 44100
         _ = try churn(rate: 5000, total: 1000, server: server, observer: observer, audiod: audiod.pid, corked: true, sampleRate: native)
@@ -344,7 +363,7 @@ for kind in kinds {
     let version = (try? TestServer.runCapturing([kind == .pulseaudio ? "pulseaudio" : "pipewire", "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
     print("\(kind): \(version.split(separator: "\n").filter { !$0.isEmpty }.joined(separator: "; "))")
     do {
-        print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 1/10/100 streams, calls, peer)…")
+        print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, calls, churn, memory, peer)…")
         fflush(nil)  // progress shows as it happens when piped to a file
         all.append((kind, try run(kind)))
     } catch {
@@ -408,12 +427,15 @@ for (kind, r) in all {
     print("| \(kind) | \(a) kB | \(b) kB | \(n) | \(b - a) kB |")
 }
 
-for (kind, r) in all where !r.breakdown.isEmpty {
-    print("\n### \(kind): where an activation's time goes (1 stream, --log-level trace; µs from the client's call)\n")
-    print("| phase | p50 | p99 |")
-    print("|---|---:|---:|")
-    for (phase, us) in r.breakdown {
-        let s = us.sorted()
-        print("| \(phase) | \(s[s.count / 2]) | \(s[min(s.count - 1, Int(Double(s.count - 1) * 0.99))]) |")
+for (kind, r) in all {
+    for (title, rows) in [("an activation's time goes (100 sessions, 1 stream; µs from the client's call)", r.breakdown),
+                          ("a phone-role stream's time goes (µs from asking for the stream)", r.phoneBreakdown)] where !rows.isEmpty {
+        print("\n### \(kind): where \(title), --log-level trace\n")
+        print("| phase | p50 | p99 |")
+        print("|---|---:|---:|")
+        for (phase, us) in rows {
+            let s = us.sorted()
+            print("| \(phase) | \(s[s.count / 2]) | \(s[min(s.count - 1, Int(Double(s.count - 1) * 0.99))]) |")
+        }
     }
 }
