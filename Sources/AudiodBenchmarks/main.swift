@@ -20,6 +20,9 @@ import PulseBackend
 import Synchronization
 
 let args = Array(CommandLine.arguments.dropFirst())
+let journalOnDisk = ProcessInfo.processInfo.environment["BENCH_JOURNAL"] == "disk"
+/// BENCH_ONLY=activation: start-up and the activation rows only (scripts/bench's run with the journal on disk).
+let onlyActivation = ProcessInfo.processInfo.environment["BENCH_ONLY"] == "activation"
 let iterations = args.first.flatMap { Int($0) } ?? 200
 let kinds = args.compactMap(ServerKind.init(rawValue:)).isEmpty
     ? ServerKind.allCases.filter(\.isInstalled) : args.compactMap(ServerKind.init(rawValue:))
@@ -66,8 +69,9 @@ func expectSuccess(_ r: Result<[DBusValue], DBusError>, _ what: String) throws {
 /// Starts the built audiod and returns it with the time from spawning to its name answering on the bus.
 func startAudiod(_ server: TestServer, config: String, client: BusClient) throws -> (Child, Double) {
     let t0 = nowNs()
-    // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop (this run's directory is on disk).
-    let journal = "/dev/shm/audiod-bench-\(getpid())/journal"
+    // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop; BENCH_JOURNAL=disk puts it in this run's
+    // directory, on disk.
+    let journal = journalOnDisk ? "\(server.directory)/journal" : "/dev/shm/audiod-bench-\(getpid())/journal"
     let child = try server.spawn([TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"], log: "audiod.log")
     while nowNs() - t0 < 10_000_000_000 {
         if case .success = client.call(API.managerPath, API.peer.name, "Ping") {
@@ -143,13 +147,15 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     // Idle: nothing but one idle bus client; 3 s first, for a server that has just started to settle (WirePlumber
     // is still at work for a second or two after pactl answers).
     sleep(3)
+    if !onlyActivation {
     (r.idleRSS, r.idlePSS) = processMemory(audiod.pid)
     let before = contextSwitches(audiod.pid)
     sleep(10)
     r.idleWakeupsPerSecond = Double(contextSwitches(audiod.pid) - before) / 10
+    }
 
     // Loaded: 1,000 sessions and 200 streams belonging to them.
-    do {
+    if !onlyActivation {
         // audiod bounds the sessions one connection owns (64): a thousand sessions come from 16 connections, as
         // they would from many apps.
         let owners = try (0..<16).map { _ in try BusClient(address: busAddress, recordSignals: false) }
@@ -254,6 +260,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             tones.closeAll()
         }
     }
+
+    if onlyActivation { return r }
 
     // An app that never talks to audiod starts a phone-role stream; another app's music stream goes quiet.
     let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
@@ -372,7 +380,7 @@ for kind in kinds {
     }
 }
 
-print("\n### Activation → competing streams muted, as an observer client sees it\n")
+print("\n### Activation → competing streams muted, as an observer client sees it (journal on \(journalOnDisk ? "disk (ext4)" : "tmpfs"))\n")
 print("| server | sessions | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 | audiod − floor p50 |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 /// audiod p50 | p99 | floor p50 | p99 | ratios; the floor's cells empty when it was not measured.
@@ -387,6 +395,7 @@ for (kind, r) in all {
         print("| \(kind) | \(sessions) | \(n) | \(cells(l)) \(ms(percentile(l.audiod, 0.5) - percentile(l.floor, 0.5))) |")
     }
 }
+if onlyActivation { exit(0) }
 print("\n### An unmanaged phone-role stream starts → the music stream muted\n")
 print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
 print("|---|---:|---:|---:|---:|---:|---:|")

@@ -36,6 +36,9 @@ public final class Arbiter: @unchecked Sendable {
     /// queue, and nobody's activation waits for the disk.
     private let stateWriter = DispatchQueue(label: "audiod.state")
     private var persistTimer: LoopTimer?
+    private var announceTimer: LoopTimer?
+    /// The longest the bus waits for the server to acknowledge a step's stream operations.
+    static let announceWithinNanoseconds: UInt64 = 20_000_000
     /// The newest state a step asked to save, not yet handed to the writer.
     private var toPersist: PersistentState?
     static let persistDelayNanoseconds: UInt64 = 100_000_000
@@ -194,11 +197,22 @@ public final class Arbiter: @unchecked Sendable {
         if touchesStreams || !unpublished.isEmpty {
             unpublished.append((event, effects))
             if unpublished.count == 1 {
-                loop.afterServerWrites { [weak self] in
-                    guard let self else { return }
+                // After the server has acknowledged the operations — then it has applied them, and the signals no
+                // longer compete with it for the CPU — or after `announceWithinNanoseconds`, whichever comes first
+                // (a busy or hung server must not hold the bus back).
+                let once = Once()
+                let publish = { [weak self] in
+                    guard once.first(), let self else { return }
+                    self.announceTimer?.cancel()
+                    self.announceTimer = nil
                     let steps = self.unpublished
                     self.unpublished.removeAll()
                     for (e, fx) in steps { self.onStep?(e, fx) }
+                }
+                loop.afterServerWrites { [weak self] in
+                    guard let self else { return }
+                    self.announceTimer = self.loop.timer(afterNanoseconds: Self.announceWithinNanoseconds) { publish() }
+                    self.backend.flush { publish() }
                 }
             }
         } else {
