@@ -12,6 +12,9 @@ struct ChurnRow {
     var audiodCPUms = 0.0
     var serverCPUms = 0.0
     var lag: [UInt64] = []
+    /// From the observer first seeing the stream to seeing it muted (0 when it was muted by the time the observer
+    /// read it): audiod's part of the lag, without the server's time to make the stream.
+    var lagSinceAppeared: [UInt64] = []
     /// Streams that were gone before anyone saw them muted.
     var unseen = 0
     var achieved: Double { Double(streams) / seconds }
@@ -78,7 +81,12 @@ func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod
     row.serverCPUms = serverPids.map(cpuMs).reduce(0, +) - cpu0.1
     for s in opened.withLock({ $0 }) {
         row.streams += 1
-        if let m = observer.firstSeenMuted(s.index), m >= s.at { row.lag.append(m - s.at) } else { row.unseen += 1 }
+        if let m = observer.firstSeenMuted(s.index), m >= s.at {
+            row.lag.append(m - s.at)
+            if let seen = observer.firstSeen(s.index) { row.lagSinceAppeared.append(m >= seen ? m - seen : 0) }
+        } else {
+            row.unseen += 1
+        }
     }
     return row
 }

@@ -15,6 +15,8 @@ final class Observer: @unchecked Sendable {
     private let seen = Mutex<[UInt32: Seen]>([:])
     /// When each stream was first seen muted (kept after it is gone), for the churn's decision lag.
     private let firstMuted = Mutex<[UInt32: UInt64]>([:])
+    /// When each stream was first seen at all (kept after it is gone).
+    private let firstSeen = Mutex<[UInt32: UInt64]>([:])
     private let signal = DispatchSemaphore(value: 0)
 
     init(server: String, logger: Logger) throws {
@@ -31,6 +33,7 @@ final class Observer: @unchecked Sendable {
                     guard i.id.kind == .playback else { return }
                     seen.withLock { $0[i.id.index] = Seen(muted: i.muted, volume: i.volume.channels.max() ?? 0, role: i.role, at: t) }
                     if i.muted { firstMuted.withLock { if $0[i.id.index] == nil { $0[i.id.index] = t } } }
+                    firstSeen.withLock { if $0[i.id.index] == nil { $0[i.id.index] = t } }
                     signal.signal()
                 case .streamRemoved(let id):
                     guard id.kind == .playback else { return }
@@ -45,7 +48,11 @@ final class Observer: @unchecked Sendable {
 
     func state(_ index: UInt32) -> Seen? { seen.withLock { $0[index] } }
     func firstSeenMuted(_ index: UInt32) -> UInt64? { firstMuted.withLock { $0[index] } }
-    func forgetFirstMuted() { firstMuted.withLock { $0.removeAll() } }
+    func firstSeen(_ index: UInt32) -> UInt64? { firstSeen.withLock { $0[index] } }
+    func forgetFirstMuted() {
+        firstMuted.withLock { $0.removeAll() }
+        firstSeen.withLock { $0.removeAll() }
+    }
     var indexes: Set<UInt32> { seen.withLock { Set($0.keys) } }
 
     /// Waits until every stream in `indexes` shows `muted`; returns when the last of them was seen so.

@@ -419,13 +419,14 @@ for (kind, r) in all {
 }
 
 print("\n### Stream churn: game-role streams come and go with silent mode on (each one muted by audiod)\n")
-print("| server | target/s | achieved/s | streams | audiod CPU | server CPU | audiod / server | decision lag p50 | p99 | gone before seen muted |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| server | target/s | achieved/s | streams | audiod CPU | server CPU | audiod / server | asked → muted p50 | p99 | appeared → muted p50 | p99 | gone before seen muted |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all {
     for c in r.churn {
         print("| \(kind) | \(c.target) | \(Int(c.achieved)) | \(c.streams) "
             + "| \(String(format: "%.1f", c.audiodCPUms / c.seconds / 10)) % | \(String(format: "%.1f", c.serverCPUms / c.seconds / 10)) % "
-            + "| \(ratio(c.audiodCPUms, c.serverCPUms)) | \(ms(percentile(c.lag, 0.5))) | \(ms(percentile(c.lag, 0.99))) | \(c.unseen) |")
+            + "| \(ratio(c.audiodCPUms, c.serverCPUms)) | \(ms(percentile(c.lag, 0.5))) | \(ms(percentile(c.lag, 0.99))) "
+            + "| \(ms(percentile(c.lagSinceAppeared, 0.5))) | \(ms(percentile(c.lagSinceAppeared, 0.99))) | \(c.unseen) |")
     }
 }
 print("\n### audiod's memory as streams come and go\n")
