@@ -1,0 +1,46 @@
+// Reading audiod's own log after a benchmark run: where a step's time went (trace), and whether every stream
+// write follows the decision that names it (debug).
+
+/// The trace log's "step timing" lines of the activation rounds, each matched with the round whose call it
+/// followed: the phases in µs from the client's call (the clocks are the same CLOCK_MONOTONIC).
+func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], first: String) -> [(phase: String, us: [UInt64])] {
+    var steps: [(at: UInt64, fields: [String: UInt64])] = []
+    for line in log.split(separator: "\n") where line.contains("step timing") && line.contains(event) {
+        var f: [String: UInt64] = [:]
+        for word in line.split(separator: " ") {
+            let kv = word.split(separator: "=", maxSplits: 1)
+            if kv.count == 2, let v = UInt64(kv[1]) { f[String(kv[0])] = v }
+        }
+        if let at = f["at"] { steps.append((at, f)) }
+    }
+    let phases = ["decided", "logged", "journaled", "queued", "written", "acknowledged"]
+    var out: [(phase: String, us: [UInt64])] = [(first, [])] + phases.map { ("audiod: \($0)", []) } + [("observer sees the mute", [])]
+    for (t0, t1) in zip(sent, seen) {
+        // The step this round caused: the first after the call that muted something (it has "written").
+        guard let step = steps.first(where: { $0.at >= t0 && $0.at <= t1 && $0.fields["written"] != nil }) else { continue }
+        let inbound = (step.at - t0) / 1000
+        out[0].us.append(inbound)
+        for (i, p) in phases.enumerated() { if let v = step.fields[p] { out[i + 1].us.append(inbound + v) } }
+        out[phases.count + 1].us.append((t1 - t0) / 1000)
+    }
+    return out.filter { !$0.us.isEmpty }
+}
+
+/// --log-level debug: every stream write audiod made ("stream write", logged by the backend as it sends it) must
+/// be one of the effects of the decision logged just before it ("decided", with its cause). Returns the writes
+/// and those that no decision explains.
+func unexplainedWrites(_ log: String) -> (writes: Int, unexplained: [String]) {
+    var lastDecision = ""
+    var writes = 0
+    var unexplained: [String] = []
+    for line in log.split(separator: "\n") {
+        if line.hasSuffix("] decided") {
+            lastDecision = String(line)
+        } else if line.hasSuffix("] stream write"), let r = line.range(of: "effect=") {
+            writes += 1
+            let effect = line[r.upperBound...].prefix { $0 != ")" } + ")"
+            if !lastDecision.contains(effect) { unexplained.append(String(line)) }
+        }
+    }
+    return (writes, unexplained)
+}
