@@ -36,7 +36,7 @@ public final class Arbiter: @unchecked Sendable {
     /// queue, and nobody's activation waits for the disk.
     private let stateWriter = DispatchQueue(label: "audiod.state")
     private var persistTimer: LoopTimer?
-    private var announceTimer: LoopTimer?
+    private var announceDeadline: LoopDeadline?
     /// The longest the bus waits for the server to acknowledge a step's stream operations.
     static let announceWithinNanoseconds: UInt64 = 20_000_000
     /// The newest state a step asked to save, not yet handed to the writer.
@@ -203,15 +203,15 @@ public final class Arbiter: @unchecked Sendable {
                 let once = Once()
                 let publish = { [weak self] in
                     guard once.first(), let self else { return }
-                    self.announceTimer?.cancel()
-                    self.announceTimer = nil
+                    self.announceDeadline?.disarm()
                     let steps = self.unpublished
                     self.unpublished.removeAll()
                     for (e, fx) in steps { self.onStep?(e, fx) }
                 }
                 loop.afterServerWrites { [weak self] in
                     guard let self else { return }
-                    self.announceTimer = self.loop.timer(afterNanoseconds: Self.announceWithinNanoseconds) { publish() }
+                    if self.announceDeadline == nil { self.announceDeadline = LoopDeadline(loop: self.loop) }
+                    self.announceDeadline?.arm(afterNanoseconds: Self.announceWithinNanoseconds) { publish() }
                     self.backend.flush { publish() }
                 }
             }

@@ -177,6 +177,52 @@ public final class IOWatch {
     }
 }
 
+/// A deadline set and cleared often (once per step): one timerfd and one watch for its whole life, so arming and
+/// disarming cost a `timerfd_settime` each instead of a new fd, watch and close. Loop thread only.
+public final class LoopDeadline {
+    private var fd: Int32
+    private var watch: IOWatch?
+    private var handler: (() -> Void)?
+
+    public init?(loop: MainLoop) {
+        fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC | TFD_NONBLOCK))
+        guard fd >= 0 else { return nil }
+        watch = loop.watch(fd: fd) { [weak self] in self?.fire() }
+    }
+
+    deinit {
+        watch?.cancel()
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Runs `handler` once after `ns`, unless `disarm()` or another `arm` comes first.
+    public func arm(afterNanoseconds ns: UInt64, _ handler: @escaping () -> Void) {
+        self.handler = handler
+        set(max(ns, 1))
+    }
+
+    public func disarm() {
+        guard handler != nil else { return }
+        handler = nil
+        set(0)
+    }
+
+    private func set(_ ns: UInt64) {
+        var spec = itimerspec()
+        spec.it_value.tv_sec = Int(ns / 1_000_000_000)
+        spec.it_value.tv_nsec = Int(ns % 1_000_000_000)
+        _ = timerfd_settime(fd, 0, &spec, nil)
+    }
+
+    private func fire() {
+        var expirations: UInt64 = 0
+        _ = read(fd, &expirations, 8)
+        let h = handler
+        handler = nil
+        h?()
+    }
+}
+
 /// A one-shot monotonic timer on the loop. Cancelling (or firing) closes its fd.
 public final class LoopTimer {
     private var fd: Int32
