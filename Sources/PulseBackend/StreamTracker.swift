@@ -169,9 +169,6 @@ public struct StreamTracker<Value: TrackedStreamValue> {
 
     // MARK: State
 
-    /// Whether a read of the stream is out.
-    public func isReading(_ id: StreamID) -> Bool { reading.contains(id) }
-
     /// Entries held, over all tables: bounded by the streams that exist plus the reads in flight.
     public var entryCount: Int {
         barrier.count + accepted.count + reading.count + readAgain.count + lists.count + expected.count
