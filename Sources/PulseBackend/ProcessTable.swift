@@ -8,15 +8,20 @@ import Glibc
 public enum ProcessTable {
     /// `pid`, its parent, grandparent, … up to (not including) pid 1's parent 0. Empty when `pid` does not exist.
     /// Stops after 64 steps, in case /proc changes under it.
-    public static func chain(_ pid: UInt32) -> [UInt32] {
+    public static func chain(_ pid: UInt32) -> [UInt32] { chainAndStart(pid).chain }
+
+    /// The chain, and the start time of `pid` itself (nil when it is gone), read in the same walk.
+    static func chainAndStart(_ pid: UInt32) -> (chain: [UInt32], start: UInt64?) {
         var out: [UInt32] = []
+        var start: UInt64?
         var p = pid
         while p > 0, out.count < 64, !out.contains(p) {
-            guard let parent = parent(of: p) else { break }
+            guard let s = stat(p) else { break }
+            if p == pid { start = s.start }
             out.append(p)
-            p = parent
+            p = s.parent
         }
-        return out
+        return (out, start)
     }
 
     /// The parent pid from `/proc/<pid>/stat`, nil when the process is gone.

@@ -408,7 +408,8 @@ public final class PulseBackend: @unchecked Sendable {
             return (c.host, c.chain)
         }
         let host = StreamIdentity.host(props)
-        var chain = host.pid.map(ProcessTable.chain) ?? []
+        let walked = host.pid.map(ProcessTable.chainAndStart)
+        var chain = walked?.chain ?? []
         // A process that already exited still has its pid: the engine matches by the pid first.
         if chain.isEmpty, let pid = host.pid { chain = [pid] }
         if hostCache.count >= 64 {
@@ -419,7 +420,7 @@ public final class PulseBackend: @unchecked Sendable {
         // other answer came from scanning the sandboxes, which the next sandbox with the same inner pid and binary
         // changes.
         let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap { $0.flatMap { UInt32($0) } }
-        if let pid = host.pid, named.contains(pid), let start = ProcessTable.stat(pid)?.start {
+        if let pid = host.pid, named.contains(pid), let start = walked?.start {
             hostCache[key] = (host, chain, start, now)
         }
         return (host, chain)

@@ -177,6 +177,14 @@ public final class IOWatch {
     }
 }
 
+/// Arms a timerfd to expire once after `ns` (0 disarms it).
+private func setTimerfd(_ fd: Int32, _ ns: UInt64) -> Bool {
+    var spec = itimerspec()
+    spec.it_value.tv_sec = Int(ns / 1_000_000_000)
+    spec.it_value.tv_nsec = Int(ns % 1_000_000_000)
+    return timerfd_settime(fd, 0, &spec, nil) == 0
+}
+
 /// A deadline set and cleared often (once per step): one timerfd and one watch for its whole life, so arming and
 /// disarming cost a `timerfd_settime` each instead of a new fd, watch and close. Loop thread only.
 public final class LoopDeadline {
@@ -198,20 +206,13 @@ public final class LoopDeadline {
     /// Runs `handler` once after `ns`, unless `disarm()` or another `arm` comes first.
     public func arm(afterNanoseconds ns: UInt64, _ handler: @escaping () -> Void) {
         self.handler = handler
-        set(max(ns, 1))
+        _ = setTimerfd(fd, max(ns, 1))
     }
 
     public func disarm() {
         guard handler != nil else { return }
         handler = nil
-        set(0)
-    }
-
-    private func set(_ ns: UInt64) {
-        var spec = itimerspec()
-        spec.it_value.tv_sec = Int(ns / 1_000_000_000)
-        spec.it_value.tv_nsec = Int(ns % 1_000_000_000)
-        _ = timerfd_settime(fd, 0, &spec, nil)
+        _ = setTimerfd(fd, 0)
     }
 
     private func fire() {
@@ -233,11 +234,7 @@ public final class LoopTimer {
         fd = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_CLOEXEC | TFD_NONBLOCK))
         guard fd >= 0 else { return nil }
         // A zero it_value disarms a timerfd: wait at least 1 ns.
-        let delay = max(ns, 1)
-        var spec = itimerspec()
-        spec.it_value.tv_sec = Int(delay / 1_000_000_000)
-        spec.it_value.tv_nsec = Int(delay % 1_000_000_000)
-        guard timerfd_settime(fd, 0, &spec, nil) == 0 else {
+        guard setTimerfd(fd, max(ns, 1)) else {
             close(fd)
             return nil
         }
