@@ -100,7 +100,7 @@ public final class JournalLog {
         for k in entries.keys where new[k] == nil { changed.append((k, nil)) }
         var leakChanges: [(String, Journal.Leak?)] = journal.leaks.map { ($0.key, $0.value) }
         for k in leaks.keys where journal.leaks[k] == nil { leakChanges.append((k, nil)) }
-        try update(cookie: journal.serverCookie, entries: changed, leaks: leakChanges)
+        try update(cookie: journal.serverCookie, entries: changed, leaks: leakChanges, removeWhenEmpty: true)
     }
 
     /// Records these streams' entries (nil: audiod holds nothing there any more), without looking at the others:
@@ -109,8 +109,16 @@ public final class JournalLog {
         try update(cookie: newCookie, entries: streams.map { (UInt64($0.index) << 1 | ($0.record ? 1 : 0), $0.entry) }, leaks: [])
     }
 
+    /// Records one restore-database entry's leak (nil: it holds no policy value any more).
+    public func update(cookie newCookie: UInt32, leak key: String, _ leak: Journal.Leak?) throws {
+        try update(cookie: newCookie, entries: [], leaks: [(key, leak)])
+    }
+
+    /// `removeWhenEmpty`: a journal that describes nothing goes (stopping, `--restore`). A step keeps the file and
+    /// appends its lines instead: a call that mutes and unmutes one stream would otherwise create, rename and
+    /// unlink the file every time, on the path of the mute.
     private func update(cookie newCookie: UInt32, entries changed: [(UInt64, Journal.Entry?)],
-                        leaks leakChanges: [(String, Journal.Leak?)]) throws {
+                        leaks leakChanges: [(String, Journal.Leak?)], removeWhenEmpty: Bool = false) throws {
         var out = ""
         var added = 0
         for (k, e) in changed where entries[k] != e {
@@ -129,8 +137,10 @@ public final class JournalLog {
         }
         let cookieChanged = newCookie != cookie
         cookie = newCookie
-        guard added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty)) else { return }
-        if entries.isEmpty && leaks.isEmpty {
+        guard added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty)) 
+            || (removeWhenEmpty && exists && entries.isEmpty && leaks.isEmpty)
+        else { return }
+        if entries.isEmpty && leaks.isEmpty && (removeWhenEmpty || !exists) {
             if fd >= 0 { Glibc.close(fd) }
             fd = -1
             if exists || FileManager.default.fileExists(atPath: path) { unlink(path) }

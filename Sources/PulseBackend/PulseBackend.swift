@@ -384,7 +384,7 @@ public final class PulseBackend: @unchecked Sendable {
             let key = t.restoreKey, leaks.removeValue(forKey: key) != nil
         {
             // The server saved this change in the stream's entry: it holds non-policy values again.
-            writeJournal()
+            journalLeak(key)
         }
         t.fed = info
         streams[id] = t
@@ -458,7 +458,7 @@ public final class PulseBackend: @unchecked Sendable {
         if first, let key = t.restoreKey {
             var source: Journal.Leak? = leaks.removeValue(forKey: key)
             if source != nil {
-                writeJournal()
+                journalLeak(key)
             } else if !t.preexisting {
                 for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
                     source = Journal.Leak(change)
@@ -500,7 +500,7 @@ public final class PulseBackend: @unchecked Sendable {
         guard let t = streams.removeValue(forKey: id) else { return }
         if let key = t.restoreKey {
             let before = leaks[key]
-            defer { if leaks[key] != before { writeJournal() } }
+            defer { if leaks[key] != before { journalLeak(key) } }
             if let change = applied[id] {
                 // It ended while silenced by audiod: the restore database now holds the policy value.
                 leaks[key] = Journal.Leak(change)
@@ -782,7 +782,17 @@ public final class PulseBackend: @unchecked Sendable {
         return journalLog
     }
 
-    /// The whole journal, for connecting and for the leaks (which change rarely).
+    /// One restore-database entry's leak as it is now: a line appended, as a step's streams are.
+    private func journalLeak(_ key: String) {
+        guard !holdingJournal, let server, let log = journal() else { return }
+        do {
+            try log.update(cookie: server.cookie, leak: key, leaks[key])
+        } catch {
+            logger.error("cannot write the journal", metadata: ["path": "\(log.path)", "error": "\(error)"])
+        }
+    }
+
+    /// The whole journal, for connecting and for repairing the leaks.
     private func writeJournal() {
         guard !holdingJournal, let server, let log = journal() else { return }
         let entries = applied.keys.sorted().compactMap { id in applied[id].map { entry(id, $0) } }

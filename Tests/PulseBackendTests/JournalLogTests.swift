@@ -71,6 +71,28 @@ struct JournalLogTests {
         #expect(read.serverCookie == 2 && read.entries.map(\.index) == [3])
     }
 
+    /// A step that leaves audiod holding nothing keeps the file (no create, rename and unlink on the path of every
+    /// call's mute and unmute); stopping, which writes the whole journal, removes it.
+    @Test func aStepThatEmptiesTheJournalKeepsTheFileAndStoppingRemovesIt() throws {
+        let p = path()
+        let log = JournalLog(path: p)
+        for round in 0..<40 {
+            let i = UInt32(round + 1), e = entry(i)
+            try log.update(cookie: 9, streams: [(record: e.record, index: i, entry: e)])
+            #expect(try Journal.load(from: p)?.entries == [e], "round \(round)")
+            try log.update(cookie: 9, streams: [(record: e.record, index: i, entry: nil)])
+            let read = try #require(try Journal.load(from: p), "the file went at round \(round)")
+            #expect(read.entries.isEmpty && read.leaks.isEmpty && read.isEmpty)
+        }
+        // Compacted as any journal is: 40 rounds did not leave 80 lines.
+        #expect((try String(contentsOfFile: p, encoding: .utf8)).split(separator: "\n").count <= 34)
+        try log.update(cookie: 9, leak: "sink-input-by-media-role:game", Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil))
+        #expect(try Journal.load(from: p)?.leaks.keys.sorted() == ["sink-input-by-media-role:game"])
+        try log.update(cookie: 9, leak: "sink-input-by-media-role:game", nil)
+        try log.write(Journal(serverCookie: 9))
+        #expect(!FileManager.default.fileExists(atPath: p))
+    }
+
     @Test func aJournalOfTheEarlierJSONFormatIsStillRead() throws {
         let p = path()
         try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
