@@ -208,12 +208,13 @@ extension Engine {
     }
 
     func activeCall(excluding id: SessionID) -> SessionID? {
-        activeNonMixable.filter { $0 != id && sessions[$0]?.isCall == true }.max()
+        // Asked on every activation: a pass, not a filtered copy of the set.
+        activeNonMixable.lazy.filter { $0 != id && self.sessions[$0]?.isCall == true }.max()
     }
 
     /// The active non-mixable session other than `id` ("holds the audio"), if any.
     func holder(excluding id: SessionID) -> SessionID? {
-        activeNonMixable.filter { $0 != id }.max()
+        activeNonMixable.lazy.filter { $0 != id }.max()
     }
 
     /// Activates a session (§2). `byOwner` is an explicit `SetActive(true)`: it also lifts the route-change

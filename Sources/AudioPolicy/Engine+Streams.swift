@@ -78,11 +78,11 @@ extension Engine {
     }
 
     mutating func attach(_ sid: StreamID, to id: SessionID) {
-        guard var st = streams[sid], var s = sessions[id] else { return }
+        guard var st = streams[sid], let s = sessions[id] else { return }
         st.session = id
-        if sid.kind == .playback { s.playbackStreams.insert(sid) } else { s.recordStreams.insert(sid) }
-        if s.isImplicit && s.applicationName.isEmpty { s.applicationName = st.info.applicationName }
-        sessions[id] = s
+        // In place: a copy of the session taken out and put back would copy its stream sets on every attach.
+        if sid.kind == .playback { sessions[id]?.playbackStreams.insert(sid) } else { sessions[id]?.recordStreams.insert(sid) }
+        if s.isImplicit && s.applicationName.isEmpty { sessions[id]?.applicationName = st.info.applicationName }
         if st.audible {
             adjustAudible(nil, -1)
             adjustAudible(id, +1)
@@ -296,16 +296,27 @@ extension Engine {
     /// First match wins: an app rule (D-Bus over config), an MPRIS player, the highest-priority media role,
     /// record-only, the default.
     func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool) {
-        let owned = s.allStreams.compactMap { streams[$0]?.info }
-        for rules in [busRules, configRules] {
-            for info in owned {
+        // Runs on every stream event of the session (a game may hold a hundred streams): one pass over them, and
+        // none for rules when there are none.
+        for rules in [busRules, configRules] where !rules.isEmpty {
+            for id in s.allStreams {
+                guard let info = streams[id]?.info else { continue }
                 for name in [info.applicationID, info.binary, info.applicationName] {
                     if let name, !name.isEmpty, let rule = rules[name] { return (rule.configuration, false) }
                 }
             }
         }
         if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false) }
-        let roles = Set(owned.compactMap(\.role))
+        var roles: Set<String> = []
+        var owned = 0, recording = 0
+        for set in [s.playbackStreams, s.recordStreams] {
+            for id in set {
+                guard let info = streams[id]?.info else { continue }
+                owned += 1
+                if info.id.kind == .record { recording += 1 }
+                if let role = info.role { roles.insert(role) }
+            }
+        }
         for tier in Settings.builtInRoles {
             if let role = tier.roles.first(where: roles.contains) {
                 return (settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary)
@@ -314,7 +325,7 @@ extension Engine {
         for role in roles.sorted() {
             if let config = settings.roleConfigurations[role] { return (config, false) }
         }
-        if !owned.isEmpty && owned.allSatisfy({ $0.id.kind == .record }) {
+        if owned > 0 && recording == owned {
             return (Configuration(category: .record), false)
         }
         return (settings.defaultConfiguration, false)

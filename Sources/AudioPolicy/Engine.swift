@@ -88,6 +88,9 @@ public struct Engine: Sendable {
     /// Every session, explicit and implicit, in id order.
     public var sessionIDs: [SessionID] { sessions.keys.sorted() }
 
+    /// Whether the session exists (without building its view).
+    public func hasSession(_ id: SessionID) -> Bool { sessions[id] != nil }
+
     /// A session's public state, as its D-Bus properties show it.
     public func session(_ id: SessionID) -> SessionView? {
         sessions[id].map(view)
