@@ -139,7 +139,7 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
     }
 
     public func dbusSoon(_ work: @escaping () -> Void) {
-        thread.soon(work)  // which wakes the loop: it may be about to block in poll
+        thread.soon(work)  // run() drains before it polls
     }
 }
 
