@@ -5,6 +5,8 @@ import PulseBackend
 extension Arbiter: PolicyHost {
     public var connectedServerName: String? { serverInfo?.name }
 
+    public func hasSession(_ id: SessionID) -> Bool { engine.hasSession(id) }
+
     public func processChain(_ pid: UInt32) -> [UInt32] { ProcessTable.chain(pid) }
 
     public func processOwner(_ pid: UInt32) -> UInt32? { ProcessTable.owner(of: pid) }

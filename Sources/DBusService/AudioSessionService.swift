@@ -8,8 +8,10 @@ import Logging
 /// What the service needs from the daemon: the engine and its step, and a few facts about processes.
 /// (`AudiodCore.Arbiter` provides it; the service never sees libpulse.)
 public protocol PolicyHost: AnyObject {
-    /// The engine's read model.
+    /// The engine's read model. (A copy through the protocol: hot paths ask the questions below instead.)
     var engine: Engine { get }
+    /// Whether the session exists: asked for every call to a session object.
+    func hasSession(_ id: SessionID) -> Bool
     func makeRequestID() -> RequestID
     /// One engine step. Every step's effects, this one's included, also reach `AudioSessionService.publish`.
     @discardableResult func handle(_ event: Event) -> [Effect]
@@ -152,7 +154,7 @@ public final class AudioSessionService {
         var session: SessionID?
         if path == API.managerPath {
             interfaces = API.managerInterfaces
-        } else if let id = Self.sessionID(path: path), host?.engine.session(id) != nil {
+        } else if let id = Self.sessionID(path: path), host?.hasSession(id) == true {
             interfaces = API.sessionInterfaces
             session = id
         } else if path == "/" || (API.managerPath + "/session").hasPrefix(path) || objectPaths().contains(where: { $0.hasPrefix(path + "/") }) {
