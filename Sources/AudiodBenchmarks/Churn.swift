@@ -7,6 +7,8 @@ import Synchronization
 /// and the decision lag — from asking for the stream to another client seeing it muted.
 struct ChurnRow {
     var target: Int
+    /// Paused streams (the server mixes none of them) rather than playing ones.
+    var corked = false
     var streams = 0
     var seconds = 0.0
     var audiodCPUms = 0.0
@@ -31,12 +33,14 @@ func cpuMs(_ pid: pid_t) -> Double {
     return (u + s) * 1000 / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
-/// Opens `total` game-role streams at `rate` per second from `threads` threads, each stream on a connection of its
-/// own (many clients, as the issue of a busy desktop is), closed after a lifetime that keeps at most ~100 alive
-/// (PipeWire mixes at most 128 into one sink). A stream goes with its connection: pipewire-pulse 0.3.65 drops a
-/// connection that closes streams and opens more in quick succession ("Connection terminated").
+/// Opens `total` game-role streams at `rate` per second from `threads` threads, closed after a lifetime that keeps
+/// at most ~100 alive (PipeWire mixes at most 128 into one sink). `clientsPerThread` > 0: each thread's streams
+/// take turns among that many long-lived connections (many apps, each opening and closing sounds, as games do);
+/// 0: each stream on a connection of its own, which goes with it — pipewire-pulse 0.3.65 drops a connection that
+/// closes streams and opens more in quick succession ("Connection terminated"), and a connection costs the server
+/// several times what a stream does.
 func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod: pid_t, threads: Int = 2,
-           corked: Bool = false, sampleRate: UInt32 = 8000) throws -> ChurnRow {
+           clientsPerThread: Int = 0, corked: Bool = false, sampleRate: UInt32 = 8000) throws -> ChurnRow {
     var row = ChurnRow(target: rate)
     let lifetimeNs = UInt64(min(0.2, 100 / Double(rate)) * 1e9)
     observer.forgetFirstMuted()
@@ -51,24 +55,42 @@ func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod
         group.enter()
         Thread {
             defer { group.leave() }
-            var live: [(client: ToneClient, at: UInt64)] = []
+            var live: [(client: ToneClient, index: UInt32, at: UInt64)] = []
+            var pool: [ToneClient] = []
+            do {
+                pool = try (0..<clientsPerThread).map { try ToneClient(server: server.pulseServer, name: "churn-\(t)-\($0)") }
+            } catch {
+                failure.withLock { $0 = "\(error)" }
+                return
+            }
+            var turn = 0
             while true {
                 let i = next.add(1, ordering: .relaxed).oldValue
                 if i >= total { break }
                 let due = t0 + UInt64(i) * 1_000_000_000 / UInt64(rate)
                 let now = nowNs()
                 if due > now { usleep(UInt32((due - now) / 1000)) }
-                while let first = live.first, nowNs() - first.at >= lifetimeNs { live.removeFirst() }
+                while let first = live.first, nowNs() - first.at >= lifetimeNs {
+                    if !pool.isEmpty { first.client.close(first.index) }
+                    live.removeFirst()
+                }
                 do {
-                    let client = try ToneClient(server: server.pulseServer, name: "churn-\(t)")
+                    let client: ToneClient
+                    if pool.isEmpty {
+                        client = try ToneClient(server: server.pulseServer, name: "churn-\(t)")
+                    } else {
+                        client = pool[turn % pool.count]
+                        turn += 1
+                    }
                     let (index, at) = try client.open(["media.role": "game", "application.name": "churn"], corked: corked, rate: sampleRate)
-                    live.append((client, at))
+                    live.append((client, index, at))
                     opened.withLock { $0.append((index, at)) }
                 } catch {
                     failure.withLock { $0 = "\(error)" }
                     break
                 }
             }
+            for s in live where !pool.isEmpty { s.client.close(s.index) }
             live.removeAll()
         }.start()
     }

@@ -7,8 +7,8 @@
 // is after a failed run, and every stream write in it is checked against the decision before it; =trace also
 // prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
 // to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,1000,5000),
-// BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CORKED=1 (churn with corked streams at the sink's
-// rate, the cheapest for the server to make).
+// BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
+// churned stream), BENCH_ONLY=memory,activation,phone,churn,calls (only these parts; start-up always).
 
 import AudioPolicy
 import AudiodCore
@@ -22,7 +22,11 @@ import Synchronization
 let args = Array(CommandLine.arguments.dropFirst())
 let journalOnDisk = ProcessInfo.processInfo.environment["BENCH_JOURNAL"] == "disk"
 /// BENCH_ONLY=activation: start-up and the activation rows only (scripts/bench's run with the journal on disk).
-let onlyActivation = ProcessInfo.processInfo.environment["BENCH_ONLY"] == "activation"
+/// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, churn, calls — for
+/// working on one figure; start-up is always measured.
+let only: Set<String>? = ProcessInfo.processInfo.environment["BENCH_ONLY"].map { Set($0.split(separator: ",").map(String.init)) }
+let onlyActivation = only == ["activation"]
+func wants(_ part: String) -> Bool { only?.contains(part) ?? true }
 let iterations = args.first.flatMap { Int($0) } ?? 200
 let kinds = args.compactMap(ServerKind.init(rawValue:)).isEmpty
     ? ServerKind.allCases.filter(\.isInstalled) : args.compactMap(ServerKind.init(rawValue:))
@@ -147,7 +151,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     // Idle: nothing but one idle bus client; 3 s first, for a server that has just started to settle (WirePlumber
     // is still at work for a second or two after pactl answers).
     sleep(3)
-    if !onlyActivation {
+    if wants("memory") {
     (r.idleRSS, r.idlePSS) = processMemory(audiod.pid)
     let before = contextSwitches(audiod.pid)
     sleep(10)
@@ -155,7 +159,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     }
 
     // Loaded: 1,000 sessions and 200 streams belonging to them.
-    if !onlyActivation {
+    if wants("memory") {
         // audiod bounds the sessions one connection owns (64): a thousand sessions come from 16 connections, as
         // they would from many apps.
         let owners = try (0..<16).map { _ in try BusClient(address: busAddress, recordSignals: false) }
@@ -205,7 +209,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     let plans: [(extra: Int, streams: String)] = ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map {
         [($0, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
     } ?? [(0, "1"), (98, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
-    for (extra, streamCounts) in plans {
+    for (extra, streamCounts) in plans where wants("activation") {
         let owner = try BusClient(address: busAddress, recordSignals: false)
         defer { owner.close() }
         let others = try (0..<(extra + 62) / 63).map { _ in try BusClient(address: busAddress, recordSignals: false) }
@@ -264,14 +268,17 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     if onlyActivation { return r }
 
     // An app that never talks to audiod starts a phone-role stream; another app's music stream goes quiet.
-    let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
-    var m = try server.waitForPlaybackStream(pid: music.pid).index
+    var m: UInt32 = 0
     var phoneStarts: [UInt64] = [], phoneSeen: [UInt64] = []
-    func phoneCalls() throws -> [UInt64] {
+    // On PulseAudio the rounds alternate with module-role-cork's in blocks (see the peer below): the machine's
+    // state drifts between runs by more than the difference measured.
+    let phoneBlocks = kind == .pulseaudio ? 4 : 1
+    let phoneBlock = max(1, iterations / phoneBlocks)
+    func phoneCalls(_ rounds: Int) throws -> [UInt64] {
         guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call (the observer sees \(observer.state(m).map { "\($0)" } ?? "no such stream"))") }
         var times: [UInt64] = []
         let phone = try ToneClient(server: server.pulseServer, name: "phone-app")
-        for _ in 0..<iterations {
+        for _ in 0..<rounds {
             let started = try phone.open(["media.role": "phone"]).startedAt
             guard let t1 = observer.wait([m], muted: true) else { throw BenchFailure("music not muted by the call") }
             times.append(t1 - started)
@@ -282,28 +289,40 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         }
         return times
     }
-    r.roleCork.audiod = try phoneCalls()
-    if ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
-        r.phoneBreakdown = breakdown(server.file("audiod.log"), event: "streamAppeared", sent: phoneStarts, seen: phoneSeen,
-                                     first: "server: stream asked for → audiod has read it")
+    if wants("phone") {
+        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+        m = try server.waitForPlaybackStream(pid: music.pid).index
+        r.roleCork.audiod = try phoneCalls(phoneBlock)
+        if ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
+            r.phoneBreakdown = breakdown(server.file("audiod.log"), event: "streamAppeared", sent: phoneStarts, seen: phoneSeen,
+                                         first: "server: stream asked for → audiod has read it")
+        }
+        music.kill()
     }
-    music.kill()
 
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
-    do {
+    if wants("churn") {
         try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
                                    [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]), "SilentMode on")
         let env = ProcessInfo.processInfo.environment
         let perRate = Int(env["BENCH_CHURN"] ?? "") ?? max(200, iterations * 10)
-        for rate in (env["BENCH_CHURN_RATES"] ?? "100,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
-            r.churn.append(try churn(rate: rate, total: min(perRate, rate * 10), server: server, observer: observer, audiod: audiod.pid,
-                                     corked: env["BENCH_CHURN_CORKED"] != nil, sampleRate: env["BENCH_CHURN_CORKED"] != nil ? (kind == .pipewire ? 48000 : 44100) : 8000))
+        // Streams at the device's rate (no resampler to set up). Playing: the server mixes every live one, which
+        // bounds the rate it can make them at. Paused (corked): the cheapest stream for the server, to reach the
+        // rates themselves. PulseAudio: 4 threads of 8 apps each; PipeWire: a connection per stream (see `churn`).
+        let native: UInt32 = kind == .pipewire ? 48000 : 44100
+        let pooled = kind == .pulseaudio && env["BENCH_CHURN_CONNECTIONS"] == nil
+        for corked in [false, true] {
+            for rate in (env["BENCH_CHURN_RATES"] ?? "100,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
+                var row = try churn(rate: rate, total: min(perRate, rate * 10), server: server, observer: observer, audiod: audiod.pid,
+                                    threads: pooled ? 4 : 2, clientsPerThread: pooled ? 8 : 0, corked: corked, sampleRate: native)
+                row.corked = corked
+                r.churn.append(row)
+            }
         }
         // Memory: what audiod holds once streams are gone must not grow with how many there ever were.
         // PipeWire makes streams about ten times slower than PulseAudio here: 20,000 there keeps the run short.
         let long = Int(env["BENCH_CHURN_TOTAL"] ?? "") ?? (iterations >= 100 ? (kind == .pulseaudio ? 100_000 : 20_000) : 3_000)
         // Corked, at the sink's own rate: the cheapest streams for the server to make, so the run is short.
-        let native: UInt32 = kind == .pipewire ? 48000 : 44100
         _ = try churn(rate: 5000, total: 1000, server: server, observer: observer, audiod: audiod.pid, corked: true, sampleRate: native)
         sleep(1)
         let after1000 = processMemory(audiod.pid).rss
@@ -317,7 +336,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     }
 
     // Calls per second: SetActive round trips from 8 clients at once, then Peer.Ping on the same daemon.
-    do {
+    if wants("calls") {
         let clients = try (0..<8).map { _ in try BusClient(address: busAddress, recordSignals: false) }
         defer { clients.forEach { $0.close() } }
         let sessions = try clients.map { try $0.makeSession(pid: holder.pid, "ambient") }
@@ -347,15 +366,35 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         (r.pingsPerSecond, r.pingCPUus) = rate { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
     }
 
-    // The peer: PulseAudio's module-role-cork instead of audiod.
-    if kind == .pulseaudio {
-        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
-        defer { music.kill() }
-        m = try server.waitForPlaybackStream(pid: music.pid).index
+    // The peer: PulseAudio's module-role-cork instead of audiod, in blocks that alternate with audiod's (the first
+    // of audiod's ran above): module, audiod, module, audiod, … — each side sees the machine in the same states.
+    if kind == .pulseaudio, wants("phone") {
         audiod.signal(SIGTERM)
         _ = audiod.wait(timeout: 10)
-        _ = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
-        r.roleCork.floor = try phoneCalls()
+        // A music stream of its own for each block: module-role-cork leaves the one it corked behind corked.
+        func withMusic(_ body: () throws -> Void) throws {
+            let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+            defer { music.kill() }
+            m = try server.waitForPlaybackStream(pid: music.pid).index
+            try body()
+        }
+        for block in 0..<phoneBlocks {
+            let module = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            try withMusic { r.roleCork.floor += try phoneCalls(phoneBlock) }
+            _ = try server.pactl(["unload-module", module])
+            guard block < phoneBlocks - 1 else { break }
+            let (again, _) = try startAudiod(server, config: config, client: bus)
+            defer { again.signal(SIGTERM); _ = again.wait(timeout: 10) }
+            try withMusic {
+                // The music is known to this audiod before the first call.
+                guard waitFor(10, {
+                    guard case .success(let out) = bus.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
+                    return !items.isEmpty
+                }) else { throw BenchFailure("the restarted audiod did not list the music stream") }
+                r.roleCork.audiod += try phoneCalls(phoneBlock)
+            }
+        }
     }
     try? FileManager.default.removeItem(atPath: "/dev/shm/audiod-bench-\(getpid())")
     return r
@@ -396,7 +435,7 @@ for (kind, r) in all {
     }
 }
 if onlyActivation { exit(0) }
-print("\n### An unmanaged phone-role stream starts → the music stream muted\n")
+print("\n### An unmanaged phone-role stream starts → the music stream muted (PulseAudio: audiod and module-role-cork in four alternating blocks each)\n")
 print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all { print("| \(kind) | \(cells(r.roleCork))") }
@@ -419,11 +458,11 @@ for (kind, r) in all {
 }
 
 print("\n### Stream churn: game-role streams come and go with silent mode on (each one muted by audiod)\n")
-print("| server | target/s | achieved/s | streams | audiod CPU | server CPU | audiod / server | asked → muted p50 | p99 | appeared → muted p50 | p99 | gone before seen muted |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| server | streams | target/s | achieved/s | stream events/s | streams | audiod CPU | server CPU | audiod / server | asked → muted p50 | p99 | appeared → muted p50 | p99 | gone before seen muted |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all {
     for c in r.churn {
-        print("| \(kind) | \(c.target) | \(Int(c.achieved)) | \(c.streams) "
+        print("| \(kind) | \(c.corked ? "paused" : "playing") | \(c.target) | \(Int(c.achieved)) | \(Int(c.achieved * 2)) | \(c.streams) "
             + "| \(String(format: "%.1f", c.audiodCPUms / c.seconds / 10)) % | \(String(format: "%.1f", c.serverCPUms / c.seconds / 10)) % "
             + "| \(ratio(c.audiodCPUms, c.serverCPUms)) | \(ms(percentile(c.lag, 0.5))) | \(ms(percentile(c.lag, 0.99))) "
             + "| \(ms(percentile(c.lagSinceAppeared, 0.5))) | \(ms(percentile(c.lagSinceAppeared, 0.99))) | \(c.unseen) |")
