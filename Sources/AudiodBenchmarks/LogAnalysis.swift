@@ -3,25 +3,37 @@
 
 /// The trace log's "step timing" lines of the activation rounds, each matched with the round whose call it
 /// followed: the phases in µs from the client's call (the clocks are the same CLOCK_MONOTONIC).
-func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], first: String) -> [(phase: String, us: [UInt64])] {
+/// `told`: for a stream's step, the phase in which the server told audiod of the stream (its "stream event" line),
+/// before audiod had read it.
+func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], first: String, told: String? = nil) -> [(phase: String, us: [UInt64])] {
     var steps: [(at: UInt64, fields: [String: UInt64])] = []
-    for line in log.split(separator: "\n") where line.contains("step timing") && line.contains(event) {
+    var events: [UInt64] = []
+    for line in log.split(separator: "\n") {
+        let isStep = line.contains("step timing") && line.contains(event)
+        guard isStep || (told != nil && line.hasSuffix("] stream event") && line.contains("change=new")) else { continue }
         var f: [String: UInt64] = [:]
         for word in line.split(separator: " ") {
             let kv = word.split(separator: "=", maxSplits: 1)
             if kv.count == 2, let v = UInt64(kv[1]) { f[String(kv[0])] = v }
         }
-        if let at = f["at"] { steps.append((at, f)) }
+        guard let at = f["at"] else { continue }
+        if isStep { steps.append((at, f)) } else { events.append(at) }
     }
     let phases = ["decided", "logged", "journaled", "queued", "written", "acknowledged"]
-    var out: [(phase: String, us: [UInt64])] = [(first, [])] + phases.map { ("audiod: \($0)", []) } + [("observer sees the mute", [])]
+    var out: [(phase: String, us: [UInt64])] = (told.map { [($0, [])] } ?? []) + [(first, [])]
+        + phases.map { ("audiod: \($0)", []) } + [("observer sees the mute", [])]
+    let base = told == nil ? 0 : 1
     for (t0, t1) in zip(sent, seen) {
         // The step this round caused: the first after the call that muted something (it has "written").
         guard let step = steps.first(where: { $0.at >= t0 && $0.at <= t1 && $0.fields["written"] != nil }) else { continue }
+        if told != nil {
+            guard let e = events.first(where: { $0 >= t0 && $0 <= step.at }) else { continue }
+            out[0].us.append((e - t0) / 1000)
+        }
         let inbound = (step.at - t0) / 1000
-        out[0].us.append(inbound)
-        for (i, p) in phases.enumerated() { if let v = step.fields[p] { out[i + 1].us.append(inbound + v) } }
-        out[phases.count + 1].us.append((t1 - t0) / 1000)
+        out[base].us.append(inbound)
+        for (i, p) in phases.enumerated() { if let v = step.fields[p] { out[base + i + 1].us.append(inbound + v) } }
+        out[base + phases.count + 1].us.append((t1 - t0) / 1000)
     }
     return out.filter { !$0.us.isEmpty }
 }

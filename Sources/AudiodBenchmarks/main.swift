@@ -295,7 +295,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         r.roleCork.audiod = try phoneCalls(phoneBlock)
         if ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
             r.phoneBreakdown = breakdown(server.file("audiod.log"), event: "streamAppeared", sent: phoneStarts, seen: phoneSeen,
-                                         first: "server: stream asked for → audiod has read it")
+                                         first: "audiod has read it (one round trip)", told: "server: stream asked for → made, audiod told")
         }
         music.kill()
     }

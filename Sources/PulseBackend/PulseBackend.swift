@@ -819,6 +819,11 @@ extension PulseBackend: PulseContextDelegate {
         switch facility {
         case .playback, .record:
             let id = StreamID(facility == .record ? .record : .playback, index)
+            // --log-level trace: when the server told audiod, to split a new stream's time into the server's and
+            // the read's (CLOCK_MONOTONIC ns, as the arbiter's "step timing").
+            logger.trace("stream event", metadata: [
+                "at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(id)", "change": "\(change)",
+            ])
             if change == .remove { removed(id) } else { read(id) }
         case .sink: deviceChanged(source: false, index: index, change)
         case .source: deviceChanged(source: true, index: index, change)
