@@ -6,7 +6,7 @@
 // sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log is kept in $TMPDIR, as it
 // is after a failed run, and every stream write in it is checked against the decision before it; =trace also
 // prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
-// to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,1000,5000),
+// to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,500,1000,5000),
 // BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
 // churned stream), BENCH_ONLY=memory,activation,phone,churn,calls (only these parts; start-up always).
 
@@ -312,7 +312,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         let native: UInt32 = kind == .pipewire ? 48000 : 44100
         let pooled = kind == .pulseaudio && env["BENCH_CHURN_CONNECTIONS"] == nil
         for corked in [false, true] {
-            for rate in (env["BENCH_CHURN_RATES"] ?? "100,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
+            for rate in (env["BENCH_CHURN_RATES"] ?? "100,500,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
                 var row = try churn(rate: rate, total: min(perRate, rate * 10), server: server, observer: observer, audiod: audiod.pid,
                                     threads: pooled ? 4 : 2, clientsPerThread: pooled ? 8 : 0, corked: corked, sampleRate: native)
                 row.corked = corked
