@@ -137,7 +137,7 @@ public final class JournalLog {
         }
         let cookieChanged = newCookie != cookie
         cookie = newCookie
-        guard added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty)) 
+        guard added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty))
             || (removeWhenEmpty && exists && entries.isEmpty && leaks.isEmpty)
         else { return }
         if entries.isEmpty && leaks.isEmpty && (removeWhenEmpty || !exists) {

@@ -750,13 +750,11 @@ public final class PulseBackend: @unchecked Sendable {
             applied[id] = c
             dirty.append(id)
         }
-        guard !dirty.isEmpty, isConnected, !holdingJournal, let server else { return }
-        do {
-            try journal()?.update(cookie: server.cookie, streams: dirty.map { id in
-                (id.kind == .record, id.index, applied[id].map { entry(id, $0) })
+        guard !dirty.isEmpty, isConnected else { return }
+        journaling { log, cookie in
+            try log.update(cookie: cookie, streams: dirty.map { id in
+                (id.kind == .record, id.index, self.applied[id].map { self.entry(id, $0) })
             })
-        } catch {
-            logger.error("cannot write the journal", metadata: ["path": "\(options.journalPath ?? "")", "error": "\(error)"])
         }
     }
 
@@ -782,24 +780,27 @@ public final class PulseBackend: @unchecked Sendable {
         return journalLog
     }
 
-    /// One restore-database entry's leak as it is now: a line appended, as a step's streams are.
-    private func journalLeak(_ key: String) {
+    /// Writes the journal (unless it is held while the streams are listed, or there is no server run to name),
+    /// logging a failure: audiod goes on enforcing without it.
+    private func journaling(_ write: (JournalLog, _ cookie: UInt32) throws -> Void) {
         guard !holdingJournal, let server, let log = journal() else { return }
         do {
-            try log.update(cookie: server.cookie, leak: key, leaks[key])
+            try write(log, server.cookie)
         } catch {
             logger.error("cannot write the journal", metadata: ["path": "\(log.path)", "error": "\(error)"])
         }
     }
 
+    /// One restore-database entry's leak as it is now: a line appended, as a step's streams are.
+    private func journalLeak(_ key: String) {
+        journaling { log, cookie in try log.update(cookie: cookie, leak: key, leaks[key]) }
+    }
+
     /// The whole journal, for connecting and for repairing the leaks.
     private func writeJournal() {
-        guard !holdingJournal, let server, let log = journal() else { return }
-        let entries = applied.keys.sorted().compactMap { id in applied[id].map { entry(id, $0) } }
-        do {
-            try log.write(Journal(serverCookie: server.cookie, entries: entries, leaks: leaks))
-        } catch {
-            logger.error("cannot write the journal", metadata: ["path": "\(log.path)", "error": "\(error)"])
+        journaling { log, cookie in
+            let entries = applied.keys.sorted().compactMap { id in applied[id].map { entry(id, $0) } }
+            try log.write(Journal(serverCookie: cookie, entries: entries, leaks: leaks))
         }
     }
 }
