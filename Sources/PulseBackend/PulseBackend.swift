@@ -101,7 +101,7 @@ public final class PulseBackend: @unchecked Sendable {
     private var hasRestoreDatabase = false
 
     private var streams: [StreamID: Tracked] = [:]
-    private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64)] = [:]
+    private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64, client: UInt32?)] = [:]
     /// Which replies are the truth (sequence numbers, one read in flight per stream, late confirmation): the pure
     /// part of tracking, tested without a server (`StreamTracker`).
     private var tracker: StreamTracker<RawStream>
@@ -335,6 +335,7 @@ public final class PulseBackend: @unchecked Sendable {
         guard let c = context else { return }
         c.stream(record: r.stream.kind == .record, index: r.stream.index) { [weak self] raw in
             guard let self else { return }
+            self.logger.trace("stream read", metadata: ["at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)"])
             let (believe, next) = self.tracker.replied(r, raw, now: self.monotonicNow())
             if let believe { self.accept(believe) }
             if let next { self.send(next) }
@@ -363,7 +364,7 @@ public final class PulseBackend: @unchecked Sendable {
         // where the kernel or the host vouches for it.
         let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
         if t.identity == nil || source != t.identitySource {
-            let (host, chain) = hostOf(props)
+            let (host, chain) = hostOf(props, client: t.raw.client)
             t.identity = StreamIdentity.of(host, client: t.raw.client)
             t.identitySource = source
             t.chain = chain
@@ -398,14 +399,15 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// Who plays, from what a stream says of it, with its process chain. A burst of streams from one process (a
     /// browser's tabs, a game's effects) reads /proc once: an answer stands while the process it names is the same
-    /// one (its start time) and for at most `hostCacheNanoseconds` (a parent that exits changes the chain).
-    private func hostOf(_ props: [String: String]) -> (StreamIdentity.Host, [UInt32]) {
+    /// one and for at most `hostCacheNanoseconds` (a parent that exits changes the chain). The same one: a stream
+    /// on the same, still connected client connection comes from it (a connection dies with its process, and the
+    /// server never gives its index to another); otherwise its start time in /proc must match.
+    private func hostOf(_ props: [String: String], client: UInt32?) -> (StreamIdentity.Host, [UInt32]) {
         let key = StreamIdentity.sourceKeys.map { props[$0] }
         let now = monotonicNow()
-        if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid,
-            let start = ProcessTable.stat(pid)?.start, start == c.start
-        {
-            return (c.host, c.chain)
+        if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid {
+            if let client, c.client == client, clients[client] != nil { return (c.host, c.chain) }
+            if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain) }
         }
         let host = StreamIdentity.host(props)
         let walked = host.pid.map(ProcessTable.chainAndStart)
@@ -421,7 +423,7 @@ public final class PulseBackend: @unchecked Sendable {
         // changes.
         let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap { $0.flatMap { UInt32($0) } }
         if let pid = host.pid, named.contains(pid), let start = walked?.start {
-            hostCache[key] = (host, chain, start, now)
+            hostCache[key] = (host, chain, start, now, client)
         }
         return (host, chain)
     }
