@@ -170,7 +170,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         }
         // Four apps of 50 streams each, on two sinks: PipeWire mixes at most 128 streams into one sink (the
         // 129th times out).
-        _ = try server.pactl(["load-module", "module-null-sink", "sink_name=second"])
+        let secondSink = try server.pactl(["load-module", "module-null-sink", "sink_name=second"])
+            .trimmingCharacters(in: .whitespacesAndNewlines)
         let tones = try (0..<4).map { try ToneClient(server: server.pulseServer, name: "loaded-\($0)") }
         for i in 0..<200 {
             try tones[i % 4].open(["audiod.session": sessionID(paths[i]), "media.role": "music"], device: i < 100 ? nil : "second")
@@ -183,6 +184,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         (r.loadedRSS, r.loadedPSS) = processMemory(audiod.pid)
         tones.forEach { $0.closeAll() }
         for o in owners { o.close() }
+        // The second sink goes with the streams it was for: its thread would run on beside what is measured next.
+        _ = try server.pactl(["unload-module", secondSink])
     }
 
     let observer = try Observer(server: server.pulseServer, logger: logger)
@@ -231,6 +234,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             // A hundred streams take the server ~0.25 s to mute whoever asks: fewer rounds keep the run short.
             let rounds = n >= 100 ? max(10, iterations / 4) : iterations
             var sent: [UInt64] = [], seen: [UInt64] = []
+            // audiod's rounds first, then the floor's: the two cannot take turns, as audiod answers each of the
+            // floor's mutes (a user's change) with signals of its own that would still be on the bus.
             for _ in 0..<rounds {
                 let t0 = nowNs()
                 try expectSuccess(owner.session(a, "SetActive", [.bool(true), .strings([])]), "SetActive a")
