@@ -399,14 +399,15 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// Who plays, from what a stream says of it, with its process chain. A burst of streams from one process (a
     /// browser's tabs, a game's effects) reads /proc once: an answer stands while the process it names is the same
-    /// one and for at most `hostCacheNanoseconds` (a parent that exits changes the chain). The same one: a stream
-    /// on the same, still connected client connection comes from it (a connection dies with its process, and the
-    /// server never gives its index to another); otherwise its start time in /proc must match.
+    /// one and for at most `hostCacheNanoseconds` (a parent that exits changes the chain). The same one: on
+    /// PulseAudio a stream on the same, still connected client connection comes from it (a connection dies with its
+    /// process, and PulseAudio never gives a connection's index to another); otherwise — and on PipeWire, whose ids
+    /// may be given again — its start time in /proc must match.
     private func hostOf(_ props: [String: String], client: UInt32?) -> (StreamIdentity.Host, [UInt32]) {
         let key = StreamIdentity.sourceKeys.map { props[$0] }
         let now = monotonicNow()
         if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid {
-            if let client, c.client == client, clients[client] != nil { return (c.host, c.chain) }
+            if !onPipeWire, let client, c.client == client, clients[client] != nil { return (c.host, c.chain) }
             if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain) }
         }
         let host = StreamIdentity.host(props)
