@@ -71,6 +71,12 @@ func expectSuccess(_ r: Result<[DBusValue], DBusError>, _ what: String) throws {
 }
 
 /// Starts the built audiod and returns it with the time from spawning to its name answering on the bus.
+/// How many streams audiod lists (`ListStreams`); 0 when it does not answer.
+func listedStreams(_ bus: BusClient) -> Int {
+    guard case .success(let out) = bus.manager("ListStreams"), case .array(_, let items)? = out.first else { return 0 }
+    return items.count
+}
+
 func startAudiod(_ server: TestServer, config: String, client: BusClient) throws -> (Child, Double) {
     let t0 = nowNs()
     // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop; BENCH_JOURNAL=disk puts it in this run's
@@ -176,10 +182,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         for i in 0..<200 {
             try tones[i % 4].open(["audiod.session": sessionID(paths[i]), "media.role": "music"], device: i < 100 ? nil : "second")
         }
-        guard waitFor(30, {
-            guard case .success(let out) = bus.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
-            return items.count >= 200
-        }) else { throw BenchFailure("audiod did not list the 200 streams") }
+        guard waitFor(30, { listedStreams(bus) >= 200 }) else { throw BenchFailure("audiod did not list the 200 streams") }
         sleep(1)
         (r.loadedRSS, r.loadedPSS) = processMemory(audiod.pid)
         tones.forEach { $0.closeAll() }
@@ -393,10 +396,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             defer { again.signal(SIGTERM); _ = again.wait(timeout: 10) }
             try withMusic {
                 // The music is known to this audiod before the first call.
-                guard waitFor(10, {
-                    guard case .success(let out) = bus.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
-                    return !items.isEmpty
-                }) else { throw BenchFailure("the restarted audiod did not list the music stream") }
+                guard waitFor(10, { listedStreams(bus) > 0 }) else { throw BenchFailure("the restarted audiod did not list the music stream") }
                 r.roleCork.audiod += try phoneCalls(phoneBlock)
             }
         }
