@@ -92,10 +92,22 @@ public final class AudioSessionService {
 
     static func sessionPath(_ id: SessionID) -> String { API.sessionPathPrefix + "\(id.rawValue)" }
 
+    /// The session a path names: the prefix and a number written as `sessionPath` writes it (no sign, no leading
+    /// zero). Read byte by byte: every call to a session parses its path.
     static func sessionID(path: String) -> SessionID? {
-        guard path.hasPrefix(API.sessionPathPrefix), let n = UInt64(path.dropFirst(API.sessionPathPrefix.count)),
-            "\(n)" == path.dropFirst(API.sessionPathPrefix.count)
-        else { return nil }
+        let prefix = API.sessionPathPrefix.utf8
+        let bytes = path.utf8
+        guard bytes.count > prefix.count, bytes.starts(with: prefix) else { return nil }
+        let digits = bytes.dropFirst(prefix.count)
+        guard digits.first != UInt8(ascii: "0") || digits.count == 1 else { return nil }
+        var n: UInt64 = 0
+        for c in digits {
+            guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+            let (times10, o1) = n.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times10.addingReportingOverflow(UInt64(c - UInt8(ascii: "0")))
+            guard !o1, !o2 else { return nil }
+            n = sum
+        }
         return SessionID(n)
     }
 

@@ -112,10 +112,12 @@ public final class DBusMessage: @unchecked Sendable {
         }
     }
 
-    public var path: String? { dbus_message_get_path(raw).map { String(cString: $0) } }
-    public var interface: String? { dbus_message_get_interface(raw).map { String(cString: $0) } }
-    public var member: String? { dbus_message_get_member(raw).map { String(cString: $0) } }
-    public var sender: String? { dbus_message_get_sender(raw).map { String(cString: $0) } }
+    // Read once: a call's handling asks for its path, member and sender several times. (A message's header is not
+    // changed after it is built, except a destination set by `setDestination` before anything reads it.)
+    public private(set) lazy var path: String? = dbus_message_get_path(raw).map { String(cString: $0) }
+    public private(set) lazy var interface: String? = dbus_message_get_interface(raw).map { String(cString: $0) }
+    public private(set) lazy var member: String? = dbus_message_get_member(raw).map { String(cString: $0) }
+    public private(set) lazy var sender: String? = dbus_message_get_sender(raw).map { String(cString: $0) }
     public var destination: String? { dbus_message_get_destination(raw).map { String(cString: $0) } }
     public var errorName: String? { dbus_message_get_error_name(raw).map { String(cString: $0) } }
     public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
