@@ -145,7 +145,7 @@ let package = Package(
         ),
         .testTarget(
             name: "DBusServiceTests",
-            dependencies: ["DBusService", "AudiodCore", "PulseBackend", "AudiodTestKit"],
+            dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "AudiodTestKit"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

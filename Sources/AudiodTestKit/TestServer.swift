@@ -458,6 +458,11 @@ public final class TestBus: @unchecked Sendable {
 
     deinit { stop() }
 
+    /// Sends `signal` to the dbus-daemon (SIGSTOP/SIGCONT: a bus that reads nothing for a while).
+    public func send(signal: Int32) {
+        if pid > 0 { kill(pid, signal) }
+    }
+
     public func stop() {
         if pid > 0 {
             _ = TestServer.killAndReap(pid)

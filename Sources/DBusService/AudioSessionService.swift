@@ -139,16 +139,15 @@ public final class AudioSessionService {
     }
 
     private func reply(_ m: DBusMessage, _ args: [DBusValue]) {
-        guard !m.noReply, let r = m.makeReturn() else { return }
-        if !r.append(args) {
-            return fail(m, DBusError.failed("audiod could not encode its reply"))
+        guard !m.noReply else { return }
+        if !bus.reply(to: m, args) {
+            fail(m, DBusError.failed("audiod could not encode its reply"))
         }
-        bus.send(r)
     }
 
     private func fail(_ m: DBusMessage, _ e: DBusError) {
-        guard !m.noReply, let r = m.makeError(name: e.name, message: e.message) else { return }
-        bus.send(r)
+        guard !m.noReply else { return }
+        bus.replyError(to: m, name: e.name, message: e.message)
     }
 
     private static func invalidArgs(_ message: String) -> DBusError {
@@ -337,10 +336,7 @@ public final class AudioSessionService {
     }
 
     private func emit(_ path: String, _ iface: String, _ member: String, _ args: [DBusValue]) {
-        guard let s = DBusMessage.signal(path: path, interface: iface, member: member) else { return }
-        if s.append(args) {
-            bus.send(s)
-        } else {
+        if !bus.emit(path: path, interface: iface, member: member, args) {
             logger.error("could not encode a signal", metadata: ["member": "\(member)"])
         }
     }

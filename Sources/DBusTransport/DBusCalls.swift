@@ -121,8 +121,28 @@ public final class DBusMessage: @unchecked Sendable {
     public var destination: String? { dbus_message_get_destination(raw).map { String(cString: $0) } }
     public var errorName: String? { dbus_message_get_error_name(raw).map { String(cString: $0) } }
     public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
-    public var serial: UInt32 { dbus_message_get_serial(raw) }
+    /// libdbus numbers a message as it sends it; setting a serial is for messages that never go through it (tests).
+    public internal(set) var serial: UInt32 {
+        get { dbus_message_get_serial(raw) }
+        set { dbus_message_set_serial(raw, newValue) }
+    }
     public var replySerial: UInt32 { dbus_message_get_reply_serial(raw) }
+    /// The message in wire form (`dbus_message_marshal`), as libdbus would write it.
+    var marshalled: [UInt8]? {
+        var p: UnsafeMutablePointer<CChar>?
+        var n: Int32 = 0
+        guard dbus_message_marshal(raw, &p, &n) != 0, let p else { return nil }
+        defer { dbus_free(p) }
+        return UnsafeRawBufferPointer(start: p, count: Int(n)).map { $0 }
+    }
+
+    /// A message read from wire form; nil unless libdbus's validation accepts every byte (`dbus_message_demarshal`).
+    static func demarshal(_ bytes: UnsafeRawBufferPointer) -> DBusMessage? {
+        guard let base = bytes.baseAddress else { return nil }
+        return dbus_message_demarshal(base.assumingMemoryBound(to: CChar.self), Int32(bytes.count), nil)
+            .map { DBusMessage(taking: $0) }
+    }
+
     /// Addresses the message to one connection (a unicast signal, in tests that speak as a hostile peer).
     @discardableResult
     public func setDestination(_ name: String) -> Bool {
@@ -314,6 +334,8 @@ public enum DBusSyntax {
     public static func isErrorName(_ s: String) -> Bool { dbus_validate_error_name(s, nil) != 0 }
     public static func isBusName(_ s: String) -> Bool { dbus_validate_bus_name(s, nil) != 0 }
     public static func isSignature(_ s: String) -> Bool { dbus_signature_validate(s, nil) != 0 }
+    /// Exactly one complete type (`dbus_signature_validate_single`): an array's element, a variant's content.
+    public static func isSingleType(_ s: String) -> Bool { dbus_signature_validate_single(s, nil) != 0 }
 }
 
 // MARK: - Errors
@@ -360,6 +382,16 @@ public final class DBusConnection: @unchecked Sendable {
     /// closed connection never gets).
     private var inFlight: [UInt64: ReplyBox] = [:]
     private var nextCall: UInt64 = 0
+    /// Replies, errors and signals encoded by `DBusWire`, waiting for the end of the loop turn to leave together
+    /// (`outgoingStarts`: where each message begins).
+    private var outgoing: [UInt8] = []
+    private var outgoingStarts: [Int] = []
+    private var scratch: [UInt8] = []
+    private var flushScheduled = false
+    /// Serials of the messages written here. libdbus numbers its own from 1 up; these start halfway, so the two
+    /// never meet in practice (2³¹ libdbus sends first). Nothing answers a reply, an error or a signal, so their
+    /// serials only have to be non-zero.
+    private var nextSerial: UInt32 = 0x8000_0000
 
     /// Connects to `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus (`Hello`).
     public init(address: String?, loop: any DBusLoop) throws(DBusError) {
@@ -400,6 +432,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// Closes the connection (`dbus_connection_close`); safe to call twice.
     public func close() {
         guard !closed else { return }
+        flush()
         closed = true
         let owed = inFlight.values
         inFlight.removeAll()
@@ -427,7 +460,15 @@ public final class DBusConnection: @unchecked Sendable {
         guard !closed else { return }
         // A bounded batch per turn keeps one chatty peer from starving the sound server's events.
         var n = 0
-        while dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS {
+        while true {
+            // libdbus answers org.freedesktop.DBus.Peer itself, writing at once: what is queued here goes first, so
+            // a caller's Ping still comes back after everything its earlier calls caused.
+            if !outgoingStarts.isEmpty, let next = dbus_connection_borrow_message(raw) {
+                let peer = dbus_message_has_interface(next, "org.freedesktop.DBus.Peer") != 0
+                dbus_connection_return_message(raw, next)
+                if peer { flush() }
+            }
+            guard dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS else { break }
             n += 1
             if n >= 64 {
                 scheduleDispatch()
@@ -457,7 +498,109 @@ public final class DBusConnection: @unchecked Sendable {
     @discardableResult
     public func send(_ m: DBusMessage) -> Bool {
         guard !closed else { return false }
+        flush()
         return dbus_connection_send(raw, m.raw, nil) != 0
+    }
+
+    // MARK: Replies and signals, a loop turn's at a time
+
+    /// Queues a signal; false if a name or an argument cannot be written (nothing is queued then).
+    @discardableResult
+    public func emit(path: String, interface: String, member: String, _ args: [DBusValue]) -> Bool {
+        guard DBusSyntax.isPath(path), DBusSyntax.isInterface(interface), DBusSyntax.isMember(member) else {
+            return false
+        }
+        return queue(WireHeader(kind: .signal, serial: 0, path: path, interface: interface, member: member), args)
+    }
+
+    /// Queues the method return for `call`; false if an argument cannot be written (nothing is queued then).
+    @discardableResult
+    public func reply(to call: DBusMessage, _ args: [DBusValue]) -> Bool {
+        queue(WireHeader(kind: .methodReturn, serial: 0, replySerial: call.serial, destination: call.sender), args)
+    }
+
+    /// Queues an error reply for `call`; an invalid error name becomes `org.freedesktop.DBus.Error.Failed`.
+    @discardableResult
+    public func replyError(to call: DBusMessage, name: String, message: String) -> Bool {
+        let n = DBusSyntax.isErrorName(name) ? name : "org.freedesktop.DBus.Error.Failed"
+        let h = WireHeader(kind: .error, serial: 0, errorName: n, replySerial: call.serial, destination: call.sender)
+        return queue(h, [.string(message)])
+    }
+
+    private func queue(_ header: WireHeader, _ args: [DBusValue]) -> Bool {
+        guard !closed else { return false }
+        var h = header
+        h.serial = nextSerial
+        let start = outgoing.count
+        guard DBusWire.encode(h, args, into: &outgoing, scratch: &scratch) else { return false }
+        nextSerial = nextSerial == .max ? 0x8000_0000 : nextSerial + 1
+        outgoingStarts.append(start)
+        if outgoing.count >= 64 << 10 {
+            flush()
+        } else if !flushScheduled {
+            flushScheduled = true
+            loop.dbusSoon { [weak self] in
+                guard let self else { return }
+                self.flushScheduled = false
+                self.flush()
+            }
+        }
+        return true
+    }
+
+    /// Writes what `queue` holds with as few `send`s as the socket allows — after anything libdbus still holds, so
+    /// the connection's messages stay in the order they were made. libdbus gets the messages back when it has a
+    /// backlog of its own or the socket is full between two messages.
+    func flush() {
+        guard !outgoingStarts.isEmpty else { return }
+        defer {
+            outgoing.removeAll(keepingCapacity: outgoing.capacity <= 256 << 10)
+            outgoingStarts.removeAll(keepingCapacity: true)
+        }
+        guard !closed else { return }
+        var fd: Int32 = -1
+        var written = 0
+        if dbus_connection_has_messages_to_send(raw) == 0, dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 {
+            written = writeOut(fd)
+        }
+        guard written < outgoing.count, let first = outgoingStarts.firstIndex(of: written) else { return }
+        for k in first..<outgoingStarts.count {
+            let end = k + 1 < outgoingStarts.count ? outgoingStarts[k + 1] : outgoing.count
+            let m = outgoing.withUnsafeBytes { DBusMessage.demarshal(UnsafeRawBufferPointer(rebasing: $0[outgoingStarts[k]..<end])) }
+            if let m { _ = dbus_connection_send(raw, m.raw, nil) }
+        }
+    }
+
+    /// Bytes of `outgoing` written: all of them, or up to a message's start when the socket is full there. Within a
+    /// message it waits for the socket (a message cannot be handed to libdbus half written); if dbus-daemon reads
+    /// nothing for 10 s the connection is shut down, and audiod goes through losing the bus.
+    private func writeOut(_ fd: Int32) -> Int {
+        var off = 0
+        var waited = 0
+        return outgoing.withUnsafeBytes { b -> Int in
+            guard let base = b.baseAddress else { return 0 }
+            while off < b.count {
+                let n = Glibc.send(fd, base + off, b.count - off, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                if n > 0 {
+                    off += n
+                    waited = 0
+                    continue
+                }
+                let e = errno
+                if n < 0, e == EINTR { continue }
+                guard n < 0, e == EAGAIN || e == EWOULDBLOCK else { return b.count }  // broken: libdbus sees it too
+                if outgoingStarts.contains(off) { return off }
+                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                if poll(&p, 1, 1000) <= 0 {
+                    waited += 1
+                    if waited >= 10 {
+                        shutdown(fd, Int32(SHUT_RDWR))
+                        return b.count
+                    }
+                }
+            }
+            return off
+        }
     }
 
     /// Sends a method call and calls `reply` with the return or error message (libdbus turns a timeout into an
@@ -465,6 +608,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// `DBusPendingCall` that exists before the message leaves (`dbus_connection_send_with_reply`).
     public func call(_ m: DBusMessage, timeoutMilliseconds: Int32 = 25_000, reply: @escaping (DBusMessage?) -> Void) {
         guard !closed else { return reply(nil) }
+        flush()
         var pending: OpaquePointer?
         guard dbus_connection_send_with_reply(raw, m.raw, &pending, timeoutMilliseconds) != 0, let pending else {
             return reply(nil)
@@ -493,6 +637,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// `RequestName` with DO_NOT_QUEUE; throws if another connection owns it.
     public func requestName(_ name: String) throws(DBusError) {
+        flush()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
         let r = dbus_bus_request_name(raw, name, UInt32(DBUS_NAME_FLAG_DO_NOT_QUEUE), &err)
@@ -507,6 +652,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// `ReleaseName`: the name's queue moves on (a starting audiod may take it) before this process exits.
     public func releaseName(_ name: String) {
         guard !closed else { return }
+        flush()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
         _ = dbus_bus_release_name(raw, name, &err)
@@ -518,6 +664,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// arrive meanwhile stay queued for the loop). For set-up only, never on a path that serves others.
     public func callBlocking(_ m: DBusMessage, timeoutMilliseconds: Int32 = 5_000) -> DBusMessage? {
         guard !closed else { return nil }
+        flush()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
         let r = dbus_connection_send_with_reply_and_block(raw, m.raw, timeoutMilliseconds, &err)
@@ -527,6 +674,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// `AddMatch` without waiting for the bus's answer.
     public func addMatch(_ rule: String) {
+        flush()
         dbus_bus_add_match(raw, rule, nil)
     }
 

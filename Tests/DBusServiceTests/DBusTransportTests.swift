@@ -27,11 +27,27 @@ import Testing
                     try s.requestName("org.audiod.Test")
                     s.onMessage = { [weak s] m in
                         guard let s, m.kind == .methodCall, !m.noReply else { return }
-                        if m.member == "Echo", let r = m.makeReturn() {
-                            r.append(m.arguments)
-                            s.send(r)
-                        } else if let e = m.makeError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no \(m.member ?? "")") {
-                            s.send(e)
+                        switch m.member {
+                        case "Echo":
+                            // libdbus's own writer…
+                            if let r = m.makeReturn() {
+                                r.append(m.arguments)
+                                s.send(r)
+                            }
+                        case "EchoWire":
+                            // …and audiod's (DBusWire), which the daemon uses for every reply and signal.
+                            if !s.reply(to: m, m.arguments) { s.replyError(to: m, name: "org.audiod.Test.Refused", message: "not encodable") }
+                        case "Burst":
+                            // `count` signals of `bytes` each, then the reply: one loop turn's worth of messages.
+                            let a = m.arguments
+                            guard case .uint32(let count)? = a.first, case .uint32(let bytes)? = a.last else { return }
+                            let filler = String(repeating: "x", count: Int(bytes))
+                            for i in 0..<count {
+                                s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+                            }
+                            s.reply(to: m, [.uint32(count)])
+                        default:
+                            s.replyError(to: m, name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no \(m.member ?? "")")
                         }
                     }
                     let c = try DBusConnection(address: address, loop: loop)
@@ -99,6 +115,113 @@ import Testing
         #expect(reply.kind == .methodReturn)
         #expect(reply.signature == signature(of: args))
         #expect(reply.arguments == args)
+    }
+
+    @Test("every value shape round-trips through audiod's own encoder, over the bus")
+    func roundTripWire() throws {
+        let pair = try Pair()
+        defer { pair.close() }
+        let args: [DBusValue] = [
+            .properties([("application-name", .string("Podcasts ✓")), ("pid", .uint32(4242)), ("x", .double(0.2))]),
+            .strings([]), .byte(1), .array(element: "x", [.int64(-1)]),
+            .array(element: "(sssas)", [.structure([.string("mpv"), .string("playback"), .string("default"), .strings([])])]),
+            .variant(.structure([.byte(3), .int64(4)])),
+        ]
+        let reply = try #require(pair.call("EchoWire", args), "no reply")
+        #expect(reply.kind == .methodReturn)
+        #expect(reply.arguments == args)
+        // A value the encoder refuses is not sent half-made: the service answers with an error instead.
+        let refused = try #require(pair.call("EchoWire", [.string("ok"), .unixFD(0)]))
+        #expect(refused.kind == .error)
+    }
+
+    @Test("a turn's queued signals and reply arrive whole and in order, and a Ping sent after them comes back after them")
+    func burstInOrder() throws {
+        let pair = try Pair()
+        defer { pair.close() }
+        // 2,000 signals of 300 bytes: more than a socket holds, so writing waits for dbus-daemon and hands over.
+        let count: UInt32 = 2000
+        final class Log: @unchecked Sendable { var events: [String] = [] }
+        let log = Log()
+        let done = DispatchSemaphore(value: 0)
+        let c = try #require(pair.client)
+        pair.loop.execute {
+            c.addMatch("type='signal',interface='org.audiod.Test',member='Tick'")
+            c.onMessage = { m in
+                if m.member == "Tick", case .uint32(let i)? = m.arguments.first { log.events.append("tick \(i)") }
+            }
+            guard let burst = DBusMessage.methodCall(destination: "org.audiod.Test", path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Burst"),
+                let ping = DBusMessage.methodCall(destination: "org.audiod.Test", path: "/", interface: "org.freedesktop.DBus.Peer", member: "Ping")
+            else {
+                done.signal()
+                return
+            }
+            burst.append([.uint32(count), .uint32(300)])
+            // Both calls leave before either is answered.
+            c.call(burst) { r in log.events.append(r?.kind == .methodReturn ? "reply \(r?.arguments.first?.description ?? "")" : "no reply") }
+            c.call(ping) { r in
+                log.events.append(r?.kind == .methodReturn ? "ping" : "no ping")
+                done.signal()
+            }
+        }
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        let events = pair.loop.sync { log.events }
+        let expected = (0..<count).map { "tick \($0)" } + ["reply \(count)", "ping"]
+        #expect(events.count == expected.count)
+        // The first place they differ, not the whole lists (thousands of lines).
+        let difference = zip(events, expected).enumerated().first { $0.element.0 != $0.element.1 }
+        #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
+    }
+
+    @Test("signals queued while dbus-daemon reads nothing all arrive, in order, once it reads again",
+          arguments: [false, true])
+    func stalledBus(libdbusFirst: Bool) throws {
+        let pair = try Pair()
+        defer { pair.close() }
+        let (s, c) = (try #require(pair.service), try #require(pair.client))
+        final class Log: @unchecked Sendable { var events: [String] = [] }
+        let log = Log()
+        pair.loop.sync {
+            c.addMatch("type='signal',interface='org.audiod.Test'")
+            c.onMessage = { m in
+                if m.kind == .signal, let name = m.member, case .uint32(let i)? = m.arguments.first { log.events.append("\(name) \(i)") }
+            }
+        }
+        #expect(pair.call("EchoWire", [])?.kind == .methodReturn)  // the match rule is in place
+        // ~1 MB while the daemon is stopped: the socket fills inside a message or between two. With libdbusFirst,
+        // libdbus's own writer fills it first and holds a backlog, which the queued messages must wait behind.
+        let count: UInt32 = 3000
+        let filler = String(repeating: "x", count: 300)
+        pair.bus.send(signal: SIGSTOP)
+        let bus = pair.bus
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1) { bus.send(signal: SIGCONT) }
+        var expected: [String] = []
+        if libdbusFirst {
+            for i in 0..<UInt32(300) { expected.append("Big \(i)") }
+        }
+        for i in 0..<count { expected.append("Tick \(i)") }
+        pair.loop.execute {
+            if libdbusFirst {
+                let big = String(repeating: "y", count: 4000)
+                for i in 0..<UInt32(300) {
+                    guard let m = DBusMessage.signal(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Big") else { continue }
+                    m.append([.uint32(i), .string(big)])
+                    s.send(m)
+                }
+            }
+            for i in 0..<count {
+                s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+            }
+        }
+        let all = waitFor(30) { pair.loop.sync { log.events.count } >= expected.count }
+        bus.send(signal: SIGCONT)
+        #expect(all, "\(pair.loop.sync { log.events.count }) of \(expected.count) signals arrived")
+        let events = pair.loop.sync { log.events }
+        // The first place they differ, not the whole lists (thousands of lines).
+        let difference = zip(events, expected).enumerated().first { $0.element.0 != $0.element.1 }
+        #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
+        // The connection still works afterwards.
+        #expect(pair.call("EchoWire", [.string("after")])?.arguments == [.string("after")])
     }
 
     @Test("an error reply carries its name and message")
