@@ -28,29 +28,25 @@ extension Engine {
     }
 
     /// The explicit session for a request, or the error docs/API.md names.
-    func explicitSession(_ id: SessionID) -> Result<SessionState, PolicyError> {
-        guard let s = sessions[id] else {
-            return .failure(.noSuchSession("there is no session \(id.rawValue)"))
+    /// Why a client may not change session `id` (it does not exist, or audiod made it), or nil. Only the flag is
+    /// read: every SetActive asks, and a copy of the session's state would retain all its sets.
+    func explicitSessionRefusal(_ id: SessionID) -> PolicyError? {
+        guard let implicit = sessions[id]?.isImplicit else {
+            return .noSuchSession("there is no session \(id.rawValue)")
         }
-        if s.isImplicit {
-            return .failure(
-                .accessDenied(
-                    "session \(id.rawValue) is an implicit session made by audiod; change it with "
-                        + "SetApplicationCategory"))
+        if implicit {
+            return .accessDenied(
+                "session \(id.rawValue) is an implicit session made by audiod; change it with SetApplicationCategory")
         }
-        return .success(s)
+        return nil
     }
 
     mutating func setCategory(_ r: RequestID, _ id: SessionID, _ c: String, _ m: String, _ o: [String]) {
-        let s: SessionState
-        switch explicitSession(id) {
-        case .failure(let e): return reply(r, .error(e))
-        case .success(let found): s = found
-        }
+        if let e = explicitSessionRefusal(id) { return reply(r, .error(e)) }
         switch Configuration.parse(category: c, mode: m, options: o) {
         case .failure(let e): reply(r, .error(e))
         case .success(let config):
-            if let refusal = changeConfiguration(of: s.id, to: config) {
+            if let refusal = changeConfiguration(of: id, to: config) {
                 reply(r, .error(refusal))
             } else {
                 reply(r, .ok)
@@ -82,36 +78,29 @@ extension Engine {
     }
 
     mutating func setActive(_ r: RequestID, _ id: SessionID, _ active: Bool, _ options: [String]) {
-        let s: SessionState
-        switch explicitSession(id) {
-        case .failure(let e): return reply(r, .error(e))
-        case .success(let found): s = found
-        }
+        if let e = explicitSessionRefusal(id) { return reply(r, .error(e)) }
         let parsed: Set<ActivationOption>
         switch parseActivationOptions(options, active: active) {
         case .failure(let e): return reply(r, .error(e))
         case .success(let o): parsed = o
         }
         if active {
-            if let refusal = activate(s.id, byOwner: true) {
+            if let refusal = activate(id, byOwner: true) {
                 reply(r, .error(refusal))
             } else {
                 reply(r, .ok)
             }
         } else {
-            deactivate(s.id, notify: parsed.contains(.notifyOthersOnDeactivation), cause: .request)
+            deactivate(id, notify: parsed.contains(.notifyOthersOnDeactivation), cause: .request)
             reply(r, .ok)
         }
     }
 
     mutating func release(_ r: RequestID, _ id: SessionID) {
-        switch explicitSession(id) {
-        case .failure(let e): reply(r, .error(e))
-        case .success:
-            deactivate(id, notify: true, cause: .request)
-            removeSession(id)
-            reply(r, .ok)
-        }
+        if let e = explicitSessionRefusal(id) { return reply(r, .error(e)) }
+        deactivate(id, notify: true, cause: .request)
+        removeSession(id)
+        reply(r, .ok)
     }
 
     mutating func ownerVanished(_ id: SessionID) {
@@ -121,14 +110,11 @@ extension Engine {
     }
 
     mutating func setHandlesSecondaryAudio(_ r: RequestID, _ id: SessionID, _ value: Bool) {
-        switch explicitSession(id) {
-        case .failure(let e): reply(r, .error(e))
-        case .success:
-            sessions[id]?.handlesSecondaryAudio = value
-            touch(id)
-            markStreamsDirty(of: id)
-            reply(r, .ok)
-        }
+        if let e = explicitSessionRefusal(id) { return reply(r, .error(e)) }
+        sessions[id]?.handlesSecondaryAudio = value
+        touch(id)
+        markStreamsDirty(of: id)
+        reply(r, .ok)
     }
 
     mutating func setSilentMode(_ r: RequestID, _ on: Bool) {
@@ -208,8 +194,10 @@ extension Engine {
     }
 
     func activeCall(excluding id: SessionID) -> SessionID? {
-        // Asked on every activation: a pass, not a filtered copy of the set.
-        activeNonMixable.lazy.filter { $0 != id && self.sessions[$0]?.isCall == true }.max()
+        // Asked on every activation: a pass, not a filtered copy of the set — and the closure captures the sessions,
+        // not `self` (that would copy the whole engine value into it).
+        let sessions = self.sessions
+        return activeNonMixable.lazy.filter { $0 != id && sessions[$0]?.isCall == true }.max()
     }
 
     /// The active non-mixable session other than `id` ("holds the audio"), if any.

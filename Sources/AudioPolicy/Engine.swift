@@ -14,7 +14,7 @@ public struct Engine: Sendable {
     var duckFactor: UInt32
     public internal(set) var silentMode = false
 
-    var sessions: [SessionID: SessionState] = [:]
+    @usableFromInline var sessions: [SessionID: SessionState] = [:]
     var streams: [StreamID: StreamState] = [:]
     var players: [PlayerID: PlayerState] = [:]
     var busRules: [String: ApplicationRule] = [:]
@@ -89,7 +89,9 @@ public struct Engine: Sendable {
     public var sessionIDs: [SessionID] { sessions.keys.sorted() }
 
     /// Whether the session exists (without building its view).
-    public func hasSession(_ id: SessionID) -> Bool { sessions[id] != nil }
+    /// Inlinable: asked on every call to a session, through a class that holds the engine — a call into this module
+    /// would copy the whole engine value to lend it out; inlined, only the dictionary is read.
+    @inlinable public func hasSession(_ id: SessionID) -> Bool { sessions[id] != nil }
 
     /// A session's public state, as its D-Bus properties show it.
     public func session(_ id: SessionID) -> SessionView? {
@@ -244,20 +246,39 @@ public struct SessionView: Sendable, Equatable {
     public var mixable: Bool { configuration.isMixable }
 
     /// Every property the engine decides, with its value, in docs/API.md order.
-    public var properties: [SessionProperty] {
-        [
-            .category(configuration.category), .mode(configuration.mode), .options(configuration.options),
-            .active(active), .interrupted(interrupted), .mixable(mixable),
-            .secondaryAudioShouldBeSilencedHint(secondaryAudioShouldBeSilencedHint),
-            .otherAudioPlaying(otherAudioPlaying), .handlesSecondaryAudio(handlesSecondaryAudio),
-            .applicationName(applicationName), .processID(processID), .streams(streams),
-            .recordStreams(recordStreams),
-        ]
+    public var properties: [SessionProperty] { (0..<Self.propertyCount).map(property(at:)) }
+
+    static let propertyCount = 13
+
+    /// The property at `i` in docs/API.md order (the one list of them).
+    func property(at i: Int) -> SessionProperty {
+        switch i {
+        case 0: .category(configuration.category)
+        case 1: .mode(configuration.mode)
+        case 2: .options(configuration.options)
+        case 3: .active(active)
+        case 4: .interrupted(interrupted)
+        case 5: .mixable(mixable)
+        case 6: .secondaryAudioShouldBeSilencedHint(secondaryAudioShouldBeSilencedHint)
+        case 7: .otherAudioPlaying(otherAudioPlaying)
+        case 8: .handlesSecondaryAudio(handlesSecondaryAudio)
+        case 9: .applicationName(applicationName)
+        case 10: .processID(processID)
+        case 11: .streams(streams)
+        default: .recordStreams(recordStreams)
+        }
     }
 
-    /// The properties whose value differs from `old`'s, with the new values.
+    /// The properties whose value differs from `old`'s, with the new values. Compared one by one: every step
+    /// compares the views of the sessions it touched, and two lists of all properties per session cost more than
+    /// the comparison.
     func changes(from old: SessionView) -> [SessionProperty] {
-        zip(properties, old.properties).compactMap { new, was in new == was ? nil : new }
+        var changed: [SessionProperty] = []
+        for i in 0..<Self.propertyCount {
+            let p = property(at: i)
+            if p != old.property(at: i) { changed.append(p) }
+        }
+        return changed
     }
 }
 

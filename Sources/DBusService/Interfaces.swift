@@ -24,10 +24,12 @@ public struct InterfaceDescription: Sendable {
         public let inputs: [Argument]
         public let outputs: [Argument]
         public let access: Access
-        public var inputSignature: String { inputs.map(\.type).joined() }
+        /// Kept, not computed: every call is checked against it.
+        public let inputSignature: String
         init(name: String, inputs: [Argument], outputs: [Argument], access: Access = .anyone) {
             self.name = name
             self.inputs = inputs
+            inputSignature = inputs.map(\.type).joined()
             self.outputs = outputs
             self.access = access
         }

@@ -1,7 +1,8 @@
 /// A D-Bus value of any type, as read from or written to a message.
 ///
 /// Arrays and dictionaries carry their element signature so that an empty one can still be written.
-public indirect enum DBusValue: Equatable, Sendable, CustomStringConvertible {
+/// Only containers are boxed (`indirect`): an indirect enum would allocate for every string and number as well.
+public enum DBusValue: Equatable, Sendable, CustomStringConvertible {
     case byte(UInt8)
     case bool(Bool)
     case int16(Int16)
@@ -14,10 +15,10 @@ public indirect enum DBusValue: Equatable, Sendable, CustomStringConvertible {
     case string(String)
     case objectPath(String)
     case signature(String)
-    case array(element: String, [DBusValue])
-    case dict(key: String, value: String, [(DBusValue, DBusValue)])
-    case structure([DBusValue])
-    case variant(DBusValue)
+    indirect case array(element: String, [DBusValue])
+    indirect case dict(key: String, value: String, [(DBusValue, DBusValue)])
+    indirect case structure([DBusValue])
+    indirect case variant(DBusValue)
     /// A file descriptor. audiod never keeps one: a received descriptor is closed as it is decoded (the value then
     /// holds -1); only tests write one, to check exactly that.
     case unixFD(Int32)

@@ -11,6 +11,8 @@
 // dbus-daemon found malformed would cost audiod its bus connection; the tests decode every shape written here with
 // `dbus_message_demarshal`, libdbus's full validator.
 
+import Glibc
+
 /// One message's fields, as the wire format orders them.
 struct WireHeader {
     enum Kind: UInt8 { case methodReturn = 2, error = 3, signal = 4 }
@@ -110,6 +112,15 @@ enum DBusWire {
         out.append(0)
     }
 
+    /// `memchr` over the string's bytes where they are contiguous (a native string), else a byte-by-byte scan.
+    private static func hasNUL(_ s: String) -> Bool {
+        let found = s.utf8.withContiguousStorageIfAvailable { b -> Bool in
+            guard let base = b.baseAddress, !b.isEmpty else { return false }
+            return memchr(base, 0, b.count) != nil
+        }
+        return found ?? s.utf8.contains(0)
+    }
+
     /// The alignment of values whose signature starts with `c`.
     private static func alignment(_ c: UInt8) -> Int {
         switch c {
@@ -162,7 +173,7 @@ enum DBusWire {
         case .unixFD: return false  // a descriptor travels beside the bytes; audiod never sends one
         case .string(let s):
             // A NUL cannot be in a D-Bus string; libdbus would abort on it. Swift strings are otherwise valid UTF-8.
-            text(s.utf8.contains(0) ? s.filter { $0 != "\0" } : s, &out)
+            text(hasNUL(s) ? s.filter { $0 != "\0" } : s, &out)
         case .objectPath(let s):
             guard DBusSyntax.isPath(s) else { return false }
             text(s, &out)
