@@ -460,15 +460,22 @@ public final class DBusConnection: @unchecked Sendable {
         guard !closed else { return }
         // A bounded batch per turn keeps one chatty peer from starving the sound server's events.
         var n = 0
-        while true {
-            // libdbus answers org.freedesktop.DBus.Peer itself, writing at once: what is queued here goes first, so
-            // a caller's Ping still comes back after everything its earlier calls caused.
-            if !outgoingStarts.isEmpty, let next = dbus_connection_borrow_message(raw) {
-                let peer = dbus_message_has_interface(next, "org.freedesktop.DBus.Peer") != 0
+        // Borrowing also moves what the socket delivered into messages; nil: nothing is left to dispatch.
+        while !closed, let next = dbus_connection_borrow_message(raw) {
+            let peer = dbus_message_has_interface(next, "org.freedesktop.DBus.Peer") != 0
+            if dbus_message_get_type(next) == DBUS_MESSAGE_TYPE_METHOD_CALL, !peer {
+                // A call to audiod goes straight to `received`, where the filter would send it: libdbus's dispatch
+                // (its locks, a copy of the filter list, the object tree) adds nothing for it.
+                dbus_connection_steal_borrowed_message(raw, next)
+                _ = received(DBusMessage(taking: next))
+            } else {
                 dbus_connection_return_message(raw, next)
+                // libdbus answers org.freedesktop.DBus.Peer itself, writing at once: what is queued here goes first,
+                // so a caller's Ping still comes back after everything its earlier calls caused.
                 if peer { flush() }
+                // Replies to audiod's own calls (pending calls), signals and the local Disconnected: libdbus's way.
+                _ = dbus_connection_dispatch(raw)
             }
-            guard dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS else { break }
             n += 1
             if n >= 64 {
                 scheduleDispatch()
