@@ -163,7 +163,8 @@ extension Engine {
     mutating func finish() -> [Effect] {
         // Every value an effect carries is taken here, at the end of the step: publication never reads the engine.
         // A session made and ended within the step was never announced, so its end is not either.
-        let transient = Set(out.added).intersection(out.removed)
+        // Most steps add and remove nothing: no set is built for them.
+        let transient = out.added.isEmpty || out.removed.isEmpty ? [] : Set(out.added).intersection(out.removed)
         var effects: [Effect] = []
         var added: Set<SessionID> = []
         for id in out.added where !transient.contains(id) {

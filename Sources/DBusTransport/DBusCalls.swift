@@ -328,14 +328,17 @@ public final class DBusMessage: @unchecked Sendable {
 /// D-Bus name and signature syntax (`dbus_validate_*`, `dbus_signature_validate`): libdbus aborts the process on a
 /// malformed name handed to its constructors, so everything is checked first.
 public enum DBusSyntax {
-    public static func isPath(_ s: String) -> Bool { dbus_validate_path(s, nil) != 0 }
-    public static func isInterface(_ s: String) -> Bool { dbus_validate_interface(s, nil) != 0 }
-    public static func isMember(_ s: String) -> Bool { dbus_validate_member(s, nil) != 0 }
-    public static func isErrorName(_ s: String) -> Bool { dbus_validate_error_name(s, nil) != 0 }
-    public static func isBusName(_ s: String) -> Bool { dbus_validate_bus_name(s, nil) != 0 }
-    public static func isSignature(_ s: String) -> Bool { dbus_signature_validate(s, nil) != 0 }
+    // `withCString` lends a native string's own bytes; passing the String straight to C copies it into a new array.
+    public static func isPath(_ s: String) -> Bool { s.withCString { dbus_validate_path($0, nil) != 0 } }
+    public static func isInterface(_ s: String) -> Bool { s.withCString { dbus_validate_interface($0, nil) != 0 } }
+    public static func isMember(_ s: String) -> Bool { s.withCString { dbus_validate_member($0, nil) != 0 } }
+    public static func isErrorName(_ s: String) -> Bool { s.withCString { dbus_validate_error_name($0, nil) != 0 } }
+    public static func isBusName(_ s: String) -> Bool { s.withCString { dbus_validate_bus_name($0, nil) != 0 } }
+    public static func isSignature(_ s: String) -> Bool { s.withCString { dbus_signature_validate($0, nil) != 0 } }
     /// Exactly one complete type (`dbus_signature_validate_single`): an array's element, a variant's content.
-    public static func isSingleType(_ s: String) -> Bool { dbus_signature_validate_single(s, nil) != 0 }
+    public static func isSingleType(_ s: String) -> Bool {
+        s.withCString { dbus_signature_validate_single($0, nil) != 0 }
+    }
 }
 
 // MARK: - Errors
