@@ -33,6 +33,20 @@ func cpuMs(_ pid: pid_t) -> Double {
     return (u + s) * 1000 / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
+/// Run time on a CPU of every thread of `pid`, in ns (`/proc/PID/task/*/schedstat`, first field): exact where
+/// `/proc/PID/stat` counts 10 ms ticks.
+func cpuNs(_ pid: pid_t) -> UInt64 {
+    guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return 0 }
+    var total: UInt64 = 0
+    for t in tasks {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/task/\(t)/schedstat", encoding: .utf8),
+            let first = text.split(separator: " ").first, let ns = UInt64(first)
+        else { continue }
+        total += ns
+    }
+    return total
+}
+
 /// Opens `total` game-role streams at `rate` per second from `threads` threads, closed after a lifetime that keeps
 /// at most ~100 alive (PipeWire mixes at most 128 into one sink). `clientsPerThread` > 0: each thread's streams
 /// take turns among that many long-lived connections (many apps, each opening and closing sounds, as games do);

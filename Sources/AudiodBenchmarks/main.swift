@@ -343,14 +343,16 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                                    [.string(API.manager.name), .string("SilentMode"), .variant(.bool(false))]), "SilentMode off")
     }
 
-    // Calls per second: SetActive round trips from 8 clients at once, then Peer.Ping on the same daemon.
+    // Calls per second: SetActive round trips from 8 clients at once, and Peer.Ping on the same daemon, in blocks that
+    // take turns (SetActive, Ping, SetActive, …) so that both see the machine in the same states.
     if wants("calls") {
         let clients = try (0..<8).map { _ in try BusClient(address: busAddress, recordSignals: false) }
         defer { clients.forEach { $0.close() } }
         let sessions = try clients.map { try $0.makeSession(pid: holder.pid, "ambient") }
-        /// Calls per second, and audiod's own CPU time per call (its user + system time across the run).
-        func rate(_ call: @escaping @Sendable (Int, Int) -> Void) -> (perSecond: Double, cpuUs: Double) {
-            let cpu0 = cpuMs(audiod.pid)
+        /// Calls made and seconds taken in one block, and audiod's own CPU time over it (every thread's run time,
+        /// in ns, from schedstat).
+        func block(_ seconds: Double, _ call: @escaping @Sendable (Int, Int) -> Void) -> (calls: Double, seconds: Double, cpuNs: Double) {
+            let cpu0 = cpuNs(audiod.pid)
             let count = Atomic<Int>(0)
             let stop = Atomic<Bool>(false)
             let done = DispatchGroup()
@@ -363,15 +365,21 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 }.start()
             }
             let t0 = nowNs()
-            usleep(3_000_000)
+            usleep(UInt32(seconds * 1_000_000))
             stop.store(true, ordering: .relaxed)
             done.wait()
-            let calls = Double(count.load(ordering: .relaxed))
-            return (calls / (Double(nowNs() - t0) / 1e9), (cpuMs(audiod.pid) - cpu0) * 1000 / calls)
+            return (Double(count.load(ordering: .relaxed)), Double(nowNs() - t0) / 1e9, Double(cpuNs(audiod.pid) - cpu0))
         }
         let cs = clients
-        (r.callsPerSecond, r.setActiveCPUus) = rate { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])]) }
-        (r.pingsPerSecond, r.pingCPUus) = rate { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
+        var setActive = (calls: 0.0, seconds: 0.0, cpuNs: 0.0), ping = setActive
+        for _ in 0..<6 {
+            let a = block(0.5) { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])]) }
+            let p = block(0.5) { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
+            setActive = (setActive.calls + a.calls, setActive.seconds + a.seconds, setActive.cpuNs + a.cpuNs)
+            ping = (ping.calls + p.calls, ping.seconds + p.seconds, ping.cpuNs + p.cpuNs)
+        }
+        (r.callsPerSecond, r.setActiveCPUus) = (setActive.calls / setActive.seconds, setActive.cpuNs / 1000 / setActive.calls)
+        (r.pingsPerSecond, r.pingCPUus) = (ping.calls / ping.seconds, ping.cpuNs / 1000 / ping.calls)
     }
 
     // The peer: PulseAudio's module-role-cork instead of audiod, in blocks that alternate with audiod's (the first
