@@ -395,6 +395,11 @@ public final class DBusConnection: @unchecked Sendable {
     /// never meet in practice (2³¹ libdbus sends first). Nothing answers a reply, an error or a signal, so their
     /// serials only have to be non-zero.
     private var nextSerial: UInt32 = 0x8000_0000
+    /// At most this many messages leave in one `send`. A step with 100 sessions announces ~100 property changes;
+    /// written at once, they kept dbus-daemon busy in one stretch while the sound server and its clients still had
+    /// the mute to deliver (100-session activation: p50 +0.9–1.0 ms over the floor in 4 of 7 runs, against
+    /// +0.17–0.37 ms in 14 of 14 runs with at most 8, 16 or 32 per send).
+    static let messagesPerSend = 16
 
     /// Connects to `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus (`Hello`).
     public init(address: String?, loop: any DBusLoop) throws(DBusError) {
@@ -545,7 +550,7 @@ public final class DBusConnection: @unchecked Sendable {
         guard DBusWire.encode(h, args, into: &outgoing, scratch: &scratch) else { return false }
         nextSerial = nextSerial == .max ? 0x8000_0000 : nextSerial + 1
         outgoingStarts.append(start)
-        if outgoing.count >= 64 << 10 {
+        if outgoingStarts.count >= Self.messagesPerSend || outgoing.count >= 64 << 10 {
             flush()
         } else if !flushScheduled {
             flushScheduled = true
