@@ -463,7 +463,7 @@ for (kind, r) in all {
         + "| \(String(format: "%.1f", r.idleWakeupsPerSecond)) | \(String(format: "%.1f", starts[starts.count / 2])) ms (\(String(format: "%.1f", starts.last ?? 0)) ms) |")
 }
 
-print("\n### audiod's own CPU time per call (user + system, across each 3 s run)\n")
+print("\n### audiod's own CPU time per call (its threads' run time, SetActive and Ping in six alternating 0.5 s blocks each)\n")
 print("| server | per SetActive | per Peer.Ping | ratio |")
 print("|---|---:|---:|---:|")
 for (kind, r) in all {
