@@ -36,7 +36,7 @@ enum DBusWire {
         var signature = ""
         for v in body {
             guard write(v, &scratch) else { return false }
-            guard appendSignature(of: v, to: &signature) else { return false }
+            appendSignature(of: v, to: &signature)
         }
         guard scratch.count <= maxBody, signature.utf8.count < 256 else { return false }
 
@@ -184,7 +184,8 @@ enum DBusWire {
             out.append(0)
         case .variant(let inner):
             var sig = ""
-            guard appendSignature(of: inner, to: &sig), sig.utf8.count < 256 else { return false }
+            appendSignature(of: inner, to: &sig)
+            guard sig.utf8.count < 256 else { return false }
             out.append(UInt8(sig.utf8.count))
             out.append(contentsOf: sig.utf8)
             out.append(0)
@@ -198,7 +199,8 @@ enum DBusWire {
             return array(alignment(first), &out) { out in
                 items.allSatisfy { item in
                     var sig = ""
-                    return appendSignature(of: item, to: &sig) && sig == element && write(item, &out, depth: depth + 1)
+                    appendSignature(of: item, to: &sig)
+                    return sig == element && write(item, &out, depth: depth + 1)
                 }
             }
         case .dict(let k, let v, let pairs):
@@ -206,8 +208,9 @@ enum DBusWire {
             return array(8, &out) { out in
                 pairs.allSatisfy { pair in
                     var ks = "", vs = ""
-                    guard appendSignature(of: pair.0, to: &ks), ks == k, appendSignature(of: pair.1, to: &vs), vs == v
-                    else { return false }
+                    appendSignature(of: pair.0, to: &ks)
+                    appendSignature(of: pair.1, to: &vs)
+                    guard ks == k, vs == v else { return false }
                     pad(&out, to: 8)
                     return write(pair.0, &out, depth: depth + 1) && write(pair.1, &out, depth: depth + 1)
                 }
@@ -233,16 +236,15 @@ enum DBusWire {
     }
 
     /// The value's signature, appended without building intermediate strings.
-    private static func appendSignature(of value: DBusValue, to s: inout String) -> Bool {
+    private static func appendSignature(of value: DBusValue, to s: inout String) {
         switch value {
         case .array(let e, _): s += "a"; s += e
         case .dict(let k, let v, _): s += "a{"; s += k; s += v; s += "}"
         case .structure(let fields):
             s += "("
-            for f in fields { guard appendSignature(of: f, to: &s) else { return false } }
+            for f in fields { appendSignature(of: f, to: &s) }
             s += ")"
         default: s += value.signature
         }
-        return true
     }
 }
