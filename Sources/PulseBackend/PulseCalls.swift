@@ -5,8 +5,12 @@
 // eventfd it watches.
 //
 // Callbacks: libpulse's C callbacks cannot capture, so each takes an `Unmanaged` pointer to the Swift object that
-// registered it. libpulse offers no destroy-notify, so the object keeps itself alive (`retain`) for as long as the
-// C side may call back, and lets go in one known place (`PulseContext.close()`, `IOWatch.cancel()`).
+// registered it. libpulse offers no destroy-notify, so the object is kept alive for as long as the C side may call
+// back, and let go in one known place (`PulseContext.close()`; for watches, the loop's `Watches` table).
+//
+// Lifetimes (STYLE.md §5): the loop owns every fd watch, the timers' among them. When the loop thread ends it frees
+// every watch still registered, on that thread, before the `pa_mainloop` can be freed; a watch or timer dropped
+// later (by a deinit on another thread, at exit) finds itself already ended and touches libpulse no more.
 
 import AudioPolicy
 import CPulse
@@ -27,6 +31,8 @@ public final class MainLoop: @unchecked Sendable {
     let api: UnsafeMutablePointer<pa_mainloop_api>
     private let thread: LoopThread
     private let wakeFD: Int32
+    /// Every fd watch registered on this loop: the one owner that ends them all before the loop goes.
+    let watches: Watches
 
     /// Creates the loop (`pa_mainloop_new`); call `start()` to run it.
     public init() throws(PulseError) {
@@ -39,6 +45,7 @@ public final class MainLoop: @unchecked Sendable {
         wakeFD = fd
         mainloop = m
         api = pa_mainloop_get_api(m)
+        watches = Watches(api: api)
         thread = LoopThread(name: "MainLoop") {
             var one: UInt64 = 1
             _ = write(fd, &one, 8)
@@ -46,6 +53,8 @@ public final class MainLoop: @unchecked Sendable {
     }
 
     deinit {
+        // A loop that never ran (or whose thread has ended) has nobody else touching it: end what is left here.
+        watches.endAll()
         pa_mainloop_free(mainloop)
         close(wakeFD)
     }
@@ -71,6 +80,11 @@ public final class MainLoop: @unchecked Sendable {
             if pa_mainloop_iterate(mainloop, 1, nil) < 0 { break }
         }
         watch.cancel()
+        // Work queued up to now still runs (LoopThread), then every watch and timer left is ended here, on the loop
+        // thread: nothing dropped afterwards can reach the pa_mainloop (a timer's deinit on the main thread at exit
+        // once called io_free on the freed loop: SIGSEGV after "every stream change undone").
+        thread.drain()
+        watches.endAll()
     }
 
     /// Work for after libpulse has written what is queued now. libpulse sends requests from a deferred event on the
@@ -116,12 +130,12 @@ public final class MainLoop: @unchecked Sendable {
 
     /// Watches `fd` for input on the loop (`pa_mainloop_api.io_new`). The handler runs on the loop thread.
     func watch(fd: Int32, _ handler: @escaping () -> Void) -> IOWatch {
-        IOWatch(api: api, fd: fd, events: .input) { _ in handler() }
+        IOWatch(watches, fd: fd, events: .input) { _ in handler() }
     }
 
     /// Watches `fd` for `events`; the handler gets what happened. Loop thread only.
     public func watch(fd: Int32, events: IOEvents, _ handler: @escaping (IOEvents) -> Void) -> IOWatch {
-        IOWatch(api: api, fd: fd, events: events, handler: handler)
+        IOWatch(watches, fd: fd, events: events, handler: handler)
     }
 
     /// Runs `work` on the loop thread after the current callback returns. Loop thread only (the closure need not
@@ -145,35 +159,70 @@ public struct IOEvents: OptionSet, Sendable {
     public static let error = IOEvents(rawValue: PA_IO_EVENT_ERROR.rawValue)
 }
 
+/// The fd watches of one loop. A registered watch is held here (libpulse's io event points at it), so it lives
+/// while the C side may call it; `endAll()` frees every one on the loop thread as the loop ends, and after that no
+/// new watch is registered. Loop thread only (after the loop has ended, nothing here touches libpulse).
+final class Watches {
+    fileprivate let api: UnsafeMutablePointer<pa_mainloop_api>
+    private var live: [ObjectIdentifier: IOWatch] = [:]
+    private(set) var ended = false
+
+    init(api: UnsafeMutablePointer<pa_mainloop_api>) { self.api = api }
+
+    fileprivate func register(_ w: IOWatch) -> Bool {
+        guard !ended else { return false }
+        live[ObjectIdentifier(w)] = w
+        return true
+    }
+
+    fileprivate func unregister(_ w: IOWatch) { live[ObjectIdentifier(w)] = nil }
+
+    /// How many watches are registered now (tests: nothing leaks a watch).
+    var count: Int { live.count }
+
+    func endAll() {
+        ended = true
+        let all = live.values
+        live.removeAll()
+        for w in all { w.end() }
+    }
+}
+
 /// An fd watched by the loop (`pa_mainloop_api.io_new`); `update(_:)` changes what it waits for (`io_enable`),
-/// `cancel()` stops it (`io_free`). Loop thread only.
+/// `cancel()` stops it (`io_free`). Loop thread only. Once its loop has ended it is inert.
 public final class IOWatch {
-    private let api: UnsafeMutablePointer<pa_mainloop_api>
+    private unowned let owner: Watches
     private var event: OpaquePointer?
     let handler: (IOEvents) -> Void
 
-    init(api: UnsafeMutablePointer<pa_mainloop_api>, fd: Int32, events: IOEvents, handler: @escaping (IOEvents) -> Void) {
-        self.api = api
+    init(_ owner: Watches, fd: Int32, events: IOEvents, handler: @escaping (IOEvents) -> Void) {
+        self.owner = owner
         self.handler = handler
-        let me = Unmanaged.passRetained(self)
+        guard owner.register(self) else { return }
+        let api = owner.api
         event = api.pointee.io_new?(api, fd, pa_io_event_flags_t(rawValue: events.rawValue), { _, _, _, flags, userdata in
             guard let userdata else { return }
             Unmanaged<IOWatch>.fromOpaque(userdata).takeUnretainedValue().handler(IOEvents(rawValue: flags.rawValue))
-        }, me.toOpaque())
-        if event == nil { me.release() }
+        }, Unmanaged.passUnretained(self).toOpaque())
+        if event == nil { owner.unregister(self) }
     }
 
     public func update(_ events: IOEvents) {
         guard let e = event else { return }
-        api.pointee.io_enable?(e, pa_io_event_flags_t(rawValue: events.rawValue))
+        owner.api.pointee.io_enable?(e, pa_io_event_flags_t(rawValue: events.rawValue))
     }
 
-    /// Stops watching; releases the watch's hold on itself.
+    /// Stops watching; the loop lets go of the watch.
     public func cancel() {
+        guard event != nil else { return }
+        end()
+        owner.unregister(self)
+    }
+
+    fileprivate func end() {
         guard let e = event else { return }
         event = nil
-        api.pointee.io_free?(e)
-        Unmanaged.passUnretained(self).release()
+        owner.api.pointee.io_free?(e)
     }
 }
 
