@@ -85,9 +85,21 @@ public final class AudioSessionService {
         try bus.requestName(API.busName)
     }
 
-    /// Gives the well-known name up (the last phase of stopping, after the streams are restored).
-    public func releaseName() {
+    /// Gives the well-known name up and writes what is still queued for the bus, waiting at most `nanoseconds`
+    /// (the last phase of stopping, after the streams are restored: a bus daemon that reads nothing must not keep
+    /// audiod from exiting).
+    public func releaseName(within nanoseconds: UInt64 = 1_000_000_000) {
         bus.releaseName(API.busName)
+        bus.flush(within: nanoseconds)
+    }
+
+    /// Ends the service on the loop thread: player and process watches stop, and the connection closes without
+    /// writing anything more.
+    public func close() {
+        mpris = nil
+        exitWatches.removeAll()
+        bus.onMessage = nil
+        bus.close()
     }
 
     static func sessionPath(_ id: SessionID) -> String { API.sessionPathPrefix + "\(id.rawValue)" }

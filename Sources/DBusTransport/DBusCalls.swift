@@ -385,24 +385,28 @@ public final class DBusConnection: @unchecked Sendable {
     /// closed connection never gets).
     private var inFlight: [UInt64: ReplyBox] = [:]
     private var nextCall: UInt64 = 0
-    /// Replies, errors and signals encoded by `DBusWire`, waiting for the end of the loop turn to leave together
-    /// (`outgoingStarts`: where each message begins).
-    private var outgoing: [UInt8] = []
-    private var outgoingStarts: [Int] = []
-    private var scratch: [UInt8] = []
-    private var flushScheduled = false
-    /// Serials of the messages written here. libdbus numbers its own from 1 up; these start halfway, so the two
-    /// never meet in practice (2³¹ libdbus sends first). Nothing answers a reply, an error or a signal, so their
-    /// serials only have to be non-zero.
-    private var nextSerial: UInt32 = 0x8000_0000
-    /// At most this many messages leave in one `send`. A step with 100 sessions announces ~100 property changes;
-    /// written at once, they kept dbus-daemon busy in one stretch while the sound server and its clients still had
-    /// the mute to deliver (100-session activation: p50 +0.9–1.0 ms over the floor in 4 of 7 runs, against
-    /// +0.17–0.37 ms in 14 of 14 runs with at most 8, 16 or 32 per send).
-    static let messagesPerSend = 16
+    /// Called once when the bus has read nothing of what audiod queued for too long, or the queue has grown past
+    /// its bound (`Bounds`): audiod cannot serve any more, and waiting on the bus would stop enforcement.
+    public var onStalled: ((String) -> Void)?
+    private let bounds: Bounds
+    /// The last time the outgoing queue was empty or shrank (monotonic ns).
+    private var lastProgress: UInt64 = 0
+    private var stallCheck: (any DBusLoopTimer)?
+    private var stalled = false
+
+    /// How long and how much the connection holds for a bus daemon that reads nothing. Everything queued stays
+    /// queued (in libdbus's outgoing queue, written as the socket takes it) until either bound is passed.
+    public struct Bounds: Sendable {
+        public var withoutProgressNanoseconds: UInt64
+        public var queuedBytes: Int
+        public init(withoutProgressNanoseconds: UInt64 = 60_000_000_000, queuedBytes: Int = 64 << 20) {
+            self.withoutProgressNanoseconds = withoutProgressNanoseconds
+            self.queuedBytes = queuedBytes
+        }
+    }
 
     /// Connects to `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus (`Hello`).
-    public init(address: String?, loop: any DBusLoop) throws(DBusError) {
+    public init(address: String?, loop: any DBusLoop, bounds: Bounds = Bounds()) throws(DBusError) {
         _ = dbus_threads_init_default()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
@@ -422,6 +426,7 @@ public final class DBusConnection: @unchecked Sendable {
         }
         raw = c
         self.loop = loop
+        self.bounds = bounds
         dbus_connection_set_exit_on_disconnect(c, 0)
         let me = Unmanaged.passUnretained(self).toOpaque()
         _ = dbus_connection_add_filter(c, filterCallback, me, nil)
@@ -440,8 +445,9 @@ public final class DBusConnection: @unchecked Sendable {
     /// Closes the connection (`dbus_connection_close`); safe to call twice.
     public func close() {
         guard !closed else { return }
-        flush()
         closed = true
+        stallCheck?.cancel()
+        stallCheck = nil
         let owed = inFlight.values
         inFlight.removeAll()
         for box in owed { box.fire(nil) }
@@ -478,9 +484,6 @@ public final class DBusConnection: @unchecked Sendable {
                 _ = received(DBusMessage(taking: next))
             } else {
                 dbus_connection_return_message(raw, next)
-                // libdbus answers org.freedesktop.DBus.Peer itself, writing at once: what is queued here goes first,
-                // so a caller's Ping still comes back after everything its earlier calls caused.
-                if peer { flush() }
                 // Replies to audiod's own calls (pending calls), signals and the local Disconnected: libdbus's way.
                 _ = dbus_connection_dispatch(raw)
             }
@@ -509,112 +512,97 @@ public final class DBusConnection: @unchecked Sendable {
         return true
     }
 
-    /// `dbus_connection_send`; false when the message could not be queued.
+    /// `dbus_connection_send`; false when the message could not be queued. libdbus writes what the socket takes
+    /// at once and keeps the rest in its outgoing queue, written when the socket is writable (its write watch, on
+    /// the loop): sending never waits for the bus daemon, and every message leaves in the order it was sent.
     @discardableResult
     public func send(_ m: DBusMessage) -> Bool {
         guard !closed else { return false }
-        flush()
-        return dbus_connection_send(raw, m.raw, nil) != 0
-    }
-
-    // MARK: Replies and signals, a loop turn's at a time
-
-    /// Queues a signal; false if a name or an argument cannot be written (nothing is queued then).
-    @discardableResult
-    public func emit(path: String, interface: String, member: String, _ args: [DBusValue]) -> Bool {
-        guard DBusSyntax.isPath(path), DBusSyntax.isInterface(interface), DBusSyntax.isMember(member) else {
-            return false
-        }
-        return queue(WireHeader(kind: .signal, serial: 0, path: path, interface: interface, member: member), args)
-    }
-
-    /// Queues the method return for `call`; false if an argument cannot be written (nothing is queued then).
-    @discardableResult
-    public func reply(to call: DBusMessage, _ args: [DBusValue]) -> Bool {
-        queue(WireHeader(kind: .methodReturn, serial: 0, replySerial: call.serial, destination: call.sender), args)
-    }
-
-    /// Queues an error reply for `call`; an invalid error name becomes `org.freedesktop.DBus.Error.Failed`.
-    @discardableResult
-    public func replyError(to call: DBusMessage, name: String, message: String) -> Bool {
-        let n = DBusSyntax.isErrorName(name) ? name : "org.freedesktop.DBus.Error.Failed"
-        let h = WireHeader(kind: .error, serial: 0, errorName: n, replySerial: call.serial, destination: call.sender)
-        return queue(h, [.string(message)])
-    }
-
-    private func queue(_ header: WireHeader, _ args: [DBusValue]) -> Bool {
-        guard !closed else { return false }
-        var h = header
-        h.serial = nextSerial
-        let start = outgoing.count
-        guard DBusWire.encode(h, args, into: &outgoing, scratch: &scratch) else { return false }
-        nextSerial = nextSerial == .max ? 0x8000_0000 : nextSerial + 1
-        outgoingStarts.append(start)
-        if outgoingStarts.count >= Self.messagesPerSend || outgoing.count >= 64 << 10 {
-            flush()
-        } else if !flushScheduled {
-            flushScheduled = true
-            loop.dbusSoon { [weak self] in
-                guard let self else { return }
-                self.flushScheduled = false
-                self.flush()
-            }
-        }
+        let before = dbus_connection_get_outgoing_size(raw)
+        guard dbus_connection_send(raw, m.raw, nil) != 0 else { return false }
+        noteQueue(before: before)
         return true
     }
 
-    /// Writes what `queue` holds with as few `send`s as the socket allows — after anything libdbus still holds, so
-    /// the connection's messages stay in the order they were made. libdbus gets the messages back when it has a
-    /// backlog of its own or the socket is full between two messages.
-    func flush() {
-        guard !outgoingStarts.isEmpty else { return }
-        defer {
-            outgoing.removeAll(keepingCapacity: outgoing.capacity <= 256 << 10)
-            outgoingStarts.removeAll(keepingCapacity: true)
+    /// Sends a signal; false if a name or an argument cannot be written (nothing is sent then).
+    @discardableResult
+    public func emit(path: String, interface: String, member: String, _ args: [DBusValue]) -> Bool {
+        guard let m = DBusMessage.signal(path: path, interface: interface, member: member), m.append(args) else {
+            return false
         }
-        guard !closed else { return }
-        var fd: Int32 = -1
-        var written = 0
-        if dbus_connection_has_messages_to_send(raw) == 0, dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 {
-            written = writeOut(fd)
+        return send(m)
+    }
+
+    /// Sends the method return for `call`; false if an argument cannot be written (nothing is sent then).
+    @discardableResult
+    public func reply(to call: DBusMessage, _ args: [DBusValue]) -> Bool {
+        guard let m = call.makeReturn(), m.append(args) else { return false }
+        return send(m)
+    }
+
+    /// Sends an error reply for `call`; an invalid error name becomes `org.freedesktop.DBus.Error.Failed`.
+    @discardableResult
+    public func replyError(to call: DBusMessage, name: String, message: String) -> Bool {
+        guard let m = call.makeError(name: name, message: message) else { return false }
+        return send(m)
+    }
+
+    /// Bytes libdbus holds for the bus daemon (`dbus_connection_get_outgoing_size`).
+    public var queuedBytes: Int { closed ? 0 : Int(dbus_connection_get_outgoing_size(raw)) }
+
+    /// Follows the outgoing queue after a send or a write: progress is a queue that emptied or shrank (or a send
+    /// that left whole). A queue that stays unwritten is checked by a timer that runs only while it is not empty,
+    /// so an idle audiod still wakes never.
+    private func noteQueue(before: Int) {
+        let size = Int(dbus_connection_get_outgoing_size(raw))
+        if size == 0 || size <= before { lastProgress = monotonicNanoseconds() }
+        if size == 0 {
+            stallCheck?.cancel()
+            stallCheck = nil
+            return
         }
-        guard written < outgoing.count, let first = outgoingStarts.firstIndex(of: written) else { return }
-        for k in first..<outgoingStarts.count {
-            let end = k + 1 < outgoingStarts.count ? outgoingStarts[k + 1] : outgoing.count
-            let m = outgoing.withUnsafeBytes { DBusMessage.demarshal(UnsafeRawBufferPointer(rebasing: $0[outgoingStarts[k]..<end])) }
-            if let m { _ = dbus_connection_send(raw, m.raw, nil) }
+        if size > bounds.queuedBytes {
+            return stall("\(size) bytes are queued for the bus daemon, more than the bound of \(bounds.queuedBytes)")
+        }
+        if stallCheck == nil { armStallCheck() }
+    }
+
+    private func armStallCheck() {
+        let now = monotonicNanoseconds()
+        let due = lastProgress + bounds.withoutProgressNanoseconds
+        stallCheck = loop.dbusTimer(afterNanoseconds: due > now ? due - now : 1) { [weak self] in
+            guard let self else { return }
+            self.stallCheck = nil
+            guard !self.closed else { return }
+            let size = Int(dbus_connection_get_outgoing_size(self.raw))
+            guard size > 0 else { return }
+            let quiet = monotonicNanoseconds() - self.lastProgress
+            if quiet >= self.bounds.withoutProgressNanoseconds {
+                self.stall("the bus daemon has read nothing for \(quiet / 1_000_000_000) s (\(size) bytes queued)")
+            } else {
+                self.armStallCheck()
+            }
         }
     }
 
-    /// Bytes of `outgoing` written: all of them, or up to a message's start when the socket is full there. Within a
-    /// message it waits for the socket (a message cannot be handed to libdbus half written); if dbus-daemon reads
-    /// nothing for 10 s the connection is shut down, and audiod goes through losing the bus.
-    private func writeOut(_ fd: Int32) -> Int {
-        var off = 0
-        var waited = 0
-        return outgoing.withUnsafeBytes { b -> Int in
-            guard let base = b.baseAddress else { return 0 }
-            while off < b.count {
-                let n = Glibc.send(fd, base + off, b.count - off, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
-                if n > 0 {
-                    off += n
-                    waited = 0
-                    continue
-                }
-                let e = errno
-                if n < 0, e == EINTR { continue }
-                guard n < 0, e == EAGAIN || e == EWOULDBLOCK else { return b.count }  // broken: libdbus sees it too
-                if outgoingStarts.contains(off) { return off }
-                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                if poll(&p, 1, 1000) <= 0 {
-                    waited += 1
-                    if waited >= 10 {
-                        shutdown(fd, Int32(SHUT_RDWR))
-                        return b.count
-                    }
-                }
-            }
-            return off
+    private func stall(_ why: String) {
+        guard !stalled else { return }
+        stalled = true
+        stallCheck?.cancel()
+        stallCheck = nil
+        onStalled?(why)
+    }
+
+    /// Writes what is queued for at most `nanoseconds`, waiting on this thread (`dbus_connection_read_write`): for
+    /// the last phase of stopping, which must not wait on a bus daemon that reads nothing.
+    public func flush(within nanoseconds: UInt64) {
+        guard !closed else { return }
+        let end = monotonicNanoseconds() + nanoseconds
+        while dbus_connection_has_messages_to_send(raw) != 0 {
+            let now = monotonicNanoseconds()
+            guard now < end else { return }
+            let ms = Int32(max(1, min((end - now) / 1_000_000, 1000)))
+            if dbus_connection_read_write(raw, ms) == 0 { return }
         }
     }
 
@@ -623,11 +611,12 @@ public final class DBusConnection: @unchecked Sendable {
     /// `DBusPendingCall` that exists before the message leaves (`dbus_connection_send_with_reply`).
     public func call(_ m: DBusMessage, timeoutMilliseconds: Int32 = 25_000, reply: @escaping (DBusMessage?) -> Void) {
         guard !closed else { return reply(nil) }
-        flush()
         var pending: OpaquePointer?
+        let before = dbus_connection_get_outgoing_size(raw)
         guard dbus_connection_send_with_reply(raw, m.raw, &pending, timeoutMilliseconds) != 0, let pending else {
             return reply(nil)
         }
+        noteQueue(before: before)
         nextCall &+= 1
         let token = nextCall
         let replyBox = ReplyBox { [weak self] r in
@@ -652,7 +641,6 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// `RequestName` with DO_NOT_QUEUE; throws if another connection owns it.
     public func requestName(_ name: String) throws(DBusError) {
-        flush()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
         let r = dbus_bus_request_name(raw, name, UInt32(DBUS_NAME_FLAG_DO_NOT_QUEUE), &err)
@@ -664,22 +652,22 @@ public final class DBusConnection: @unchecked Sendable {
         }
     }
 
-    /// `ReleaseName`: the name's queue moves on (a starting audiod may take it) before this process exits.
+    /// `ReleaseName`, without waiting for the answer: the name's queue moves on (a starting audiod may take it)
+    /// once the bus daemon reads it, at the latest when this process exits. Follow it with `flush(within:)`.
     public func releaseName(_ name: String) {
-        guard !closed else { return }
-        flush()
-        var err = CDBus.DBusError()
-        dbus_error_init(&err)
-        _ = dbus_bus_release_name(raw, name, &err)
-        _ = take(&err)
-        dbus_connection_flush(raw)
+        guard !closed, let m = DBusMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "ReleaseName")
+        else { return }
+        m.append([.string(name)])
+        dbus_message_set_no_reply(m.raw, 1)
+        send(m)
     }
 
     /// Sends a method call and waits for its reply on this thread (libdbus reads the socket itself; messages that
     /// arrive meanwhile stay queued for the loop). For set-up only, never on a path that serves others.
     public func callBlocking(_ m: DBusMessage, timeoutMilliseconds: Int32 = 5_000) -> DBusMessage? {
         guard !closed else { return nil }
-        flush()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
         let r = dbus_connection_send_with_reply_and_block(raw, m.raw, timeoutMilliseconds, &err)
@@ -689,8 +677,9 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// `AddMatch` without waiting for the bus's answer.
     public func addMatch(_ rule: String) {
-        flush()
+        let before = dbus_connection_get_outgoing_size(raw)
         dbus_bus_add_match(raw, rule, nil)
+        noteQueue(before: before)
     }
 
     fileprivate func handleWatch(_ w: OpaquePointer, readable: Bool, writable: Bool, hangup: Bool) {
@@ -698,9 +687,17 @@ public final class DBusConnection: @unchecked Sendable {
         if readable { flags |= DBUS_WATCH_READABLE.rawValue }
         if writable { flags |= DBUS_WATCH_WRITABLE.rawValue }
         if hangup { flags |= DBUS_WATCH_HANGUP.rawValue | DBUS_WATCH_ERROR.rawValue }
+        let before = dbus_connection_get_outgoing_size(raw)
         _ = dbus_watch_handle(w, flags)
+        if writable, !closed { noteQueue(before: before - 1) }
         if dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS { scheduleDispatch() }
     }
+}
+
+private func monotonicNanoseconds() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
 }
 
 /// A pending call's reply closure, called once.

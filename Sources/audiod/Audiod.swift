@@ -46,6 +46,11 @@ struct Audiod: ParsableCommand {
         valueName: "dir", visibility: .hidden))
     var dumpInterfaces: String?
 
+    @Option(help: ArgumentHelp(
+        "How long the session bus may read nothing of what audiod sends before audiod restores every stream and exits (default: 60).",
+        valueName: "seconds", visibility: .hidden))
+    var busStallSeconds: Double = 60
+
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: String = "info"
 
@@ -60,6 +65,9 @@ struct Audiod: ParsableCommand {
         }
         if let server, server.isEmpty { throw ValidationError("--server must not be empty") }
         if let bus, bus.isEmpty { throw ValidationError("--bus must not be empty") }
+        guard busStallSeconds.isFinite, busStallSeconds > 0, busStallSeconds <= 3600 else {
+            throw ValidationError("--bus-stall-seconds must be a number of seconds from 0 to 3600, not \(busStallSeconds)")
+        }
     }
 
     func run() throws {
@@ -109,13 +117,14 @@ struct Audiod: ParsableCommand {
                 throw ExitCode(78)  // EX_CONFIG
             }
         }
-        let life = Lifecycle(
+        var life = Lifecycle(
             settings: settings,
             configPath: configPath,
             statePath: state ?? StateFile.defaultPath(),
             options: PulseBackend.Options(server: server, journalPath: journalPath),
             busAddress: bus,
             logger: logger)
+        life.busBounds.withoutProgressNanoseconds = UInt64(busStallSeconds * 1_000_000_000)
         do {
             try life.run()
         } catch {

@@ -23,6 +23,8 @@ struct Lifecycle {
     let options: PulseBackend.Options
     /// The bus address; nil for `$DBUS_SESSION_BUS_ADDRESS`.
     let busAddress: String?
+    /// How long and how much audiod holds for a bus daemon that reads nothing before it gives up.
+    var busBounds = DBusConnection.Bounds()
     let logger: Logger
 
     struct Failure: Error, CustomStringConvertible {
@@ -52,10 +54,10 @@ struct Lifecycle {
             throw Failure(description: "another audiod holds \(Self.lockPath(journal: journal)): only one may enforce at a time")
         }
         // Taken only by sigwait on this thread: blocked here before any other thread exists, and threads inherit
-        // the mask. SIGUSR1 is audiod's own "the bus went away".
+        // the mask. SIGUSR1 is audiod's own "the bus went away", SIGUSR2 "the bus reads nothing".
         var signals = sigset_t()
         sigemptyset(&signals)
-        for s in [SIGTERM, SIGINT, SIGHUP, SIGUSR1] { sigaddset(&signals, s) }
+        for s in [SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2] { sigaddset(&signals, s) }
         pthread_sigmask(SIG_BLOCK, &signals, nil)
 
         let loop = try MainLoop()
@@ -63,10 +65,11 @@ struct Lifecycle {
         let arbiter = Arbiter(loop: loop, settings: settings, backend: options, statePath: statePath, logger: logger)
         let log = logger
         let address = busAddress
+        let bounds = busBounds
         let serviceBox = ServiceBox()
         let started: Result<Void, DBusError> = loop.sync {
             do {
-                let bus = try DBusConnection(address: address, loop: loop)
+                let bus = try DBusConnection(address: address, loop: loop, bounds: bounds)
                 let service = AudioSessionService(bus: bus, host: arbiter, logger: log)
                 serviceBox.service = service
                 arbiter.onStep = { _, effects in service.publish(effects) }
@@ -77,6 +80,12 @@ struct Lifecycle {
                 bus.onDisconnect = {
                     log.error("lost the session bus")
                     kill(getpid(), SIGUSR1)
+                }
+                bus.onStalled = { why in
+                    // Everything stays queued until here; past the bound, serving is over. The streams are restored
+                    // without waiting on the bus, and systemd starts audiod again.
+                    log.error("the session bus takes nothing more: \(why); restoring every stream and exiting")
+                    kill(getpid(), SIGUSR2)
                 }
                 arbiter.start()
                 service.followMediaPlayers()
@@ -92,11 +101,12 @@ struct Lifecycle {
             }
         }
         if case .failure(let e) = started {
-            stop(arbiter, loop, serviceBox)
+            stop(arbiter, loop, serviceBox, waitForBus: false)
             throw Failure(description: "cannot serve on the session bus: \(e.message)")
         }
 
         var busGone = false
+        var busStalled = false
         waiting: while true {
             var sig: Int32 = 0
             guard sigwait(&signals, &sig) == 0 else { continue }
@@ -105,13 +115,17 @@ struct Lifecycle {
             case SIGUSR1:
                 busGone = true
                 break waiting
+            case SIGUSR2:
+                busStalled = true
+                break waiting
             default:
                 logger.info("signal \(sig): stopping")
                 break waiting
             }
         }
-        stop(arbiter, loop, serviceBox)
+        stop(arbiter, loop, serviceBox, waitForBus: !busGone && !busStalled)
         if busGone { throw Failure(description: "the session bus went away; every stream change was undone") }
+        if busStalled { throw Failure(description: "the session bus stopped reading; every stream change was undone") }
     }
 
     /// SIGHUP: re-read the config; a broken file is logged and the settings in force stay.
@@ -140,12 +154,18 @@ struct Lifecycle {
         }
     }
 
-    /// Stopping in phases (docs/API.md): stop deciding → restore → wait for the server (bounded) → release the name.
-    private func stop(_ arbiter: Arbiter, _ loop: MainLoop, _ box: ServiceBox) {
+    /// Stopping in phases (docs/API.md): stop deciding → restore → wait for the server (bounded) → release the name
+    /// and write what is queued for the bus (at most 1 s; not at all when the bus is gone or reads nothing) → close
+    /// the connection, on the loop thread, before the loop ends.
+    private func stop(_ arbiter: Arbiter, _ loop: MainLoop, _ box: ServiceBox, waitForBus: Bool) {
         let done = DispatchSemaphore(value: 0)
         loop.execute {
             arbiter.shutdown {
-                box.service?.releaseName()
+                if waitForBus { box.service?.releaseName(within: 1_000_000_000) }
+                box.service?.close()
+                box.service = nil
+                box.trim?.cancel()
+                box.trim = nil
                 done.signal()
             }
         }

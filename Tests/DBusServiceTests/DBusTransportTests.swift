@@ -15,7 +15,7 @@ import Testing
         var service: DBusConnection?
         var client: DBusConnection?
 
-        init() throws {
+        init(bounds: DBusConnection.Bounds = DBusConnection.Bounds()) throws {
             bus = try TestBus()
             loop = try MainLoop()
             loop.start()
@@ -23,19 +23,19 @@ import Testing
             let loop = self.loop
             let result: Result<(DBusConnection, DBusConnection), DBusError> = loop.sync {
                 do {
-                    let s = try DBusConnection(address: address, loop: loop)
+                    let s = try DBusConnection(address: address, loop: loop, bounds: bounds)
                     try s.requestName("org.audiod.Test")
                     s.onMessage = { [weak s] m in
                         guard let s, m.kind == .methodCall, !m.noReply else { return }
                         switch m.member {
                         case "Echo":
-                            // libdbus's own writer…
+                            // A message built and sent by hand…
                             if let r = m.makeReturn() {
                                 r.append(m.arguments)
                                 s.send(r)
                             }
-                        case "EchoWire":
-                            // …and audiod's (DBusWire), which the daemon uses for every reply and signal.
+                        case "EchoReply":
+                            // …and `reply(to:)`, which the daemon uses for every reply.
                             if !s.reply(to: m, m.arguments) { s.replyError(to: m, name: "org.audiod.Test.Refused", message: "not encodable") }
                         case "Burst":
                             // `count` signals of `bytes` each, then the reply: one loop turn's worth of messages.
@@ -97,8 +97,8 @@ import Testing
 
     final class ReplyHolder: @unchecked Sendable { var message: DBusMessage? }
 
-    @Test("every value shape of the API round-trips, written by libdbus (Echo) and by audiod's encoder (EchoWire)",
-          arguments: ["Echo", "EchoWire"])
+    @Test("every value shape of the API round-trips, sent as a built message (Echo) and as a reply (EchoReply)",
+          arguments: ["Echo", "EchoReply"])
     func roundTrip(_ member: String) throws {
         let pair = try Pair()
         defer { pair.close() }
@@ -119,12 +119,12 @@ import Testing
         #expect(reply.arguments == args)
     }
 
-    @Test("a value audiod's encoder refuses is not sent half-made: the caller gets an error")
+    @Test("a value libdbus refuses is not sent half-made: the caller gets an error")
     func refusedOverTheBus() throws {
         let pair = try Pair()
         defer { pair.close() }
-        // The service decodes the descriptor (closing it) as .unixFD(-1), which the encoder refuses to echo.
-        let refused = try #require(pair.call("EchoWire", [.string("ok"), .unixFD(0)]))
+        // The service decodes the descriptor (closing it) as .unixFD(-1), which cannot be written back.
+        let refused = try #require(pair.call("EchoReply", [.string("ok"), .unixFD(0)]))
         #expect(refused.kind == .error)
         #expect(refused.errorName == "org.audiod.Test.Refused")
     }
@@ -167,9 +167,9 @@ import Testing
         #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
     }
 
-    @Test("signals queued while dbus-daemon reads nothing all arrive, in order, once it reads again",
+    @Test("signals queued while dbus-daemon reads nothing all arrive, in order, once it reads again; the loop runs on meanwhile",
           arguments: [false, true])
-    func stalledBus(libdbusFirst: Bool) throws {
+    func stalledBus(bigFirst: Bool) throws {
         let pair = try Pair()
         defer { pair.close() }
         let (s, c) = (try #require(pair.service), try #require(pair.client))
@@ -181,21 +181,20 @@ import Testing
                 if m.kind == .signal, let name = m.member, case .uint32(let i)? = m.arguments.first { log.events.append("\(name) \(i)") }
             }
         }
-        #expect(pair.call("EchoWire", [])?.kind == .methodReturn)  // the match rule is in place
-        // ~1 MB while the daemon is stopped: the socket fills inside a message or between two. With libdbusFirst,
-        // libdbus's own writer fills it first and holds a backlog, which the queued messages must wait behind.
+        #expect(pair.call("EchoReply", [])?.kind == .methodReturn)  // the match rule is in place
+        // ~1 MB while the daemon is stopped: the socket fills inside a message or between two. With bigFirst, large
+        // messages fill it first and leave a backlog, which the small ones must wait behind.
         let count: UInt32 = 3000
         let filler = String(repeating: "x", count: 300)
         pair.bus.send(signal: SIGSTOP)
         let bus = pair.bus
-        DispatchQueue.global().asyncAfter(deadline: .now() + 1) { bus.send(signal: SIGCONT) }
         var expected: [String] = []
-        if libdbusFirst {
+        if bigFirst {
             for i in 0..<UInt32(300) { expected.append("Big \(i)") }
         }
         for i in 0..<count { expected.append("Tick \(i)") }
         pair.loop.execute {
-            if libdbusFirst {
+            if bigFirst {
                 let big = String(repeating: "y", count: 4000)
                 for i in 0..<UInt32(300) {
                     guard let m = DBusMessage.signal(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Big") else { continue }
@@ -207,15 +206,62 @@ import Testing
                 s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
             }
         }
-        let all = waitFor(30) { pair.loop.sync { log.events.count } >= expected.count }
+        // Everything is queued, the daemon still stopped: the loop answers other work at once, and holds the rest.
+        let queued = pair.loop.sync { s.queuedBytes }
+        #expect(queued > 500_000, "only \(queued) bytes queued: the test did not fill the socket")
+        let t0 = DispatchTime.now().uptimeNanoseconds
+        for _ in 0..<20 { pair.loop.sync {} }
+        let turns = DispatchTime.now().uptimeNanoseconds - t0
+        #expect(turns < 500_000_000, "20 loop turns took \(turns / 1_000_000) ms while the bus was stopped")
         bus.send(signal: SIGCONT)
+        let all = waitFor(30) { pair.loop.sync { log.events.count } >= expected.count }
         #expect(all, "\(pair.loop.sync { log.events.count }) of \(expected.count) signals arrived")
         let events = pair.loop.sync { log.events }
         // The first place they differ, not the whole lists (thousands of lines).
         let difference = zip(events, expected).enumerated().first { $0.element.0 != $0.element.1 }
         #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
         // The connection still works afterwards.
-        #expect(pair.call("EchoWire", [.string("after")])?.arguments == [.string("after")])
+        #expect(pair.call("EchoReply", [.string("after")])?.arguments == [.string("after")])
+        #expect(pair.loop.sync { s.queuedBytes } == 0)
+    }
+
+    @Test("a bus daemon that reads nothing past the bound is reported once, and a queue past its size at once",
+          arguments: [false, true])
+    func stallBound(bySize: Bool) throws {
+        let bounds = bySize
+            ? DBusConnection.Bounds(withoutProgressNanoseconds: 60_000_000_000, queuedBytes: 400_000)
+            : DBusConnection.Bounds(withoutProgressNanoseconds: 1_000_000_000, queuedBytes: 64 << 20)
+        let pair = try Pair(bounds: bounds)
+        defer {
+            pair.bus.send(signal: SIGCONT)
+            pair.close()
+        }
+        let s = try #require(pair.service)
+        final class Reports: @unchecked Sendable { var why: [String] = [] }
+        let reports = Reports()
+        pair.loop.sync { s.onStalled = { reports.why.append($0) } }
+        pair.bus.send(signal: SIGSTOP)
+        let t0 = DispatchTime.now().uptimeNanoseconds
+        let filler = String(repeating: "x", count: 1000)
+        pair.loop.sync {
+            for i in 0..<UInt32(800) {
+                s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+            }
+        }
+        #expect(waitFor(10) { pair.loop.sync { !reports.why.isEmpty } })
+        let after = DispatchTime.now().uptimeNanoseconds - t0
+        // Queue a little more: no second report.
+        _ = pair.loop.sync { s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(0), .string(filler)]) }
+        Thread.sleep(forTimeInterval: 0.2)
+        let why = pair.loop.sync { reports.why }
+        #expect(why.count == 1, "\(why)")
+        if bySize {
+            #expect(why.first?.contains("more than the bound") == true, "\(why)")
+            #expect(after < 1_000_000_000)
+        } else {
+            #expect(why.first?.contains("has read nothing") == true, "\(why)")
+            #expect(after >= 1_000_000_000, "reported after \(after / 1_000_000) ms, before the bound")
+        }
     }
 
     @Test("an error reply carries its name and message")
