@@ -65,7 +65,7 @@ public final class Arbiter: @unchecked Sendable {
                     }
                 }
             } catch {
-                logger.error("saved state unreadable; starting without it", metadata: ["path": "\(path)", "error": "\(error)"])
+                logger.warning("the saved state \(path) is damaged (\(StateFile.describe(error))); starting with silent mode off and no saved app rules")
             }
         }
         backend.onEvent = { [weak self] e in self?.backendEvent(e) }

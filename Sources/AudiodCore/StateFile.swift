@@ -36,6 +36,18 @@ public enum StateFile {
         try encoder.encode(stored).write(to: url, options: .atomic)
     }
 
+    /// What is wrong with a saved-state file, in words that never quote its content (it may hold anything).
+    static func describe(_ error: Error) -> String {
+        switch error {
+        case DecodingError.dataCorrupted: return "not valid JSON"
+        case DecodingError.keyNotFound(let key, _): return "the key \"\(key.stringValue)\" is missing"
+        case DecodingError.typeMismatch(_, let c), DecodingError.valueNotFound(_, let c):
+            return "a value of the wrong type at \(c.codingPath.map(\.stringValue).joined(separator: "."))"
+        case let e as CocoaError where e.code == .fileReadNoPermission: return "not readable"
+        default: return "unreadable"
+        }
+    }
+
     /// The events that bring an engine to the saved state (their replies say whether each rule still holds).
     static func load(from path: String, requestID: () -> RequestID) throws -> [Event] {
         guard FileManager.default.fileExists(atPath: path) else { return [] }

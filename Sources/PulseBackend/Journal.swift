@@ -29,6 +29,20 @@ public struct Journal: Codable, Equatable, Sendable {
         public var unmute: Bool
         public var appliedVolume: [UInt32]?
         public var restoreVolume: [UInt32]?
+        /// The user's own mute on the stream that left a duck behind (audiod did not mute it): what a repair that
+        /// must write the whole entry (pipewire-pulse's, which writes the mute with every entry) puts there. Nil
+        /// when audiod muted the stream (then the user had not) or when it is not known.
+        public var userMuted: Bool?
+
+        public init(unmute: Bool, appliedVolume: [UInt32]?, restoreVolume: [UInt32]?, userMuted: Bool? = nil) {
+            self.unmute = unmute
+            self.appliedVolume = appliedVolume
+            self.restoreVolume = restoreVolume
+            self.userMuted = userMuted
+        }
+
+        /// The mute a repair writes: unmuted where audiod muted, the user's own mute where it only ducked.
+        public var userMute: Bool { unmute ? false : userMuted ?? false }
     }
 
     /// `pa_server_info.cookie` of the server run the entries refer to.
@@ -53,11 +67,18 @@ public struct Journal: Codable, Equatable, Sendable {
 
     /// Reads a journal; nil when there is none. A file that cannot be parsed is an error (and is left in place
     /// for a person to look at).
-    public static func load(from path: String) throws -> Journal? {
+    public static func load(from path: String) throws(JournalError) -> Journal? {
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        guard let data = try? Data(contentsOf: URL(fileURLWithPath: path)) else {
+            throw JournalError("cannot be read: \(String(cString: strerror(errno)))")
+        }
         // An earlier release wrote the whole journal as JSON.
-        if data.first == UInt8(ascii: "{") { return try JSONDecoder().decode(Journal.self, from: data) }
+        if data.first == UInt8(ascii: "{") {
+            guard let j = try? JSONDecoder().decode(Journal.self, from: data) else {
+                throw JournalError("is neither audiod's journal lines nor the JSON of an earlier release")
+            }
+            return j
+        }
         return try JournalLog.replay(String(decoding: data, as: UTF8.self))
     }
 }
@@ -207,7 +228,8 @@ public final class JournalLog {
     }
 
     private static func line(leak key: String, _ l: Journal.Leak) -> String {
-        "L \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume))\n"
+        "L \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume))"
+            + (l.userMuted.map { " \($0 ? 1 : 0)" } ?? "") + "\n"
     }
 
     private static func volume(_ v: [UInt32]?) -> String {
@@ -218,7 +240,7 @@ public final class JournalLog {
     private static func parseVolume(_ s: Substring) throws -> [UInt32]? {
         if s == "-" { return nil }
         let parts = s.split(separator: ",").map { UInt32($0) }
-        guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else { throw JournalError("bad volume \"\(s)\"") }
+        guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else { throw JournalError("a volume is not a list of numbers") }
         return parts.compactMap { $0 }
     }
 
@@ -244,7 +266,7 @@ public final class JournalLog {
         while let b = it.popFirst() {
             if b == UInt8(ascii: "%") {
                 guard it.count >= 2, let v = UInt8(String(decoding: it.prefix(2), as: UTF8.self), radix: 16) else {
-                    throw JournalError("bad escape in \"\(s)\"")
+                    throw JournalError("a text field has a broken %-escape")
                 }
                 bytes.append(v)
                 it = it.dropFirst(2)
@@ -256,44 +278,63 @@ public final class JournalLog {
     }
 
     /// The journal a log describes: its lines applied in order.
-    static func replay(_ text: String) throws -> Journal {
+    static func replay(_ text: String) throws(JournalError) -> Journal {
+        do {
+            return try replayLines(text)
+        } catch let e as JournalError {
+            throw e
+        } catch {
+            throw JournalError("unreadable")
+        }
+    }
+
+    private static func replayLines(_ text: String) throws -> Journal {
         var j = Journal()
         var entries: [UInt64: Journal.Entry] = [:]
         var order: [UInt64] = []
         for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: true).enumerated() {
             let f = raw.split(separator: " ", omittingEmptySubsequences: false)
-            func fail() -> JournalError { JournalError("line \(n + 1) is not a journal line: \"\(raw.prefix(80))\"") }
+            // The line's number and what is wrong with it, never its bytes: a damaged file may hold anything.
+            func fail() -> JournalError { JournalError("line \(n + 1) is not a journal line", line: n + 1) }
             guard let kind = f.first else { continue }
             if n == 0 {
                 guard kind == "audiod-journal", f.count == 3, f[1] == "1", let cookie = UInt32(f[2]) else { throw fail() }
                 j.serverCookie = cookie
                 continue
             }
-            switch kind {
-            case "+":
-                guard f.count == 8, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]), f[3] == "0" || f[3] == "1" else {
+            do {
+                switch kind {
+                case "+":
+                    guard f.count == 8, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]), f[3] == "0" || f[3] == "1" else {
+                        throw fail()
+                    }
+                    let e = Journal.Entry(
+                        record: f[1] == "r", index: index, applicationName: try decode(f[7]),
+                        restoreKey: f[6] == "-" ? nil : try decode(f[6]), unmute: f[3] == "1",
+                        appliedVolume: try parseVolume(f[4]), restoreVolume: try parseVolume(f[5]))
+                    let k = key(e)
+                    if entries[k] == nil { order.append(k) }
+                    entries[k] = e
+                case "-":
+                    guard f.count == 3, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]) else { throw fail() }
+                    let k = UInt64(index) << 1 | (f[1] == "r" ? 1 : 0)
+                    if entries.removeValue(forKey: k) != nil { order.removeAll { $0 == k } }
+                case "L":
+                    // A sixth field, the user's mute under a duck, was added later: journals without it still read.
+                    guard f.count == 5 || (f.count == 6 && (f[5] == "0" || f[5] == "1")), f[2] == "0" || f[2] == "1" else {
+                        throw fail()
+                    }
+                    j.leaks[try decode(f[1])] = Journal.Leak(
+                        unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]), restoreVolume: try parseVolume(f[4]),
+                        userMuted: f.count == 6 ? f[5] == "1" : nil)
+                case "l":
+                    guard f.count == 2 else { throw fail() }
+                    j.leaks[try decode(f[1])] = nil
+                default:
                     throw fail()
                 }
-                let e = Journal.Entry(
-                    record: f[1] == "r", index: index, applicationName: try decode(f[7]),
-                    restoreKey: f[6] == "-" ? nil : try decode(f[6]), unmute: f[3] == "1",
-                    appliedVolume: try parseVolume(f[4]), restoreVolume: try parseVolume(f[5]))
-                let k = key(e)
-                if entries[k] == nil { order.append(k) }
-                entries[k] = e
-            case "-":
-                guard f.count == 3, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]) else { throw fail() }
-                let k = UInt64(index) << 1 | (f[1] == "r" ? 1 : 0)
-                if entries.removeValue(forKey: k) != nil { order.removeAll { $0 == k } }
-            case "L":
-                guard f.count == 5, f[2] == "0" || f[2] == "1" else { throw fail() }
-                j.leaks[try decode(f[1])] = Journal.Leak(
-                    unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]), restoreVolume: try parseVolume(f[4]))
-            case "l":
-                guard f.count == 2 else { throw fail() }
-                j.leaks[try decode(f[1])] = nil
-            default:
-                throw fail()
+            } catch let e as JournalError where e.line == nil {
+                throw JournalError("line \(n + 1): \(e.description)", line: n + 1)
             }
         }
         j.entries = order.compactMap { entries[$0] }
@@ -301,9 +342,15 @@ public final class JournalLog {
     }
 }
 
-struct JournalError: Error, CustomStringConvertible {
-    let description: String
-    init(_ d: String) { description = d }
+/// What is wrong with a journal (or writing one), in words that never quote the file's content.
+public struct JournalError: Error, CustomStringConvertible {
+    public let description: String
+    /// The line of the journal that could not be read, when reading failed.
+    public let line: Int?
+    init(_ d: String, line: Int? = nil) {
+        description = d
+        self.line = line
+    }
 }
 
 /// The key a restore database files a stream under: its media role, else its application id, else its

@@ -151,7 +151,8 @@ public final class PulseBackend: @unchecked Sendable {
                     logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
                 }
             } catch {
-                logger.error("journal unreadable, ignored", metadata: ["path": "\(path)", "error": "\(error)"])
+                // What a crashed run left muted may stay so: a person should hear of it, with where to look.
+                logger.warning("the journal \(path) is damaged (\(error)); what an earlier run left muted or ducked may stay so. The file is left for a person to look at and replaced by the next write.")
             }
         }
     }

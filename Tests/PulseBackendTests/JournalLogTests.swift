@@ -29,6 +29,10 @@ struct JournalLogTests {
                 j.entries.append(entry(i, volume: step % 2 == 0 ? [13_107, 13_107] : nil))
             }
             if step % 7 == 0 { j.leaks["key \(step % 4)"] = Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil) }
+            if step % 13 == 0 {
+                j.leaks["duck \(step % 3)"] = Journal.Leak(
+                    unmute: false, appliedVolume: [13_107, 13_107], restoreVolume: [65_536, 65_536], userMuted: step % 2 == 0)
+            }
             if step % 11 == 0 { j.leaks["key \(step % 4)"] = nil }
             j.entries.sort { $0.index < $1.index }
             try log.write(j)
@@ -106,5 +110,35 @@ struct JournalLogTests {
         try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try "audiod-journal 1 5\n+ p 3 1 - - - player\n? what\n".write(toFile: p, atomically: true, encoding: .utf8)
         #expect { try Journal.load(from: p) } throws: { "\($0)".contains("line 3") }
+    }
+
+    @Test("a damaged journal names its line and what is wrong, and never quotes the file's bytes")
+    func damagedJournalIsDescribed() throws {
+        let p = path()
+        try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        var bytes = Array("audiod-journal 1 7\n+ p 3 1 - - sink-input-by-media-role:music mpv\n".utf8)
+        bytes += [0x2B, 0x20, 0x70, 0x20, 0xFF, 0x00, 0x1B, 0x5B, 0x33, 0x31, 0x6D, 0x0A]  // "+ p \xff\0 ESC[31m"
+        try Data(bytes).write(to: URL(fileURLWithPath: p))
+        do {
+            _ = try Journal.load(from: p)
+            Issue.record("a damaged journal was read")
+        } catch {
+            #expect(error.line == 3)
+            #expect(error.description == "line 3 is not a journal line")
+            #expect(error.description.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F })
+        }
+        // A field that breaks inside (a broken escape) is described without its text.
+        try Data(Array("audiod-journal 1 7\nL secret%Z 1 - -\n".utf8)).write(to: URL(fileURLWithPath: p))
+        do {
+            _ = try Journal.load(from: p)
+            Issue.record("a broken escape was read")
+        } catch {
+            #expect(error.line == 2)
+            #expect(!error.description.contains("secret"), "\(error)")
+        }
+        // Journals written before the user-mute field still read.
+        try Data(Array("audiod-journal 1 7\nL sink-input-by-media-role:music 0 100,100 200,200\n".utf8)).write(to: URL(fileURLWithPath: p))
+        let old = try #require(try Journal.load(from: p))
+        #expect(old.leaks["sink-input-by-media-role:music"] == Journal.Leak(unmute: false, appliedVolume: [100, 100], restoreVolume: [200, 200]))
     }
 }
