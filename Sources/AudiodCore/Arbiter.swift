@@ -22,6 +22,10 @@ public final class Arbiter: @unchecked Sendable {
     private let epoch = DispatchTime.now().uptimeNanoseconds
     private var nextRequest: UInt64 = 1
     private var shuttingDown = false
+    /// While stopping: an engine that decides nothing (`Settings.restoreOnly`) and only puts back the policy values
+    /// a stream starts with from the server's restore database. Correcting a leak is not a decision (POLICY §8),
+    /// so a stream that starts during the stop is put back to the user's values too.
+    private var restorer: Engine?
 
     /// Called after every engine step with the event and what it produced (stream effects already sent).
     public var onStep: ((Event, [Effect]) -> Void)?
@@ -36,6 +40,7 @@ public final class Arbiter: @unchecked Sendable {
     /// queue, and nobody's activation waits for the disk.
     private let stateWriter = DispatchQueue(label: "audiod.state")
     private var persistTimer: LoopTimer?
+    private var settleTimer: LoopTimer?
     private var announceDeadline: LoopDeadline?
     /// The longest the bus waits for the server to acknowledge a step's stream operations.
     static let announceWithinNanoseconds: UInt64 = 20_000_000
@@ -100,7 +105,7 @@ public final class Arbiter: @unchecked Sendable {
     public func handle(_ event: Event) -> [Effect] {
         loop.assertOnLoop()
         // Stopping has begun: nothing new is decided, so no call or stream event can leave a new mute behind.
-        guard !shuttingDown else { return [] }
+        guard !shuttingDown else { return correctWhileStopping(event) }
         let tracing = logger.logLevel <= .trace
         let t0 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         let unsettled = engine.settleOverflows
@@ -220,6 +225,39 @@ public final class Arbiter: @unchecked Sendable {
         }
     }
 
+    /// Waits `first`, then while new streams are still to be linked (their saved values may still come), every 20 ms
+    /// up to `end` on the engine's clock; then `done`.
+    private func settle(untilNanoseconds end: UInt64, first: UInt64, _ done: @escaping () -> Void) {
+        guard first > 0 || backend.hasUnlinkedNewStreams, now.nanoseconds < end else { return done() }
+        settleTimer = loop.timer(afterNanoseconds: max(first, 20_000_000)) { [weak self] in
+            guard let self else { return }
+            self.settleTimer = nil
+            self.settle(untilNanoseconds: end, first: 0, done)
+        }
+    }
+
+    /// A stream event while stopping goes to the restore-only engine: its only effects put back what a stream
+    /// started with from a restore-database entry that audiod's values leaked into.
+    private func correctWhileStopping(_ event: Event) -> [Effect] {
+        guard var engine = restorer, let id = streamOfEvent(event) else { return [] }
+        let effects = engine.handle(event, at: now).filter {
+            switch $0 {
+            case .setStreamMute, .setStreamVolume: return true
+            default: return false
+            }
+        }
+        restorer = engine
+        // Journaled before the operations leave, as every step's are.
+        var touched = [id]
+        for case .setStreamMute(let s, _) in effects { touched.append(s) }
+        for case .setStreamVolume(let s, _) in effects { touched.append(s) }
+        backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })
+        guard !effects.isEmpty else { return [] }
+        if logger.logLevel <= .debug { logDecisions("\(event) while stopping", effects) }
+        backend.apply(effects)
+        return effects
+    }
+
     /// `--log-level debug` answers "why did this go quiet": every step that touched a stream, a player or a
     /// session's signals, with the event that caused it.
     private func logDecisions(_ cause: String, _ effects: [Effect]) {
@@ -273,6 +311,7 @@ public final class Arbiter: @unchecked Sendable {
             saveState()
         }
         let effects = engine.restoreEverything()
+        restorer = Engine(settings: .restoreOnly)
         logger.info("restoring \(effects.count) stream change(s) before exit")
         if logger.logLevel <= .debug { logDecisions("audiod stopping", effects) }
         backend.apply(effects)
@@ -290,16 +329,33 @@ public final class Arbiter: @unchecked Sendable {
         }
         backend.flush { [weak self] in
             guard let self else { return done() }
-            if self.backend.isConnected { self.backend.updateApplied(all: self.engine.appliedChanges) }
+            if self.backend.isConnected {
+                self.backend.updateApplied(all: self.engine.appliedChanges + (self.restorer?.appliedChanges ?? []))
+            }
             // Policy values that streams left in the restore database are written back now, so that a stop
-            // without systemd's ExecStopPost leaves nothing behind either.
-            self.backend.repairRecordedLeaks { [weak self] repaired, left in
-                guard once.first() else { return }
-                deadline?.cancel()
-                if repaired + left > 0 {
-                    self?.logger.info("restore database: \(repaired) entr\(repaired == 1 ? "y" : "ies") repaired, \(left) left for the next start")
+            // without systemd's ExecStopPost leaves nothing behind either — after the server has saved what it
+            // still had to save of audiod's last changes (WirePlumber saves a change only once its node reports
+            // it), so that no late save lands on a repaired entry. Streams that start meanwhile are corrected.
+            self.settle(untilNanoseconds: self.now.nanoseconds + 1_000_000_000, first: self.backend.restoreSettleBeforeRepairNanoseconds) { [weak self] in
+                guard let self else { return }
+                self.backend.repairRecordedLeaks { [weak self] repaired, left in
+                    guard let self else { return }
+                    if repaired + left > 0 {
+                        self.logger.info("restore database: \(repaired) entr\(repaired == 1 ? "y" : "ies") repaired, \(left) left for the next start")
+                    }
+                    // Streams the server made before the repair reached it, not yet heard of: corrected now, and
+                    // (on PipeWire) once linked, when their saved values have come.
+                    self.backend.sweep { [weak self] in
+                        guard let self else { return }
+                        self.settle(untilNanoseconds: self.now.nanoseconds + 1_000_000_000, first: 0) { [weak self] in
+                            self?.backend.flush {
+                                guard once.first() else { return }
+                                deadline?.cancel()
+                                finish()
+                            }
+                        }
+                    }
                 }
-                finish()
             }
         }
     }

@@ -271,9 +271,15 @@ public struct Daemon {
     public let child: Child
     public let client: BusClient
 
+    /// The audiod the tests run: `$AUDIOD_EXECUTABLE` (a release or sanitizer build, for scripts/reliability), or
+    /// the one built beside the tests.
+    public static var executable: String {
+        ProcessInfo.processInfo.environment["AUDIOD_EXECUTABLE"].flatMap { $0.isEmpty ? nil : $0 } ?? TestServer.builtProduct("audiod")
+    }
+
     /// Starts the built audiod (debug logging unless `arguments` say otherwise) and waits until it answers.
     public static func start(_ server: TestServer, arguments: [String] = ["--log-level", "debug"], log: String = "audiod.log") throws -> Daemon {
-        let child = try server.spawn([TestServer.builtProduct("audiod")] + arguments, log: log)
+        let child = try server.spawn([executable] + arguments, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let client = try BusClient(address: address)
         guard waitFor(10, { if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }; return false }) else {

@@ -369,6 +369,20 @@ enum RestoreKey {
 }
 
 extension Journal.Leak {
+    /// One leak for an entry that an earlier leak of the same entry may still be in: the entry keeps whichever of
+    /// its streams the server saved last, so a mute and a duck of two siblings may both be there to undo.
+    func merged(with earlier: Journal.Leak?) -> Journal.Leak {
+        guard let earlier else { return self }
+        var m = self
+        m.unmute = unmute || earlier.unmute
+        if appliedVolume == nil {
+            m.appliedVolume = earlier.appliedVolume
+            m.restoreVolume = earlier.restoreVolume
+            m.userMuted = earlier.userMuted
+        }
+        return m
+    }
+
     /// What a stream leaves in its restore-database entry if it ends (or is saved) with this change on it.
     init(_ change: AppliedChange) {
         self.init(

@@ -76,12 +76,31 @@ public final class PulseBackend: @unchecked Sendable {
         var identitySource: [String?] = []
         var restoreKey: String?
         /// A leaked policy value to undo if the stream shows it, until a deadline (monotonic ns).
-        var correction: (leak: Journal.Leak, until: UInt64)?
+        /// Every policy value the stream's entry may hold (the entry keeps whichever of its streams the server saved
+        /// last: one's mute, another's duck), to undo if the stream shows one, until a deadline.
+        var correction: (leaks: [Journal.Leak], until: UInt64)?
         /// What an earlier run's journal says audiod left on this stream, for its first report.
         var recovered: PolicyValues?
+        /// What audiod last wrote to the stream, to tell its own changes from the user's.
+        var lastWritten = Written()
         /// Found by the connection's first read of every stream: it existed before anything this connection did,
         /// so a value on it cannot have come from a sibling's policy value of this run.
         var preexisting = false
+    }
+
+    /// The mute and volume audiod last wrote to a stream (nil: never).
+    struct Written {
+        var muted: Bool?
+        var volume: [UInt32]?
+        /// The values shown are (as far as audiod wrote them) audiod's own.
+        func matches(muted m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
+            guard muted != nil || volume != nil else { return false }
+            if let muted, muted != m { return false }
+            if let volume, volume.count != v.count || !Volume(channels: v).isClose(to: Volume(channels: volume), tolerance: tolerance) {
+                return false
+            }
+            return true
+        }
     }
 
     let loop: MainLoop
@@ -113,6 +132,7 @@ public final class PulseBackend: @unchecked Sendable {
     /// policy value for a short window.
     private var onPipeWire = false
     private var expiryTimer: LoopTimer?
+    private var confirmTimer: LoopTimer?
     private var sinks: [UInt32: RawDevice] = [:]
     private var sources: [UInt32: RawDevice] = [:]
     private var clients: [UInt32: RawClient] = [:]
@@ -128,6 +148,13 @@ public final class PulseBackend: @unchecked Sendable {
     /// When audiod last lifted a policy value from a stream: WirePlumber saves a change only after reading the
     /// node back, so a stream that ends just after the lift can leave the policy value behind.
     private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
+    /// The policy values audiod set on streams of each restore key lately (at most `recentPerKey`, none older than
+    /// `restoreSettleNanoseconds`): the server saves every one of them into the key's entry, in an order audiod
+    /// cannot see, so a new stream of the key may start with any of them.
+    private var recentByKey: [String: [(leak: Journal.Leak, at: UInt64)]] = [:]
+    private static let recentPerKey = 8
+    /// Leaked keys that streams found at connection showed: cleared once every listed stream is reported.
+    private var leaksMatchedAtConnect: Set<String> = []
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
     private var journalLog: JournalLog?
@@ -204,8 +231,11 @@ public final class PulseBackend: @unchecked Sendable {
         streams.removeAll()
         tracker.reset()
         lifted.removeAll()
+        recentByKey.removeAll()
         expiryTimer?.cancel()
         expiryTimer = nil
+        confirmTimer?.cancel()
+        confirmTimer = nil
         clients.removeAll()
         if wasConnected {
             onEvent?(.disconnected(reason: reason))
@@ -298,6 +328,10 @@ public final class PulseBackend: @unchecked Sendable {
         holdingJournal = true
         for id in streams.keys.sorted() { report(id) }
         holdingJournal = false
+        // The live streams that showed a leaked value are being put back, and the server saves that as the key's
+        // value: the entry is the user's again.
+        for key in leaksMatchedAtConnect { leaks[key] = nil }
+        leaksMatchedAtConnect.removeAll()
         writeJournal()
         onEvent?(.connected(server))
     }
@@ -360,6 +394,11 @@ public final class PulseBackend: @unchecked Sendable {
     /// Tells the engine about a stream: appeared (after correcting a leaked policy value) or changed.
     private func report(_ id: StreamID) {
         guard var t = streams[id] else { return }
+        // pipewire-pulse lists a new stream before its node is linked, with no device and a volume of 0 that is
+        // nobody's: WirePlumber gives it its saved values around the link. Unlinked, it cannot be heard, so it is
+        // first reported once linked — or the engine would take the placeholder, then the saved value, for the
+        // user's (and a leaked duck for the user's volume).
+        if t.fed == nil, onPipeWire, t.raw.device == UInt32.max { return }
         let props = mergedProperties(t.raw)
         // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
         // where the kernel or the host vouches for it.
@@ -383,10 +422,16 @@ public final class PulseBackend: @unchecked Sendable {
         let first = t.fed == nil
         let changed = t.fed != info || left != nil
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
-            let key = t.restoreKey, leaks.removeValue(forKey: key) != nil
+            let key = t.restoreKey
         {
             // The server saved this change in the stream's entry: it holds non-policy values again.
-            journalLeak(key)
+            if leaks.removeValue(forKey: key) != nil { journalLeak(key) }
+            // A change audiod did not write — the user's, in a mixer — was saved after every policy value audiod
+            // set before it: those are no longer in the entry, and the next stream's values are the user's.
+            if !t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: options.volumeTolerance) {
+                recentByKey[key] = nil
+                for (other, s) in streams where s.restoreKey == key { lifted[other] = nil }
+            }
         }
         t.fed = info
         streams[id] = t
@@ -460,20 +505,26 @@ public final class PulseBackend: @unchecked Sendable {
     private func leakShown(_ id: StreamID, _ t: inout Tracked) -> PolicyValues? {
         let first = t.fed == nil
         if first, let key = t.restoreKey {
-            var source: Journal.Leak? = leaks.removeValue(forKey: key)
-            if source != nil {
+            var sources: [Journal.Leak] = []
+            if t.preexisting, let leak = leaks[key] {
+                // Streams found at connection that show a leaked value of their key are all put back; the leak is
+                // cleared once the whole list is reported (`enumerated`).
+                sources.append(leak)
+                leaksMatchedAtConnect.insert(key)
+            } else if let leak = leaks.removeValue(forKey: key) {
+                sources.append(leak)
                 journalLeak(key)
-            } else if !t.preexisting {
-                for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
-                    source = Journal.Leak(change)
-                    break
-                }
             }
-            if let leak = source {
-                t.correction = (leak, monotonicNow() + (onPipeWire ? options.leakWindowNanoseconds : 0))
+            if !t.preexisting {
+                // Siblings of the same key that hold a policy value, or had one set or lifted so recently that the
+                // server may have saved it after this stream's entry was read (WirePlumber saves late).
+                sources += policySources(key: key, excluding: id)
+            }
+            if !sources.isEmpty {
+                t.correction = (sources, monotonicNow() + (onPipeWire ? options.leakWindowNanoseconds : 0))
             }
         }
-        guard let (leak, until) = t.correction else { return nil }
+        guard let (sources, until) = t.correction else { return nil }
         guard first || monotonicNow() <= until else {
             t.correction = nil
             return nil
@@ -481,13 +532,17 @@ public final class PulseBackend: @unchecked Sendable {
         // Only what audiod does not hold on this stream itself: its own mute or duck is not a leak.
         let mine = applied[id]
         var values = PolicyValues(mute: false)
-        if leak.unmute, t.raw.muted, !(mine?.unmute ?? false) { values.mute = true }
-        if mine?.appliedVolume == nil, let a = leak.appliedVolume, let r = leak.restoreVolume,
-            r.count == t.raw.volume.count,
-            Volume(channels: t.raw.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
-        {
-            values.volume = Volume(channels: a)
-            values.userVolume = Volume(channels: r)
+        if t.raw.muted, !(mine?.unmute ?? false), sources.contains(where: \.unmute) { values.mute = true }
+        if mine?.appliedVolume == nil {
+            let shown = Volume(channels: t.raw.volume)
+            for leak in sources {
+                guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == t.raw.volume.count,
+                    shown.isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+                else { continue }
+                values.volume = Volume(channels: a)
+                values.userVolume = Volume(channels: r)
+                break
+            }
         }
         guard values.mute || values.volume != nil else { return nil }
         t.correction = nil
@@ -507,9 +562,11 @@ public final class PulseBackend: @unchecked Sendable {
             defer { if leaks[key] != before { journalLeak(key) } }
             if let change = applied[id] {
                 // It ended while silenced by audiod: the restore database now holds the policy value.
-                leaks[key] = Journal.Leak(change)
+                var leak = Journal.Leak(change)
+                if !change.unmute { leak.userMuted = t.raw.muted }
+                leaks[key] = leak.merged(with: leaks[key])
             } else if let l = lifted[id], monotonicNow() - l.at < options.restoreSettleNanoseconds {
-                leaks[key] = l.leak
+                leaks[key] = l.leak.merged(with: leaks[key])
             }
         }
         lifted[id] = nil
@@ -596,6 +653,7 @@ public final class PulseBackend: @unchecked Sendable {
         // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
         // would take for the user's change.
         streams[id]?.raw.muted = mute
+        streams[id]?.lastWritten.muted = mute
         pendingOperations += 1
         c.setMute(record: id.kind == .record, index: id.index, mute) { [weak self] ok in
             self?.operationDone(id, ok, "mute")
@@ -609,6 +667,7 @@ public final class PulseBackend: @unchecked Sendable {
         armExpiry()
         streams[id]?.correction = nil
         streams[id]?.raw.volume = volume
+        streams[id]?.lastWritten.volume = volume
         pendingOperations += 1
         c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
             self?.operationDone(id, ok, "volume")
@@ -657,7 +716,7 @@ public final class PulseBackend: @unchecked Sendable {
             guard let self else { return }
             // pipewire-pulse answers with an empty list: there the leak is undone on the app's next stream.
             if var entry = entries?.first(where: { $0.name == key }) {
-                self.putBack(Journal.Leak(change), into: &entry)
+                self.putBack([Journal.Leak(change)] + self.policySources(key: key), into: &entry)
                 self.writeEntry(entry)
             }
             self.finishOperation()
@@ -666,13 +725,33 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// The user's values in place of audiod's in a restore-database entry: unmuted if audiod muted, the user's
     /// volume if the entry still holds audiod's.
-    private func putBack(_ leak: Journal.Leak, into entry: inout PulseContext.RestoreEntry) {
-        if leak.unmute { entry.muted = false }
-        if let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == entry.volume.count,
-            Volume(channels: entry.volume).isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
-        {
+    private func putBack(_ sources: [Journal.Leak], into entry: inout PulseContext.RestoreEntry) {
+        if entry.muted, sources.contains(where: \.unmute) { entry.muted = false }
+        let shown = Volume(channels: entry.volume)
+        for leak in sources {
+            guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == entry.volume.count,
+                shown.isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+            else { continue }
             entry.volume = r
+            break
         }
+    }
+
+    /// Every policy value that the restore-database entry `key` may hold now: a leak recorded for it, what audiod
+    /// holds on its streams, and what it set on them lately (the server saves each, in an order audiod cannot see).
+    private func policySources(key: String, excluding id: StreamID? = nil) -> [Journal.Leak] {
+        let now = monotonicNow()
+        var sources: [Journal.Leak] = leaks[key].map { [$0] } ?? []
+        for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
+            sources.append(Journal.Leak(change))
+        }
+        for (other, l) in lifted where other != id && streams[other]?.restoreKey == key
+            && now - l.at < options.restoreSettleNanoseconds
+        {
+            sources.append(l.leak)
+        }
+        for r in recentByKey[key] ?? [] where now - r.at < options.restoreSettleNanoseconds { sources.append(r.leak) }
+        return sources
     }
 
     /// `audiod --restore`: after the engine has put back the journal's stream entries on the streams that still
@@ -704,7 +783,7 @@ public final class PulseBackend: @unchecked Sendable {
                         if entries != nil { self.leaks[key] = nil }
                         continue
                     }
-                    self.putBack(leak, into: &entry)
+                    self.putBack([leak] + self.policySources(key: key), into: &entry)
                     self.writeEntry(entry)
                     self.leaks[key] = nil
                     repaired += 1
@@ -713,19 +792,94 @@ public final class PulseBackend: @unchecked Sendable {
                 finish()
             }
         } else if onPipeWire {
-            for (key, leak) in leaks.sorted(by: { $0.key < $1.key }) where leak.unmute {
-                writeEntry(PulseContext.blindEntry(name: key, volume: leak.restoreVolume ?? [], muted: false))
-                leaks[key] = nil
-                repaired += 1
+            // pipewire-pulse cannot delete an entry (its DELETE only acknowledges) and lists only what was written
+            // through it: every leaked entry is overwritten with the user's values — the mute always (pipewire-pulse
+            // writes it with every entry), the volume where the journal has the user's — then read back until
+            // WirePlumber has taken them (the read lists an entry once WirePlumber has it).
+            let writes = leaks.sorted(by: { $0.key < $1.key }).map { key, leak in
+                PulseContext.blindEntry(name: key, volume: leak.restoreVolume ?? [], muted: leak.userMute)
             }
-            finish()
+            for w in writes { writeEntry(w) }
+            confirm(writes, attemptsLeft: 50) { [weak self] confirmed in
+                guard let self else { return done(confirmed.count, 0) }
+                for key in confirmed { self.leaks[key] = nil }
+                repaired = confirmed.count
+                if confirmed.count < writes.count {
+                    self.logger.warning("\(writes.count - confirmed.count) restore-database entr\(writes.count - confirmed.count == 1 ? "y was" : "ies were") not confirmed; the journal keeps them for the next start")
+                }
+                finish()
+            }
         } else {
             finish()
         }
     }
 
+    /// Reads pipewire-pulse's entries until each written one shows the values written (every 20 ms, a bounded
+    /// number of times); calls `done` with the names confirmed.
+    private func confirm(_ writes: [PulseContext.RestoreEntry], attemptsLeft: Int, _ done: @escaping (Set<String>) -> Void) {
+        guard !writes.isEmpty, let c = context else { return done([]) }
+        c.restoreEntries { [weak self] entries in
+            guard let self else { return done([]) }
+            var confirmed: Set<String> = []
+            for w in writes {
+                guard let e = entries?.first(where: { $0.name == w.name }), e.muted == w.muted else { continue }
+                if !w.volume.isEmpty {
+                    guard e.volume.count == w.volume.count,
+                        Volume(channels: e.volume).isClose(to: Volume(channels: w.volume), tolerance: self.options.volumeTolerance)
+                    else { continue }
+                }
+                confirmed.insert(w.name)
+            }
+            guard confirmed.count < writes.count, attemptsLeft > 1 else { return done(confirmed) }
+            self.confirmTimer = self.loop.timer(afterNanoseconds: 20_000_000) { [weak self] in
+                self?.confirmTimer = nil
+                self?.confirm(writes, attemptsLeft: attemptsLeft - 1, done)
+            }
+        }
+    }
+
+    /// Lists every stream again and reports those not yet known, then calls `done` (at once when not connected).
+    /// The last step of a stop, after the restore database is repaired: a stream the server made before the repair
+    /// reached it may carry a leaked value that audiod has not heard of yet, and would save it again on its next
+    /// change. The list, answered after the repair, shows every such stream.
+    public func sweep(_ done: @escaping () -> Void) {
+        loop.assertOnLoop()
+        guard let c = context, isConnected else { return done() }
+        let seq = tracker.listIssued()
+        c.streams(record: false) { [weak self] list in
+            guard let self else { return done() }
+            for s in list { self.listed(s, seq: seq) }
+            guard let c = self.context else { return done() }
+            c.streams(record: true) { [weak self] list in
+                guard let self else { return done() }
+                for s in list { self.listed(s, seq: seq) }
+                self.tracker.listDone(seq)
+                done()
+            }
+        }
+    }
+
+    /// Streams that appeared lately and are not yet linked to a device: on PipeWire, WirePlumber gives a new stream
+    /// its saved values around the time it links, so a stop waits for these (bounded) to correct what they show.
+    public var hasUnlinkedNewStreams: Bool {
+        let now = monotonicNow()
+        return onPipeWire && streams.values.contains { t in
+            t.raw.device == UInt32.max && !t.preexisting && (t.correction.map { now <= $0.until } ?? false)
+        }
+    }
+
+    /// How long a stop waits, after the server has acknowledged the restore, before it repairs the restore
+    /// database: WirePlumber saves a stream's change only once the node reports it, and a save of audiod's own
+    /// last value landing after the repair would undo it. module-stream-restore saves at once.
+    public var restoreSettleBeforeRepairNanoseconds: UInt64 { onPipeWire ? 300_000_000 : 0 }
+
     private func writeEntry(_ entry: PulseContext.RestoreEntry) {
         guard let c = context else { return }
+        // Every restore-database write, at debug, beside the stream writes: each puts the user's values back.
+        logger.debug("restore-database write", metadata: [
+            "key": "\(entry.name)", "mute": "\(entry.muted)",
+            "volume": "\(entry.volume.isEmpty ? "-" : "\(Volume(channels: entry.volume))")",
+        ])
         pendingOperations += 1
         c.writeRestoreEntry(entry) { [weak self] ok in
             if !ok { self?.logger.warning("could not write a restore-database entry", metadata: ["key": "\(entry.name)"]) }
@@ -749,8 +903,15 @@ public final class PulseBackend: @unchecked Sendable {
         for (id, c) in changes where applied[id] != c {
             // A value lifted from a stream that still exists may yet be saved by the server (see `lifted`); a
             // stream that is gone was dealt with when it went.
-            if let old = applied[id], c == nil, streams[id] != nil { lifted[id] = (Journal.Leak(old), now) }
-            if c != nil { lifted[id] = nil }
+            if let old = applied[id], c == nil, let t = streams[id] {
+                var leak = Journal.Leak(old)
+                if !old.unmute { leak.userMuted = t.raw.muted }
+                lifted[id] = (leak, now)
+            }
+            if let c {
+                lifted[id] = nil
+                if let key = streams[id]?.restoreKey { remember(Journal.Leak(c), for: key, at: now) }
+            }
             applied[id] = c
             dirty.append(id)
         }
@@ -759,6 +920,17 @@ public final class PulseBackend: @unchecked Sendable {
             try log.update(cookie: cookie, streams: dirty.map { id in
                 (id.kind == .record, id.index, self.applied[id].map { self.entry(id, $0) })
             })
+        }
+    }
+
+    private func remember(_ leak: Journal.Leak, for key: String, at now: UInt64) {
+        var list = recentByKey[key, default: []].filter { now - $0.at < options.restoreSettleNanoseconds }
+        if list.count >= Self.recentPerKey { list.removeFirst(list.count - Self.recentPerKey + 1) }
+        list.append((leak, now))
+        recentByKey[key] = list
+        // Keys of apps long gone are dropped now and then, so the table stays as small as the apps are few.
+        if recentByKey.count > 256 {
+            recentByKey = recentByKey.filter { $0.value.contains { now - $0.at < options.restoreSettleNanoseconds } }
         }
     }
 
