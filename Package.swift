@@ -140,7 +140,10 @@ let package = Package(
         // Runs the built audiod binary (built by `swift build --build-tests`) against real servers.
         .testTarget(
             name: "AudiodTests",
-            dependencies: ["AudiodTestKit", "AudioPolicy", "DBusService", "AudiodCore", "PulseBackend", "AudiodClient"],
+            dependencies: [
+                "AudiodTestKit", "AudioPolicy", "DBusService", "AudiodCore", "PulseBackend", "AudiodClient",
+                .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

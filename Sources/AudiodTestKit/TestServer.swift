@@ -162,6 +162,12 @@ public final class TestServer: @unchecked Sendable {
     /// The sound server's processes (PulseAudio; or PipeWire, WirePlumber and pipewire-pulse).
     public var soundServerPIDs: [pid_t] { lock.withLock { serverPIDs } }
 
+    /// Sends `signal` to the private dbus-daemon (SIGSTOP/SIGCONT: a bus that reads nothing for a while).
+    public func signalBus(_ signal: Int32) {
+        let pid = lock.withLock { busPID }
+        if pid > 0 { kill(pid, signal) }
+    }
+
     /// Kills the sound server (SIGKILL), as a crash would.
     public func killServer() {
         let pids = lock.withLock { () -> [pid_t] in

@@ -393,15 +393,22 @@ public final class DBusConnection: @unchecked Sendable {
     private var lastProgress: UInt64 = 0
     private var stallCheck: (any DBusLoopTimer)?
     private var stalled = false
+    /// Called once when the queue passes `Bounds.backlogBytes`, and again only after it has emptied: a bus daemon
+    /// slow to read is worth a line in the log long before the bounds are reached.
+    public var onBacklog: ((Int) -> Void)?
+    private var backlogReported = false
 
     /// How long and how much the connection holds for a bus daemon that reads nothing. Everything queued stays
     /// queued (in libdbus's outgoing queue, written as the socket takes it) until either bound is passed.
     public struct Bounds: Sendable {
         public var withoutProgressNanoseconds: UInt64
         public var queuedBytes: Int
-        public init(withoutProgressNanoseconds: UInt64 = 60_000_000_000, queuedBytes: Int = 64 << 20) {
+        /// A queue this large is reported (`onBacklog`).
+        public var backlogBytes: Int
+        public init(withoutProgressNanoseconds: UInt64 = 60_000_000_000, queuedBytes: Int = 64 << 20, backlogBytes: Int = 1 << 20) {
             self.withoutProgressNanoseconds = withoutProgressNanoseconds
             self.queuedBytes = queuedBytes
+            self.backlogBytes = backlogBytes
         }
     }
 
@@ -559,7 +566,12 @@ public final class DBusConnection: @unchecked Sendable {
         if size == 0 {
             stallCheck?.cancel()
             stallCheck = nil
+            backlogReported = false
             return
+        }
+        if size > bounds.backlogBytes, !backlogReported {
+            backlogReported = true
+            onBacklog?(size)
         }
         if size > bounds.queuedBytes {
             return stall("\(size) bytes are queued for the bus daemon, more than the bound of \(bounds.queuedBytes)")

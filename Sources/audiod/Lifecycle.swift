@@ -81,6 +81,9 @@ struct Lifecycle {
                     log.error("lost the session bus")
                     kill(getpid(), SIGUSR1)
                 }
+                bus.onBacklog = { bytes in
+                    log.warning("the session bus is slow to read: \(bytes) bytes are queued for it; enforcement goes on, and the queue is kept for up to \(bounds.withoutProgressNanoseconds / 1_000_000_000) s without progress or \(bounds.queuedBytes >> 20) MB")
+                }
                 bus.onStalled = { why in
                     // Everything stays queued until here; past the bound, serving is over. The streams are restored
                     // without waiting on the bus, and systemd starts audiod again.
