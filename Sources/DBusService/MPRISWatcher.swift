@@ -27,13 +27,16 @@ final class MPRISWatcher {
     /// Unique connection name → player name, for PropertiesChanged (whose sender is the unique name).
     private var byUnique: [String: String] = [:]
     /// A name being looked up (GetNameOwner → pid → Get). Its owner's signals are followed from the moment the
-    /// owner is known: a status it announces after the Get left may be newer than the Get's answer (a player
-    /// can answer Get from a state that lags its own signal), so it wins.
+    /// owner is known, and the newest status it announces wins over the Get's answer: a player can answer Get
+    /// from a state that lags its own signal, and Firefox announces `Playing` while audiod still asks for its pid
+    /// (a status signalled then was once dropped, and the player stayed `Stopped` while it played).
     private struct Lookup {
         var unique: String?
-        var getSent = false
-        var statusAfterGet: PlaybackStatus?
+        var signalled: PlaybackStatus?
     }
+    /// A player's status as last signalled since it was followed, and the timer of the Get that confirms it.
+    private var confirmations: [String: any DBusLoopTimer] = [:]
+    private var signalledSinceFollowed: Set<String> = []
     private var pending: [String: Lookup] = [:]
     private let maximumPlayers: Int
 
@@ -84,12 +87,13 @@ final class MPRISWatcher {
         else { return }
         if let name = byUnique[sender] {
             logger.debug("MPRIS status", metadata: ["player": "\(name)", "status": "\(raw)"])
+            signalledSinceFollowed.insert(name)
             host?.handle(.playerStatusChanged(PlayerID(name), status))
             return
         }
-        for (name, l) in pending where l.unique == sender && l.getSent {
+        for (name, l) in pending where l.unique == sender {
             logger.debug("MPRIS status during look-up", metadata: ["player": "\(name)", "status": "\(raw)"])
-            pending[name]?.statusAfterGet = status
+            pending[name]?.signalled = status
         }
     }
 
@@ -120,10 +124,9 @@ final class MPRISWatcher {
                 self.pending[name] = nil
                 return
             }
-            self.pending[name]?.getSent = true
-            self.readStatus(name) { [weak self] read in
+            self.readStatus(name, attemptsLeft: 5) { [weak self] read in
                 guard let self, let lookup = self.pending.removeValue(forKey: name) else { return }
-                let status = lookup.statusAfterGet ?? read
+                let status = lookup.signalled ?? read ?? .stopped
                 // One process, several names: the first is the player; the rest add nothing.
                 if let other = self.players.values.first(where: { $0.pid == pid }) {
                     self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
@@ -133,26 +136,54 @@ final class MPRISWatcher {
                 self.byUnique[unique] = name
                 self.logger.info("MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])
                 self.host?.handle(.playerAppeared(PlayerInfo(id: PlayerID(name), pid: pid, status: status)))
+                self.confirmLater(name, status)
             }
         }
     }
 
-    private func readStatus(_ name: String, _ done: @escaping (PlaybackStatus) -> Void) {
+    /// A player that has just appeared may not have said everything yet: its object may be exported after its
+    /// name (a Get fails then), and a status it set before anyone followed it was never signalled. One more Get a
+    /// second later settles it, unless the player has signalled a status since.
+    private func confirmLater(_ name: String, _ status: PlaybackStatus) {
+        signalledSinceFollowed.remove(name)
+        confirmations[name] = bus.loop.dbusTimer(afterNanoseconds: 1_000_000_000) { [weak self] in
+            guard let self else { return }
+            self.confirmations[name] = nil
+            guard self.players[name] != nil, !self.signalledSinceFollowed.contains(name) else { return }
+            self.readStatus(name, attemptsLeft: 1) { [weak self] read in
+                guard let self, let read, read != status, self.players[name] != nil,
+                    !self.signalledSinceFollowed.contains(name)
+                else { return }
+                self.logger.debug("MPRIS status confirmed differently", metadata: ["player": "\(name)", "status": "\(read.rawValue)"])
+                self.host?.handle(.playerStatusChanged(PlayerID(name), read))
+            }
+        }
+    }
+
+    /// `Get PlaybackStatus`; nil when the player did not answer with a status (its object may not be exported
+    /// yet: asked again every 200 ms, `attemptsLeft` times in all).
+    private func readStatus(_ name: String, attemptsLeft: Int, _ done: @escaping (PlaybackStatus?) -> Void) {
         guard let m = DBusMessage.methodCall(
             destination: name, path: Self.path, interface: "org.freedesktop.DBus.Properties", member: "Get")
-        else { return done(.stopped) }
+        else { return done(nil) }
         m.append([.string(Self.playerInterface), .string("PlaybackStatus")])
-        bus.call(m, timeoutMilliseconds: 5_000) { r in
+        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
             if case .variant(.string(let s))? = r?.arguments.first, let status = PlaybackStatus(rawValue: s) {
-                done(status)
-            } else {
-                done(.stopped)
+                return done(status)
+            }
+            guard let self, attemptsLeft > 1, r?.kind == .error else { return done(nil) }
+            self.confirmations["get " + name] = self.bus.loop.dbusTimer(afterNanoseconds: 200_000_000) { [weak self] in
+                self?.confirmations["get " + name] = nil
+                self?.readStatus(name, attemptsLeft: attemptsLeft - 1, done)
             }
         }
     }
 
     private func vanished(_ name: String) {
         pending[name] = nil
+        confirmations.removeValue(forKey: name)?.cancel()
+        confirmations.removeValue(forKey: "get " + name)?.cancel()
+        signalledSinceFollowed.remove(name)
         guard let p = players.removeValue(forKey: name) else { return }
         byUnique[p.unique] = nil
         host?.handle(.playerRemoved(PlayerID(name)))

@@ -374,7 +374,8 @@ public final class DBusConnection: @unchecked Sendable {
     // @unchecked: confined to the loop thread; other threads only pass it into closures they run there.
 
     let raw: OpaquePointer
-    let loop: any DBusLoop
+    /// The loop the connection runs on (for timers of its users).
+    public let loop: any DBusLoop
     /// Gets every incoming message (method calls to us, signals we matched, replies nobody waits for).
     public var onMessage: ((DBusMessage) -> Void)?
     /// Called once if the bus connection is lost.
