@@ -433,6 +433,50 @@ struct StopAndRecoveryTests {
                 "the next music stream started with audiod's mute, though no audiod runs: \(output.suffix(1500))")
     }
 
+    @Test("a stream that started with a leaked mute while no audiod ran is put back by `audiod --restore`",
+          arguments: servers)
+    func restoreCorrectsLiveLeakedStream(kind: ServerKind) throws {
+        let server = try TestServer(kind, streamRestore: true)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        let music = try playback(server, name: "music-player", role: "music")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        let phone = try playback(server, name: "softphone", role: "phone")
+        _ = try server.waitForPlaybackStream(pid: phone.pid)
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true })
+        usleep(1_500_000)
+        music.kill()
+        usleep(2_500_000)
+        d.client.close()
+        d.child.kill()
+        phone.kill()
+        // No audiod: the next music stream takes what the database holds. On PulseAudio audiod rewrote the entry
+        // after its mute, as it goes, so nothing leaked; on PipeWire (whose entries audiod can only overwrite, at a
+        // stop) the killed audiod left the mute there.
+        // Two of them: every live stream of the leaked key is put back, not only the first one listed.
+        let leaked = try playback(server, name: "music-player", role: "music")
+        let second = try playback(server, name: "radio", role: "music")
+        _ = try server.waitForPlaybackStream(pid: leaked.pid)
+        _ = try server.waitForPlaybackStream(pid: second.pid)
+        let shows = waitFor(3) {
+            server.playbackStream(pid: leaked.pid)?.muted == true && server.playbackStream(pid: second.pid)?.muted == true
+        }
+        #expect(shows == (kind == .pipewire), "on \(kind) the leaked mute \(shows ? "showed" : "did not show")")
+        let r = try server.runStatus(try unitStopPost())
+        #expect(r.status == 0, "audiod --restore: \(r)")
+        #expect(waitFor(5) {
+            server.playbackStream(pid: leaked.pid)?.muted == false && server.playbackStream(pid: second.pid)?.muted == false
+        }, "--restore left a live stream with the leaked mute: \(r.output.suffix(1500))")
+        // And the database holds the user's values again: a stream started now plays.
+        leaked.kill()
+        second.kill()
+        usleep(1_500_000)
+        let next = try playback(server, name: "music-player", role: "music")
+        _ = try server.waitForPlaybackStream(pid: next.pid)
+        usleep(500_000)
+        #expect(server.playbackStream(pid: next.pid)?.muted == false, "the next music stream started muted: \(r.output.suffix(1500))")
+    }
+
     @Test("a call app that exits gives the music back within 200 ms", arguments: servers)
     func implicitOwnerExit(kind: ServerKind) throws {
         let server = try TestServer(kind)
