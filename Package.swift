@@ -61,10 +61,19 @@ let package = Package(
             dependencies: ["DBusTransport", "AudioVocabulary"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // Who an app is, as the desktop knows it (SPEC §7): a pure resolver over what one small reader of /proc,
+        // cgroups, environments and desktop entries collected. No D-Bus, no libpulse.
+        .target(
+            name: "AppIdentity",
+            dependencies: ["AudioPolicy"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // The only importer of CPulse: the sound server as engine events in, engine effects out.
         .target(
             name: "PulseBackend",
-            dependencies: ["AudioPolicy", "CPulse", "LoopThread", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "AudioPolicy", "AppIdentity", "CPulse", "LoopThread", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The engine run against the server on one loop thread; the D-Bus service and audiod build on it.
@@ -149,6 +158,11 @@ let package = Package(
         .testTarget(
             name: "DBusServiceTests",
             dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "AudiodTestKit"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            name: "AppIdentityTests",
+            dependencies: ["AppIdentity", "AudioPolicy"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

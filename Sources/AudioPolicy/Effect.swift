@@ -63,11 +63,14 @@ public enum SessionProperty: Sendable, Equatable {
     case streams([UInt32])
     /// Indices of its record streams, ascending.
     case recordStreams([UInt32])
+    /// Who audiod takes the app to be, and why it has its category.
+    case identity(SessionIdentity)
 
     /// The D-Bus property name.
     public var name: String {
         switch self {
         case .category: "Category"
+        case .identity: "Identity"
         case .mode: "Mode"
         case .options: "Options"
         case .active: "Active"
@@ -117,5 +120,25 @@ struct ManagerProperties: OptionSet, Sendable, Hashable, CustomStringConvertible
             (.primaryAudioSession, "PrimaryAudioSession"), (.duckLevel, "DuckLevel"),
         ]
         return all.filter { contains($0.0) }.map(\.1).joined(separator: ",")
+    }
+}
+
+/// A session's `Identity` property (API.md): who audiod takes the app to be and why it has its category.
+public struct SessionIdentity: Sendable, Equatable {
+    /// The strongest name.
+    public var appID: String
+    /// What vouches for it: `explicit`, `flatpak`, `launcher-scope`, `launcher-environment`, `application-id`,
+    /// `desktop-entry-match` or `process`.
+    public var source: String
+    /// The desktop entry that decided something, or empty.
+    public var desktopEntry: String
+    /// A sentence naming what decided the category.
+    public var categoryReason: String
+
+    public init(appID: String, source: String, desktopEntry: String, categoryReason: String) {
+        self.appID = appID
+        self.source = source
+        self.desktopEntry = desktopEntry
+        self.categoryReason = categoryReason
     }
 }

@@ -416,6 +416,21 @@ extension Engine {
             otherAudioPlaying: totalAudible - s.audibleCount > 0,
             handlesSecondaryAudio: s.handlesSecondaryAudio,
             streams: s.playbackStreams.map(\.index).sorted(),
-            recordStreams: s.recordStreams.map(\.index).sorted())
+            recordStreams: s.recordStreams.map(\.index).sorted(),
+            identity: identity(s))
+    }
+
+    /// The `Identity` of a session: an explicit one names itself; an implicit one is who its streams' profile says.
+    func identity(_ s: SessionState) -> SessionIdentity {
+        guard s.isImplicit else {
+            return SessionIdentity(
+                appID: s.applicationName, source: "explicit", desktopEntry: "",
+                categoryReason: "Set by the app (SetCategory)")
+        }
+        let p = profile(of: s)
+        let name = p?.id
+        return SessionIdentity(
+            appID: name?.name ?? s.applicationName, source: name?.source.rawValue ?? "process",
+            desktopEntry: p?.entry?.path ?? "", categoryReason: s.categoryReason)
     }
 }

@@ -183,9 +183,17 @@ extension Engine {
             info.processChain != old.processChain || info.sessionTag != old.sessionTag || info.role != old.role
             || info.applicationName != old.applicationName || info.applicationID != old.applicationID
             || info.binary != old.binary
+        // What the voice-call rule looks at (SPEC §7 step 3): whether the app plays and whether it captures.
+        let callInputsChanged =
+            info.corked != old.corked || info.muted != old.muted || info.volume.isSilent != old.volume.isSilent
+            || info.fromMonitor != old.fromMonitor || info.app != old.app
         if ownershipInputsChanged {
             reassignOwnership(of: [info.id])
-            if let s = streams[info.id]?.session, sessions[s]?.isImplicit == true { recomputeImplicitCategory(s) }
+        }
+        if ownershipInputsChanged || callInputsChanged,
+            let s = streams[info.id]?.session, sessions[s]?.isImplicit == true
+        {
+            recomputeImplicitCategory(s)
         }
         guard let owner = streams[info.id]?.session, let s = sessions[owner] else { return }
 
@@ -278,7 +286,13 @@ extension Engine {
     mutating func recomputeImplicitCategory(_ id: SessionID) {
         // A session whose streams are all gone keeps what it was: a call that hangs up still ends as a call.
         guard let s = sessions[id], s.isImplicit, s.hasStreams else { return }
-        let (config, exempt) = implicitConfiguration(s)
+        updateVoiceCall(id)
+        guard let s = sessions[id] else { return }
+        let (config, exempt, reason) = implicitConfiguration(s)
+        if s.categoryReason != reason {
+            sessions[id]?.categoryReason = reason
+            touch(id)
+        }
         if s.roleExempt != exempt {
             sessions[id]?.roleExempt = exempt
             markStreamsDirty(of: id, kind: .playback)
@@ -293,20 +307,84 @@ extension Engine {
         }
     }
 
-    /// First match wins: an app rule (D-Bus over config), an MPRIS player, the highest-priority media role,
-    /// record-only, the default.
-    func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool) {
-        // Runs on every stream event of the session (a game may hold a hundred streams): one pass over them, and
-        // none for rules when there are none.
-        for rules in [busRules, configRules] where !rules.isEmpty {
+    /// The voice-call rule's two conditions (SPEC §7 step 3) for an implicit session: *capturing* — an uncorked
+    /// record stream from a source that is not a monitor — while *playing* — a playback stream the app plays
+    /// (uncorked, not muted or silent by its user; MPRIS does not count here, so a browser's WebRTC call counts).
+    func capturesWhilePlaying(_ s: SessionState) -> Bool {
+        var capturing = false, playing = false
+        for id in s.recordStreams where !capturing {
+            if let st = streams[id], !st.info.corked, !st.info.fromMonitor { capturing = true }
+        }
+        guard capturing else { return false }
+        for id in s.playbackStreams where !playing {
+            if let st = streams[id], !st.info.corked, !st.userMuted, !st.userVolume.isSilent { playing = true }
+        }
+        return playing
+    }
+
+    /// A session becomes a call the moment it captures while playing, and stays one until it has done neither
+    /// together for the linger (then `timerFired(.voiceCallEnd)` ends it).
+    mutating func updateVoiceCall(_ id: SessionID) {
+        guard let s = sessions[id], s.isImplicit else { return }
+        if capturesWhilePlaying(s) {
+            sessions[id]?.voiceCall = true
+            sessions[id]?.voiceCallEndScheduled = false
+            // The timer is cancelled too: one that fires anyway finds `voiceCallEndScheduled` false.
+            out.timers.append(.cancelTimer(.voiceCallEnd(id)))
+        } else if s.voiceCall, !s.voiceCallEndScheduled {
+            sessions[id]?.voiceCallEndScheduled = true
+            out.timers.append(.scheduleTimer(.voiceCallEnd(id), afterNanoseconds: settings.lingerNanoseconds))
+        }
+    }
+
+    /// Game evidence for an implicit session (SPEC §7 step 2), as a sentence; nil when there is none.
+    func gameEvidence(_ s: SessionState, roles: Set<String>, profile: AppProfile?) -> String? {
+        if roles.contains("game") || roles.contains("Game") { return "Game: a stream has media.role game" }
+        if let e = profile?.entry, e.isGame {
+            return "Game: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)"
+        }
+        if !gamePids.isEmpty {
             for id in s.allStreams {
-                guard let info = streams[id]?.info else { continue }
-                for name in [info.applicationID, info.binary, info.applicationName] {
-                    if let name, !name.isEmpty, let rule = rules[name] { return (rule.configuration, false) }
+                guard let chain = streams[id]?.info.processChain else { continue }
+                if let pid = chain.first(where: gamePids.contains) {
+                    return "Game: registered with GameMode (pid \(pid))"
                 }
             }
         }
-        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false) }
+        if let steam = profile?.steamGame { return "Game: Steam's environment (app \(steam))" }
+        return nil
+    }
+
+    /// The strongest profile among the session's streams (all streams of one app usually carry the same one).
+    func profile(of s: SessionState) -> AppProfile? {
+        var best: AppProfile?
+        for id in s.allStreams {
+            guard let p = streams[id]?.info.app, let name = p.id else { continue }
+            if best == nil || name.source < (best?.id?.source ?? .process) || (best?.entry == nil && p.entry != nil) {
+                best = p
+            }
+        }
+        return best
+    }
+
+    /// SPEC §7, first match wins: an app rule (D-Bus over config; on the strongest name), game evidence, the
+    /// voice-call rule, an MPRIS player, the highest-priority media role, record-only, a media player's desktop
+    /// entry, the default. With the sentence a person reads.
+    func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool, reason: String) {
+        // Runs on every stream event of the session (a game may hold a hundred streams): one pass over them, and
+        // none for rules when there are none.
+        let profile = profile(of: s)
+        for (rules, source) in [(busRules, "audioctl"), (configRules, "the config file")] where !rules.isEmpty {
+            // The rule on the strongest name wins: the profile's names in order, then what the streams say.
+            var names: [String] = profile?.names.map(\.name) ?? []
+            for id in s.allStreams {
+                guard let info = streams[id]?.info else { continue }
+                names += [info.applicationID, info.binary, info.applicationName].compactMap { $0 }
+            }
+            for name in names where !name.isEmpty {
+                if let rule = rules[name] { return (rule.configuration, false, "Rule from \(source) for \"\(name)\"") }
+            }
+        }
         var roles: Set<String> = []
         var owned = 0, recording = 0
         for set in [s.playbackStreams, s.recordStreams] {
@@ -314,21 +392,54 @@ extension Engine {
                 guard let info = streams[id]?.info else { continue }
                 owned += 1
                 if info.id.kind == .record { recording += 1 }
-                if let role = info.role { roles.insert(role) }
+                if let role = info.role { roles.insert(Self.pulseRole(role)) }
             }
         }
+        let call = s.voiceCall || capturesWhilePlaying(s)
+        if let game = gameEvidence(s, roles: roles, profile: profile) {
+            if call {
+                return (Configuration(category: .playAndRecord, mode: .gameChat, options: [.mixWithOthers]), false,
+                        game + ", capturing while playing: its voice chat mixes")
+            }
+            return (Configuration(category: .ambient), false, game)
+        }
+        if call {
+            return (Configuration(category: .playAndRecord, mode: .voiceChat), false,
+                    "Call: captures from a microphone while it plays")
+        }
+        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false, "Media player: owns an MPRIS player") }
         for tier in Settings.builtInRoles {
             if let role = tier.roles.first(where: roles.contains) {
-                return (settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary)
+                return (settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary,
+                        "Role: a stream has media.role \(role)")
             }
         }
         for role in roles.sorted() {
-            if let config = settings.roleConfigurations[role] { return (config, false) }
+            if let config = settings.roleConfigurations[role] { return (config, false, "Role: a stream has media.role \(role) (config)") }
         }
         if owned > 0 && recording == owned {
-            return (Configuration(category: .record), false)
+            return (Configuration(category: .record), false, "Records only")
         }
-        return (settings.defaultConfiguration, false)
+        if let e = profile?.entry, e.isPlayer {
+            return (Configuration(category: .playback), false,
+                    "Media player: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)")
+        }
+        return (settings.defaultConfiguration, false, "Default: nothing says what it is")
+    }
+
+    /// PipeWire's role names mean their PulseAudio equivalents (SPEC §7 step 5).
+    static func pulseRole(_ role: String) -> String {
+        switch role {
+        case "Communication": "phone"
+        case "Movie": "video"
+        case "Music": "music"
+        case "Game": "game"
+        case "Notification": "event"
+        case "Accessibility": "a11y"
+        case "Production": "production"
+        case "Test": "test"
+        default: role
+        }
     }
 
     mutating func scheduleLingerIfIdle(_ id: SessionID) {
@@ -343,8 +454,35 @@ extension Engine {
         out.timers.append(.cancelTimer(.linger(id)))
     }
 
+    mutating func gameModeGames(_ pids: Set<UInt32>) {
+        guard pids != gamePids else { return }
+        let changed = pids.symmetricDifference(gamePids)
+        gamePids = pids
+        var affected: Set<SessionID> = []
+        for pid in changed {
+            for sid in streamsByAncestor[pid] ?? [] {
+                if let owner = streams[sid]?.session, sessions[owner]?.isImplicit == true { affected.insert(owner) }
+            }
+        }
+        for id in affected.sorted() { recomputeImplicitCategory(id) }
+    }
+
     mutating func timerFired(_ timer: TimerID) {
         switch timer {
+        case .voiceCallEnd(let id):
+            guard let s = sessions[id], s.voiceCallEndScheduled else { return }
+            sessions[id]?.voiceCallEndScheduled = false
+            guard s.voiceCall, !capturesWhilePlaying(s) else { return }
+            // The call is over: the music comes back (deactivation with notify), and if the app still plays it
+            // activates again with its new category, judged like any activation.
+            sessions[id]?.voiceCall = false
+            if s.active { deactivate(id, notify: true, cause: .implicitEnded) }
+            recomputeImplicitCategory(id)
+            if let now = sessions[id], !now.active, !now.heldSilent,
+                now.playbackStreams.contains(where: { wouldBeAudible($0) })
+            {
+                userActivate(id)
+            }
         case .linger(let id):
             guard let s = sessions[id], s.lingerScheduled else { return }
             sessions[id]?.lingerScheduled = false

@@ -46,6 +46,8 @@ public struct Engine: Sendable {
     var primary: SessionID?
     /// Processes that exited while the server still lists their streams.
     var goneProcesses: Set<UInt32> = []
+    /// Host pids GameMode has registered as games.
+    var gamePids: Set<UInt32> = []
     /// Steps whose settle pass did not converge within its round limit: always 0 unless the rules loop.
     public internal(set) var settleOverflows = 0
     /// When each device last appeared, for `new-device-available`.
@@ -172,6 +174,7 @@ public struct Engine: Sendable {
         case .deviceAppeared(let d): deviceAppearedAt[d] = now
         case .deviceRemoved(let d): deviceRemoved(d)
         case .timerFired(let t): timerFired(t)
+        case .gameModeGames(let pids): gameModeGames(pids)
         }
         settle()
         return finish()
@@ -242,13 +245,14 @@ public struct SessionView: Sendable, Equatable {
     public var streams: [UInt32]
     /// Indices of its record streams, ascending.
     public var recordStreams: [UInt32]
+    public var identity: SessionIdentity
 
     public var mixable: Bool { configuration.isMixable }
 
     /// Every property the engine decides, with its value, in docs/API.md order.
     public var properties: [SessionProperty] { (0..<Self.propertyCount).map(property(at:)) }
 
-    static let propertyCount = 13
+    static let propertyCount = 14
 
     /// The property at `i` in docs/API.md order (the one list of them).
     func property(at i: Int) -> SessionProperty {
@@ -265,7 +269,8 @@ public struct SessionView: Sendable, Equatable {
         case 9: .applicationName(applicationName)
         case 10: .processID(processID)
         case 11: .streams(streams)
-        default: .recordStreams(recordStreams)
+        case 12: .recordStreams(recordStreams)
+        default: .identity(identity)
         }
     }
 

@@ -50,6 +50,9 @@ public enum Event: Sendable, Equatable {
     case deviceRemoved(String)
     /// A timer the engine scheduled has fired.
     case timerFired(TimerID)
+    /// The host pids GameMode has registered as games now (`com.feralinteractive.GameMode`; empty when it is gone):
+    /// game evidence for the apps whose process chains hold one (SPEC §7).
+    case gameModeGames(Set<UInt32>)
 }
 
 /// What `CreateSession` asks for, after the shell checked the hints.
@@ -103,13 +106,19 @@ public struct StreamInfo: Sendable, Equatable {
     /// decision puts the user's values back unless the policy still wants them: no stream is written behind its
     /// back.
     public var leftByPolicy: PolicyValues?
+    /// A record stream from a monitor source (what a sink plays): a level meter or a screen recorder, never a call.
+    public var fromMonitor: Bool
+    /// Who the app is, as the desktop knows it (SPEC §7), when that could be read.
+    public var app: AppProfile?
 
     public init(
         id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,
         binary: String? = nil, role: String? = nil, sessionTag: UInt64? = nil, corked: Bool = false,
         muted: Bool = false, volume: Volume = .normal, device: String = "default", identity: String? = nil,
-        leftByPolicy: PolicyValues? = nil
+        leftByPolicy: PolicyValues? = nil, fromMonitor: Bool = false, app: AppProfile? = nil
     ) {
+        self.fromMonitor = fromMonitor
+        self.app = app
         self.identity = identity
         self.leftByPolicy = leftByPolicy
         self.id = id

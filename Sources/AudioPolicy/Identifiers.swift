@@ -45,6 +45,9 @@ public struct RequestID: Hashable, Sendable {
 public enum TimerID: Hashable, Sendable {
     /// An implicit session's linger: it deactivates when none of its streams has been audible this long.
     case linger(SessionID)
+    /// An implicit call found by the voice-call rule (SPEC §7 step 3): it stops being a call when it has not both
+    /// captured and played for the linger.
+    case voiceCallEnd(SessionID)
 }
 
 /// A point in time, in nanoseconds on a monotonic clock of the shell's choosing. The engine never reads a clock.

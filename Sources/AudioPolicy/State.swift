@@ -45,6 +45,12 @@ enum DeactivationCause: Sendable {
     var toldHintBegin = false
     /// Devices whose appearance this session was already told about.
     var toldNewDevice: [String: Instant] = [:]
+    /// An implicit session the voice-call rule made a call: it stays one until it has not both captured and played
+    /// for the linger (`voiceCallEndScheduled` while that runs).
+    var voiceCall = false
+    var voiceCallEndScheduled = false
+    /// Why an implicit session has its category, as a person reads it (`Identity`'s `category-reason`).
+    var categoryReason = ""
 
     var isImplicit: Bool { implicitKey != nil }
     var isCall: Bool { configuration.isCall }

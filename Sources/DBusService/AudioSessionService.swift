@@ -400,6 +400,11 @@ public final class AudioSessionService {
         case .applicationName(let s): (p.name, .string(s))
         case .processID(let pid): (p.name, .uint32(pid))
         case .streams(let s), .recordStreams(let s): (p.name, .array(element: "u", s.map { .uint32($0) }))
+        case .identity(let i):
+            (p.name, .properties([
+                ("app-id", .string(i.appID)), ("source", .string(i.source)),
+                ("desktop-entry", .string(i.desktopEntry)), ("category-reason", .string(i.categoryReason)),
+            ]))
         }
     }
 

@@ -165,6 +165,7 @@ public enum API {
             .init(name: "Implicit", type: "b"),
             .init(name: "Streams", type: "au"),
             .init(name: "RecordStreams", type: "au"),
+            .init(name: "Identity", type: "a{sv}"),
         ],
         signals: [
             .init(name: "InterruptionBegan", arguments: [arg("reason", "s"), arg("details", "a{sv}")]),
