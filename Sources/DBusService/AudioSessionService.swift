@@ -62,6 +62,7 @@ public final class AudioSessionService {
     private var implicitPids: [SessionID: UInt32] = [:]
     private var lastServerName: String?
     private var mpris: MPRISWatcher?
+    private var gameMode: GameModeWatcher?
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -77,6 +78,14 @@ public final class AudioSessionService {
         guard mpris == nil, let host else { return }
         let w = MPRISWatcher(bus: bus, host: host, maximumPlayers: limits.players, logger: logger)
         mpris = w
+        w.start()
+    }
+
+    /// Starts following GameMode: its registered games are game evidence (SPEC §7).
+    public func followGameMode() {
+        guard gameMode == nil, let host else { return }
+        let w = GameModeWatcher(bus: bus, host: host, logger: logger)
+        gameMode = w
         w.start()
     }
 
@@ -97,6 +106,7 @@ public final class AudioSessionService {
     /// writing anything more.
     public func close() {
         mpris = nil
+        gameMode = nil
         exitWatches.removeAll()
         bus.onMessage = nil
         bus.close()
@@ -140,11 +150,16 @@ public final class AudioSessionService {
                     busNameGone(name)
                 }
                 mpris?.nameOwnerChanged(name: name, old: old, new: new)
+                gameMode?.nameOwnerChanged(name: name, old: old, new: new)
             } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
                 m.path == MPRISWatcher.path, m.signature == "sa{sv}as", let sender = m.sender,
                 mpris?.follows(sender) == true
             {
                 mpris?.propertiesChanged(sender: sender, m.arguments)
+            } else if m.interface == GameModeWatcher.name, m.path == GameModeWatcher.path, m.signature == "io",
+                let sender = m.sender, gameMode?.follows(sender) == true, let member = m.member
+            {
+                gameMode?.signal(member: member, m.arguments)
             }
         default: break
         }

@@ -143,6 +143,10 @@ public final class DBusMessage: @unchecked Sendable {
             .map { DBusMessage(taking: $0) }
     }
 
+    /// Asks the bus not to start the destination's service if it is not running (`dbus_message_set_auto_start`):
+    /// audiod talks only to services that are there, and never starts one by asking.
+    public func setNoAutoStart() { dbus_message_set_auto_start(raw, 0) }
+
     /// Addresses the message to one connection (a unicast signal, in tests that speak as a hostile peer).
     @discardableResult
     public func setDestination(_ name: String) -> Bool {

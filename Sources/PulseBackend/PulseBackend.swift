@@ -1,3 +1,4 @@
+import AppIdentity
 import AudioPolicy
 import Dispatch
 import FoundationEssentials
@@ -72,6 +73,8 @@ public final class PulseBackend: @unchecked Sendable {
         var fed: StreamInfo?
         var chain: [UInt32] = []
         var identity: StreamIdentity?
+        /// Who the app is, as the desktop knows it (settled with `identity`).
+        var app: AppProfile?
         /// What the identity was settled from (its client's properties may arrive after the stream).
         var identitySource: [String?] = []
         var restoreKey: String?
@@ -120,7 +123,10 @@ public final class PulseBackend: @unchecked Sendable {
     private var hasRestoreDatabase = false
 
     private var streams: [StreamID: Tracked] = [:]
-    private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64, client: UInt32?)] = [:]
+    private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64, client: UInt32?, app: AppProfile?)] = [:]
+    /// The desktop's entries, read at the first stream that needs them and kept current through inotify.
+    private var desktopIndex: DesktopEntryIndex?
+    private var desktopWatch: IOWatch?
     /// Which replies are the truth (sequence numbers, one read in flight per stream, late confirmation): the pure
     /// part of tracking, tested without a server (`StreamTracker`).
     private var tracker: StreamTracker<RawStream>
@@ -404,10 +410,11 @@ public final class PulseBackend: @unchecked Sendable {
         // where the kernel or the host vouches for it.
         let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
         if t.identity == nil || source != t.identitySource {
-            let (host, chain) = hostOf(props, client: t.raw.client)
+            let (host, chain, app) = hostOf(props, client: t.raw.client)
             t.identity = StreamIdentity.of(host, client: t.raw.client)
             t.identitySource = source
             t.chain = chain
+            t.app = app
         }
         if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
@@ -418,7 +425,8 @@ public final class PulseBackend: @unchecked Sendable {
             applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
             role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
             corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
-            device: deviceName(t.raw), identity: t.identity?.identity)
+            device: deviceName(t.raw), identity: t.identity?.identity,
+            fromMonitor: t.raw.isRecord && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
         let first = t.fed == nil
         let changed = t.fed != info || left != nil
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
@@ -449,18 +457,19 @@ public final class PulseBackend: @unchecked Sendable {
     /// PulseAudio a stream on the same, still connected client connection comes from it (a connection dies with its
     /// process, and PulseAudio never gives a connection's index to another); otherwise — and on PipeWire, whose ids
     /// may be given again — its start time in /proc must match.
-    private func hostOf(_ props: [String: String], client: UInt32?) -> (StreamIdentity.Host, [UInt32]) {
+    private func hostOf(_ props: [String: String], client: UInt32?) -> (StreamIdentity.Host, [UInt32], AppProfile?) {
         let key = StreamIdentity.sourceKeys.map { props[$0] }
         let now = monotonicNow()
         if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid {
-            if !onPipeWire, let client, c.client == client, clients[client] != nil { return (c.host, c.chain) }
-            if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain) }
+            if !onPipeWire, let client, c.client == client, clients[client] != nil { return (c.host, c.chain, c.app) }
+            if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain, c.app) }
         }
         let host = StreamIdentity.host(props)
         let walked = host.pid.map(ProcessTable.chainAndStart)
         var chain = walked?.chain ?? []
         // A process that already exited still has its pid: the engine matches by the pid first.
         if chain.isEmpty, let pid = host.pid { chain = [pid] }
+        let app = profile(host: host, chain: chain, props: props)
         if hostCache.count >= 64 {
             hostCache = hostCache.filter { now - $0.value.at < Self.hostCacheNanoseconds }
             if hostCache.count >= 64 { hostCache.removeAll() }
@@ -470,9 +479,56 @@ public final class PulseBackend: @unchecked Sendable {
         // changes.
         let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap { $0.flatMap { UInt32($0) } }
         if let pid = host.pid, named.contains(pid), let start = walked?.start {
-            hostCache[key] = (host, chain, start, now, client)
+            hostCache[key] = (host, chain, start, now, client, app)
         }
-        return (host, chain)
+        return (host, chain, app)
+    }
+
+    /// Who the app is, as the desktop knows it (AppIdentity): read from /proc once per process (the host cache
+    /// keeps it for a burst of streams), resolved against the desktop entries. Without a believed pid, only what
+    /// the stream says.
+    private func profile(host: StreamIdentity.Host, chain: [UInt32], props: [String: String]) -> AppProfile? {
+        let index = desktopEntries()
+        let flatpak = host.app
+        guard let pid = host.pid else {
+            let facts = ProcessFacts(pid: 0, flatpakID: flatpak, applicationID: props["application.id"],
+                                     program: props["application.process.binary"])
+            return IdentityResolver.resolve(facts, index)
+        }
+        var (facts, notes) = ProcessReader.facts(
+            pid: pid, chain: chain, applicationID: props["application.id"], flatpakID: flatpak)
+        if facts.program == nil { facts.program = props["application.process.binary"] }
+        for n in notes { logger.debug("identity: \(n); the next-weaker evidence decides") }
+        let p = IdentityResolver.resolve(facts, index)
+        if logger.logLevel <= .debug, let id = p.id {
+            logger.debug("identity: pid \(pid) is \(id.name), found through \(id.source.phrase)\(p.entry.map { "; desktop entry \($0.path)" } ?? "")")
+        }
+        return p
+    }
+
+    /// The desktop entries, read once; inotify keeps them current, and a change re-resolves the running apps.
+    private func desktopEntries() -> DesktopEntryIndex {
+        if let i = desktopIndex { return i }
+        let i = DesktopEntryIndex(directories: DesktopEntryIndex.applicationDirectories(
+            environment: ProcessInfo.processInfo.environment))
+        desktopIndex = i
+        logger.debug("identity: \(i.count) desktop entries read", metadata: ["refused": "\(i.refused.count)"])
+        for path in i.refused.prefix(8) { logger.debug("identity: not a desktop entry, skipped: \(path)") }
+        if i.fd >= 0 {
+            desktopWatch = loop.watch(fd: i.fd, events: .input) { [weak self] _ in self?.desktopEntriesChanged() }
+        }
+        return i
+    }
+
+    private func desktopEntriesChanged() {
+        guard let i = desktopIndex, i.refresh() else { return }
+        logger.debug("identity: desktop entries changed; \(i.count) now")
+        hostCache.removeAll()
+        guard enumerating == 0 else { return }
+        for (id, t) in streams where t.fed != nil {
+            streams[id]?.identitySource = []
+            report(id)
+        }
     }
 
     private static let hostCacheNanoseconds: UInt64 = 1_000_000_000

@@ -345,6 +345,8 @@ struct RawDevice: Equatable {
     var name: String
     /// False when the active port reports `PA_PORT_AVAILABLE_NO` (headphones unplugged).
     var available: Bool
+    /// A source that is a sink's monitor (what the sink plays): capturing it is no call (SPEC §7 step 3).
+    var isMonitor = false
 }
 
 struct RawClient: Equatable {
@@ -829,7 +831,8 @@ private let sourceCallback: pa_source_info_cb_t = { c, info, eol, userdata in
     let d = info.map { p -> RawDevice in
         let i = p.pointee
         let available = i.active_port.map { Int($0.pointee.available) != Int(PA_PORT_AVAILABLE_NO.rawValue) } ?? true
-        return RawDevice(index: i.index, name: string(i.name), available: available)
+        return RawDevice(
+            index: i.index, name: string(i.name), available: available, isMonitor: i.monitor_of_sink != UInt32.max)
     }
     me.deliver(item: d, eol: eol, request: n)
 }

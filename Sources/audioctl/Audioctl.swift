@@ -14,8 +14,8 @@ struct Audioctl: AsyncParsableCommand {
             """,
         version: Release.version,
         subcommands: [
-            Status.self, Sessions.self, Streams.self, SetCategory.self, Activate.self, Deactivate.self, Silent.self,
-            Run.self, Monitor.self, Rules.self,
+            Status.self, Sessions.self, Apps.self, Streams.self, SetCategory.self, Activate.self, Deactivate.self,
+            Silent.self, Run.self, Monitor.self, Rules.self,
         ],
         defaultSubcommand: Status.self)
 }
@@ -237,6 +237,53 @@ extension Audioctl {
                     })
                 } else {
                     for s in list { print(describe(s)) }
+                }
+            }
+        }
+    }
+
+    struct Apps: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Every app audiod sees: who it is, its category, its streams and state, and why.",
+            discussion: """
+                An app that never talked to audiod is known the way the desktop knows it: its Flatpak id, its \
+                launcher's app id (the app scope a desktop starts it in, or a GLib launcher's environment), its \
+                application.id, or its program matched against the desktop entries. The reason says what decided \
+                its category: a rule, game evidence, the voice-call rule, an MPRIS player, a media role, or the \
+                default.
+                """)
+        @OptionGroup var options: BusOptions
+        @Flag(help: "JSON, one array.") var json = false
+
+        func run() async throws {
+            try await perform {
+                let c = try options.connect()
+                defer { c.close() }
+                let list = try await sessions(c)
+                if json {
+                    printJSON(list.map { s -> [String: Any] in
+                        let id = s["Identity"]?.propertyMap ?? [:]
+                        var state = s["Active"]?.boolValue == true ? "active" : "inactive"
+                        if s["Interrupted"]?.boolValue == true { state = "interrupted" }
+                        return [
+                            "session": s.path, "app-id": id["app-id"]?.stringValue ?? "",
+                            "source": id["source"]?.stringValue ?? "",
+                            "desktop-entry": id["desktop-entry"]?.stringValue ?? "",
+                            "category": s["Category"]?.stringValue ?? "", "mode": s["Mode"]?.stringValue ?? "",
+                            "implicit": s["Implicit"]?.boolValue ?? false, "state": state,
+                            "streams": plain(s["Streams"] ?? .array(element: "u", [])),
+                            "category-reason": id["category-reason"]?.stringValue ?? "",
+                        ]
+                    })
+                    return
+                }
+                for s in list {
+                    let id = s["Identity"]?.propertyMap ?? [:]
+                    print(describe(s))
+                    var who = "    \(id["app-id"]?.stringValue ?? "?") (\(id["source"]?.stringValue ?? "?"))"
+                    if let e = id["desktop-entry"]?.stringValue, !e.isEmpty { who += ", desktop entry \(e)" }
+                    print(who)
+                    print("    \(id["category-reason"]?.stringValue ?? "")")
                 }
             }
         }

@@ -123,7 +123,7 @@ struct TrustTests {
         #expect(after - before <= 20, "audiod holds \(after - before) more descriptors after 2,000 messages carrying one")
     }
 
-    @Test("a 20,000-session flood is refused with LimitExceeded; other clients stay under 20 ms; memory comes back",
+    @Test("a 20,000-session flood is refused with LimitExceeded; other clients stay under 40 ms; memory comes back",
           arguments: servers)
     func sessionFlood(kind: ServerKind) throws {
         let server = try TestServer(kind)
@@ -201,8 +201,11 @@ struct TrustTests {
         #expect(refused == 20_000 - 64)
         #expect(otherErrors.isEmpty, "\(otherErrors.prefix(3))")
         #expect(failures.load(ordering: .relaxed) == 0, "the other client's calls failed")
-        #expect(duringFlood < 20, "another client's SetActive took \(duringFlood) ms during the flood")
-        #expect(duringRelease < 20, "another client's SetActive took \(duringRelease) ms while the flood's sessions were released")
+        // The bound is fairness, not speed: a flooder that starved the loop would cost others hundreds of ms. With
+        // replies built by libdbus (issue 22) a refused call costs more CPU, and the worst call measured 26 ms once
+        // (it was 11–19 ms with the hand-written writer).
+        #expect(duringFlood < 40, "another client's SetActive took \(duringFlood) ms during the flood")
+        #expect(duringRelease < 40, "another client's SetActive took \(duringRelease) ms while the flood's sessions were released")
         #expect(after - before < 2048, "audiod kept \(after - before) kB after the flood")
     }
 
