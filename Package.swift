@@ -125,7 +125,7 @@ let package = Package(
         .executableTarget(
             name: "AudiodBenchmarks",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodTestKit",
+                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "DBusService", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

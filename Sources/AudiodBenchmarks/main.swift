@@ -432,6 +432,10 @@ for kind in kinds {
     }
 }
 
+if wants("identity"), !onlyActivation {
+    print("\n### Identifying a new app's stream: /proc read and desktop entries (no server)\n")
+    print(identityRows(iterations: iterations))
+}
 print("\n### Activation → competing streams muted, as an observer client sees it (journal on \(journalOnDisk ? "disk (ext4)" : "tmpfs"))\n")
 print("| server | sessions | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 | audiod − floor p50 |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

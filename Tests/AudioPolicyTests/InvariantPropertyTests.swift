@@ -64,6 +64,11 @@ struct Simulation {
         case exit(pid: UInt32)
         case reuse(which: Int, parent: Int)
         case handlesSecondary(session: Int)
+        /// SPEC §7's identity inputs: a capture of a monitor (never a call), GameMode's registrations, and an app
+        /// whose desktop entry says it is a game or a media player.
+        case newMonitorRecord(pid: UInt32)
+        case gameMode(pids: Set<UInt32>)
+        case newAppStream(pid: UInt32, entry: Int)
 
         static let explicitPids: [UInt32] = [10, 11, 12, 13]
         static let implicitPids: [UInt32] = [100, 101, 102, 103]
@@ -83,8 +88,8 @@ struct Simulation {
         ]
 
         init(code: Int) {
-            let kind = code % 20
-            let p = code / 20
+            let kind = code % 22
+            let p = code / 22
             let anyPid = (Op.explicitPids + Op.implicitPids)[p % 8]
             switch kind {
             case 0: self = .create(pid: Op.explicitPids[p % 4], lifetime: (p / 4) % 3 == 0 ? .process : .connection)
@@ -114,9 +119,20 @@ struct Simulation {
                 case 2: self = .exit(pid: Op.ancestorPids[(p / 4) % Op.ancestorPids.count])
                 default: self = .reuse(which: (p / 4) % 16, parent: (p / 64) % Op.parentChoices.count)
                 }
-            default: self = .handlesSecondary(session: p % 6)
+            case 19: self = .handlesSecondary(session: p % 6)
+            case 20:
+                switch p % 3 {
+                case 0: self = .newMonitorRecord(pid: anyPid)
+                default:
+                    // Which of the implicit apps' pids are registered: the bits of the code, so a case replays.
+                    let bits = (p / 3) % 16
+                    self = .gameMode(pids: Set(Op.implicitPids.enumerated().filter { bits & (1 << $0.offset) != 0 }.map(\.element)))
+                }
+            default: self = .newAppStream(pid: anyPid, entry: p % 3)
             }
         }
+
+        static let entries: [[String]] = [["Game", "ArcadeGame"], ["AudioVideo", "Player"], ["AudioVideo"]]
 
         var description: String {
             switch self {
@@ -144,6 +160,9 @@ struct Simulation {
             case .exit(let pid): return "process \(pid) exits"
             case .reuse(let k, let parent): return "a new process takes exited pid#\(k) under \(Op.parentChoices[parent])"
             case .handlesSecondary(let s): return "session#\(s) toggles HandlesSecondaryAudio"
+            case .newMonitorRecord(let pid): return "new monitor capture pid \(pid)"
+            case .gameMode(let pids): return "GameMode games \(pids.sorted())"
+            case .newAppStream(let pid, let e): return "new stream pid \(pid) of an app whose entry says \(Op.entries[e])"
             }
         }
     }
@@ -226,6 +245,32 @@ struct Simulation {
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
             server[id] = info
             userMuted[id] = muted
+            userVolume[id] = .normal
+            step(.streamAppeared(info))
+        case .newMonitorRecord(let pid):
+            guard !exited.contains(pid) else { return }
+            let id = StreamID.record(nextIndex)
+            nextIndex += 1
+            let info = StreamInfo(
+                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", device: "speakers.monitor", fromMonitor: true)
+            server[id] = info
+            userMuted[id] = false
+            userVolume[id] = .normal
+            step(.streamAppeared(info))
+        case .gameMode(let pids):
+            step(.gameModeGames(pids))
+        case .newAppStream(let pid, let e):
+            guard !exited.contains(pid) else { return }
+            let id = StreamID.playback(nextIndex)
+            nextIndex += 1
+            let profile = AppProfile(
+                names: [.init("org.example.App\(pid)", .launcherScope)],
+                entry: .init(id: "org.example.App\(pid)", path: "/apps/\(pid).desktop", categories: Op.entries[e], foundThrough: .launcherScope))
+            let info = StreamInfo(
+                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", volume: .normal,
+                device: devices.contains("headphones") ? "headphones" : "speakers", app: profile)
+            server[id] = info
+            userMuted[id] = false
             userVolume[id] = .normal
             step(.streamAppeared(info))
         case .newRecord(let pid):

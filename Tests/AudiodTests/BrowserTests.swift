@@ -122,7 +122,7 @@ struct BrowserTests {
         return profile
     }
 
-    /// Issue 22: Firefox registered its player as `Stopped`, then played, and a playback activation 2.5 s later
+    /// Firefox once registered its player as `Stopped`, then played, and a playback activation 2.5 s later
     /// neither paused it nor muted its streams (3 of 13 starts on PipeWire). `AUDIOD_FIREFOX_STARTS` sets the
     /// starts per server (scripts/reliability: 30).
     @Test("Firefox started again and again: each time, an activation 2.5 s after it plays silences it",

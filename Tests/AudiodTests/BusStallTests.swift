@@ -8,7 +8,7 @@ import PulseBackend
 import Synchronization
 import Testing
 
-/// Issue 22: a bus daemon that reads nothing (overloaded by another program, or stopped) must not stop
+/// A bus daemon that reads nothing (overloaded by another program, or stopped) must not stop
 /// enforcement. audiod keeps what it has to say queued, without waiting for the bus, and goes on muting streams;
 /// once the bus reads again, everything arrives whole and in order. Past its bound it restores and exits.
 @Suite(.serialized)

@@ -3,7 +3,7 @@ import DBusService
 import Foundation
 import Testing
 
-/// Issue 23: apps that label nothing are recognised the way the desktop knows them — a game launched from the
+/// Apps that label nothing are recognised the way the desktop knows them — a game launched from the
 /// menu, a program GameMode knows, a softphone that captures and plays — on both servers, with real programs.
 @Suite(.serialized)
 struct DesktopIdentityTests {
@@ -184,5 +184,113 @@ struct DesktopIdentityTests {
         }, "not a game: \(String(describing: found?.identity))")
         #expect(found?.identity["source"]?.stringValue == "launcher-scope", "\(String(describing: found?.identity))")
         #expect(found?.identity["app-id"]?.stringValue == "org.example.ScopedGame")
+    }
+
+    /// The microphone of the calls below: a capture device that is not a monitor.
+    func microphone(_ server: TestServer) throws {
+        if server.kind == .pulseaudio {
+            _ = try server.pactl(["load-module", "module-null-source", "source_name=mic"])
+        } else {
+            _ = try server.pactl(["load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual"])
+        }
+    }
+
+    @Test("a call whose program plays on after it stops capturing: the music comes back after the linger",
+          arguments: ServerKind.allCases)
+    func callThatPlaysOn(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        try microphone(server)
+        let (_, mpv) = try players.mpv(server, heardBy: d)
+        // About 1.5 s of capture, then only playback, in one process (Tests/Fixtures/softphone.c).
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Fixtures/softphone.c").path
+        let binary = "\(server.directory)/softphone"
+        let built = try server.runStatus(["gcc", "-O1", "-o", binary, source, "-lpulse-simple", "-lpulse", "-lpthread"])
+        #expect(built.status == 0, "building the softphone: \(built.output)")
+        let call = try server.spawn([binary, "1500"], log: "call.log")
+        defer { call.kill() }
+        #expect(waitFor(15) { players.status(server, mpv) == "Paused" }, "mpv plays on through the call: \(server.file("call.log"))")
+        let paused = Date()
+        #expect(waitFor(20) { players.status(server, mpv) == "Playing" }, "mpv did not come back after the call stopped capturing")
+        let back = Date().timeIntervalSince(paused)
+        // Capture (~1.5–3 s) plus the linger (2 s): not at once.
+        #expect(back > 1.5, "the music came back after \(back) s, before the call's linger")
+        #expect(server.playbackStream(pid: call.pid) != nil, "the call's program stopped playing (nothing to test)")
+    }
+
+    @Test("a game that captures and plays (voice chat) mixes: a running music app is untouched", arguments: ServerKind.allCases)
+    func gameVoiceChat(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        try microphone(server)
+        let (_, mpv) = try players.mpv(server, heardBy: d)
+        let game = try server.spawn(["gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert", "!",
+                                     "pulsesink", "stream-properties=props,media.role=game"], log: "game.log")
+        defer { game.kill() }
+        var found: (session: String, identity: [String: DBusValue])?
+        #expect(waitFor(15) {
+            found = identity(d, streamOf: UInt32(game.pid))
+            return found.map { d.client.property($0.session, API.session.name, "Mode")?.stringValue == "game-chat" } ?? false
+        }, "not a game's voice chat: \(String(describing: found?.identity)) \(server.file("game.log"))")
+        #expect(found.map { category(d, $0.session) } == "play-and-record")
+        usleep(1_500_000)
+        #expect(players.status(server, mpv) == "Playing", "a game's voice chat paused the music")
+        #expect(found.flatMap { d.client.property($0.session, API.session.name, "Mixable")?.boolValue } == true)
+    }
+
+    @Test("an interpreter and a program run in a terminal's scope take nobody's category", arguments: ServerKind.allCases)
+    func interpreterAndTerminal(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        // A game entry run by python3, and a terminal whose scope everything started from it inherits.
+        _ = try desktopEntry(server, id: "org.example.PyGame", categories: "Game;", exec: "python3 /opt/pygame/main.py")
+        _ = try desktopEntry(server, id: "org.example.Term", categories: "System;TerminalEmulator;", exec: "faketerm")
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        // A program whose executable is named python3 (pacat under that name).
+        let python = "\(server.directory)/bin/python3"
+        try FileManager.default.createDirectory(atPath: "\(server.directory)/bin", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: TestServer.which("pacat") ?? "/usr/bin/pacat", toPath: python)
+        let py = try server.spawn([python, "--playback", "/dev/zero", "--client-name=py-app"])
+        defer { py.kill() }
+        _ = try server.waitForPlaybackStream(pid: py.pid)
+        var found: (session: String, identity: [String: DBusValue])?
+        #expect(waitFor(10) {
+            found = identity(d, streamOf: UInt32(py.pid))
+            return found != nil
+        })
+        #expect(found.map { category(d, $0.session) } == "playback", "\(String(describing: found?.identity))")
+        #expect(found?.identity["category-reason"]?.stringValue?.hasPrefix("Default") == true, "\(String(describing: found?.identity))")
+        #expect(found?.identity["desktop-entry"]?.stringValue == "")
+
+        // In the terminal's scope, where cgroup2 allows one here.
+        guard let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
+            FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
+        }) else {
+            print("skipped the terminal-scope half: no writable cgroup2 hierarchy here")
+            return
+        }
+        let subtree = "\(root)/audiod-test-\(getpid())-term-\(kind)"
+        let scope = "\(subtree)/app-gnome-org.example.Term-77.scope"
+        try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
+        defer {
+            _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
+            rmdir(scope)
+            rmdir(subtree)
+        }
+        let inTerm = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec pacat --playback /dev/zero --client-name=term-child"])
+        defer { inTerm.kill() }
+        _ = try server.waitForPlaybackStream(pid: inTerm.pid)
+        #expect(waitFor(10) {
+            found = identity(d, streamOf: UInt32(inTerm.pid))
+            return found != nil
+        })
+        #expect(found?.identity["app-id"]?.stringValue == "pacat", "\(String(describing: found?.identity))")
+        #expect(found?.identity["source"]?.stringValue == "process")
+        #expect(found.map { category(d, $0.session) } == "playback")
     }
 }

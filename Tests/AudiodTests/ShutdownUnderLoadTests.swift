@@ -3,7 +3,7 @@ import DBusService
 import Foundation
 import Testing
 
-/// Issue 22: SIGTERM in the middle of a burst of activity. Four clients toggle their sessions as fast as audiod
+/// SIGTERM in the middle of a burst of activity. Four clients toggle their sessions as fast as audiod
 /// answers while new streams of four kinds start every 40 ms; SIGTERM lands after 0.6 s and the streams keep
 /// starting for 0.3 s more. audiod must exit 0, and every stream — those that ran, and new ones of every kind
 /// started afterwards — must be at the user's values: nothing audiod did outlives it, in the streams or in the

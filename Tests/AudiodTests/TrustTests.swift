@@ -202,7 +202,7 @@ struct TrustTests {
         #expect(otherErrors.isEmpty, "\(otherErrors.prefix(3))")
         #expect(failures.load(ordering: .relaxed) == 0, "the other client's calls failed")
         // The bound is fairness, not speed: a flooder that starved the loop would cost others hundreds of ms. With
-        // replies built by libdbus (issue 22) a refused call costs more CPU, and the worst call measured 26 ms once
+        // replies built by libdbus (so that the loop never waits for the bus) a refused call costs more CPU, and the worst call measured 26 ms once
         // (it was 11–19 ms with the hand-written writer).
         #expect(duringFlood < 40, "another client's SetActive took \(duringFlood) ms during the flood")
         #expect(duringRelease < 40, "another client's SetActive took \(duringRelease) ms while the flood's sessions were released")
