@@ -196,6 +196,7 @@ public final class PulseBackend: @unchecked Sendable {
     public func start() {
         loop.assertOnLoop()
         stopped = false
+        loadDesktopEntries()
         connect()
     }
 
@@ -506,23 +507,44 @@ public final class PulseBackend: @unchecked Sendable {
         return p
     }
 
-    /// The desktop entries, read once; inotify keeps them current, and a change re-resolves the running apps.
-    private func desktopEntries() -> DesktopEntryIndex {
+    /// The desktop entries once read (off the loop, at start: reading a desktop's few hundred entries takes ~10 ms,
+    /// which no decision should wait for); until then, none — the names from /proc still count, and the running
+    /// apps are judged again when the entries arrive. inotify keeps them current.
+    private func desktopEntries() -> any DesktopEntries {
         if let i = desktopIndex { return i }
-        let i = DesktopEntryIndex(directories: DesktopEntryIndex.applicationDirectories(
-            environment: ProcessInfo.processInfo.environment))
+        loadDesktopEntries()
+        return NoDesktopEntries()
+    }
+
+    private var loadingDesktopEntries = false
+
+    private func loadDesktopEntries() {
+        guard desktopIndex == nil, !loadingDesktopEntries else { return }
+        loadingDesktopEntries = true
+        let dirs = DesktopEntryIndex.applicationDirectories(environment: ProcessInfo.processInfo.environment)
+        let loop = self.loop
+        DispatchQueue.global(qos: .utility).async { [weak self] in
+            let box = IndexBox(DesktopEntryIndex(directories: dirs))
+            loop.execute { [weak self] in self?.desktopEntriesLoaded(box.index) }
+        }
+    }
+
+    private func desktopEntriesLoaded(_ i: DesktopEntryIndex) {
         desktopIndex = i
         logger.debug("identity: \(i.count) desktop entries read", metadata: ["refused": "\(i.refused.count)"])
         for path in i.refused.prefix(8) { logger.debug("identity: not a desktop entry, skipped: \(path)") }
         if i.fd >= 0 {
-            desktopWatch = loop.watch(fd: i.fd, events: .input) { [weak self] _ in self?.desktopEntriesChanged() }
+            desktopWatch = loop.watch(fd: i.fd, events: .input) { [weak self] _ in
+                guard let self, self.desktopIndex?.refresh() == true else { return }
+                self.rejudgeApps()
+            }
         }
-        return i
+        rejudgeApps()
     }
 
-    private func desktopEntriesChanged() {
-        guard let i = desktopIndex, i.refresh() else { return }
-        logger.debug("identity: desktop entries changed; \(i.count) now")
+    /// The desktop entries changed (or arrived): every running app is identified again.
+    private func rejudgeApps() {
+        logger.debug("identity: desktop entries now \(desktopIndex?.count ?? 0); judging the running apps again")
         hostCache.removeAll()
         guard enumerating == 0 else { return }
         for (id, t) in streams where t.fed != nil {
@@ -1067,4 +1089,16 @@ extension PulseBackend: PulseContextDelegate {
             }
         }
     }
+}
+
+/// No desktop entries (before they are read).
+private struct NoDesktopEntries: DesktopEntries {
+    func entry(id: String) -> DesktopEntry? { nil }
+    func entries(program: String) -> [DesktopEntry] { [] }
+}
+
+/// Hands the index, read on a worker thread, to the loop thread; nothing touches it on the worker afterwards.
+private final class IndexBox: @unchecked Sendable {
+    let index: DesktopEntryIndex
+    init(_ i: DesktopEntryIndex) { index = i }
 }
