@@ -30,7 +30,8 @@ public enum ProcessReader {
         return (f, notes)
     }
 
-    static func executableName(_ pid: UInt32) -> String? {
+    /// The file name of a process's executable (`/proc/PID/exe`), nil when it cannot be read.
+    public static func executableName(_ pid: UInt32) -> String? {
         var buffer = [CChar](repeating: 0, count: 4096)
         let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
         guard n > 0 else { return nil }

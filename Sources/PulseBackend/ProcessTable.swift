@@ -1,3 +1,4 @@
+import AppIdentity
 import CPulse
 import Dispatch
 import FoundationEssentials
@@ -94,21 +95,12 @@ extension ProcessTable {
     public static func plausiblyRuns(_ pid: UInt32, binary: String?) -> Bool {
         guard pid > 0, owner(of: pid) == getuid() else { return false }
         guard let binary, !binary.isEmpty else { return true }
-        if let exe = executableName(pid) { return exe == binary }
+        if let exe = ProcessReader.executableName(pid) { return exe == binary }
         guard let comm = read("/proc/\(pid)/comm") else { return false }
         // The kernel keeps 15 bytes of a process's name.
         return trimmed(String(decoding: comm, as: UTF8.self)) == String(decoding: binary.utf8.prefix(15), as: UTF8.self)
     }
 
-    /// The file name of a process's executable (`/proc/PID/exe`), nil when it cannot be read.
-    static func executableName(_ pid: UInt32) -> String? {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let n = readlink("/proc/\(pid)/exe", &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        var path = String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
-        return path.split(separator: "/").last.map(String.init)
-    }
 
     /// The host pid of the process a client reported as `reported`: itself when the host process with that pid
     /// plausibly runs `binary`; else, for a client in a pid namespace of its own, the one process of this user that

@@ -30,6 +30,25 @@ struct DesktopIdentityTests {
         return nil
     }
 
+    /// An app scope named as GNOME names them, in a cgroup2 subtree of the test's own; nil (with a line saying why)
+    /// where the machine has no writable cgroup2 hierarchy. `cleanup` removes it once its processes are gone.
+    func appScope(_ name: String, tag: String) throws -> (scope: String, cleanup: () -> Void)? {
+        guard let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
+            FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
+        }) else {
+            print("skipped: no writable cgroup2 hierarchy here (making an app scope needs one, as root)")
+            return nil
+        }
+        let subtree = "\(root)/audiod-test-\(getpid())-\(tag)"
+        let scope = "\(subtree)/\(name)"
+        try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
+        return (scope, {
+            _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
+            rmdir(scope)
+            rmdir(subtree)
+        })
+    }
+
     func category(_ d: Daemon, _ session: String) -> String? { d.client.property(session, API.session.name, "Category")?.stringValue }
 
     func sounds(_ server: TestServer, pid: pid_t) -> Bool {
@@ -149,28 +168,13 @@ struct DesktopIdentityTests {
     @Test("the same game in an app scope named as GNOME names them: a game, found through its scope",
           arguments: ServerKind.allCases)
     func gameInAppScope(kind: ServerKind) throws {
-        // The cgroup2 hierarchy: a subtree of the test's own, removed afterwards.
-        let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first {
-            FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
-        }
-        guard let root else {
-            print("skipped: no writable cgroup2 hierarchy here (making an app scope needs one, as root)")
-            return
-        }
+        guard let (scope, cleanup) = try appScope("app-gnome-org.example.ScopedGame-4242.scope", tag: "\(kind)") else { return }
+        defer { cleanup() }
         let server = try TestServer(kind)
         defer { server.stop() }
         let tone = try players.tone(server)
         // The entry runs another program than the one that plays: only the scope can name the game.
         _ = try desktopEntry(server, id: "org.example.ScopedGame", categories: "Game;", exec: "scoped-game-launcher")
-        let subtree = "\(root)/audiod-test-\(getpid())-\(kind)"
-        let scope = "\(subtree)/app-gnome-org.example.ScopedGame-4242.scope"
-        try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
-        defer {
-            // Processes leave with their kill; then the directories can go.
-            _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
-            rmdir(scope)
-            rmdir(subtree)
-        }
         let d = try Daemon.start(server)
         defer { d.stop() }
         let game = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec ffplay -nodisp -loglevel quiet -loop 0 \(tone)"],
@@ -268,20 +272,8 @@ struct DesktopIdentityTests {
         #expect(found?.identity["desktop-entry"]?.stringValue == "")
 
         // In the terminal's scope, where cgroup2 allows one here.
-        guard let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
-            FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
-        }) else {
-            print("skipped the terminal-scope half: no writable cgroup2 hierarchy here")
-            return
-        }
-        let subtree = "\(root)/audiod-test-\(getpid())-term-\(kind)"
-        let scope = "\(subtree)/app-gnome-org.example.Term-77.scope"
-        try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
-        defer {
-            _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
-            rmdir(scope)
-            rmdir(subtree)
-        }
+        guard let (scope, cleanup) = try appScope("app-gnome-org.example.Term-77.scope", tag: "term-\(kind)") else { return }
+        defer { cleanup() }
         let inTerm = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec pacat --playback /dev/zero --client-name=term-child"])
         defer { inTerm.kill() }
         _ = try server.waitForPlaybackStream(pid: inTerm.pid)
