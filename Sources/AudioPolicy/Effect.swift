@@ -132,10 +132,10 @@ public struct SessionIdentity: Sendable, Equatable {
     public var source: String
     /// The desktop entry that decided something, or empty.
     public var desktopEntry: String
-    /// A sentence naming what decided the category.
-    public var categoryReason: String
+    /// What decided the category (`text` words it).
+    public var categoryReason: CategoryReason
 
-    public init(appID: String, source: String, desktopEntry: String, categoryReason: String) {
+    public init(appID: String, source: String, desktopEntry: String, categoryReason: CategoryReason) {
         self.appID = appID
         self.source = source
         self.desktopEntry = desktopEntry

@@ -424,8 +424,7 @@ extension Engine {
     func identity(_ s: SessionState) -> SessionIdentity {
         guard s.isImplicit else {
             return SessionIdentity(
-                appID: s.applicationName, source: "explicit", desktopEntry: "",
-                categoryReason: "Set by the app (SetCategory)")
+                appID: s.applicationName, source: "explicit", desktopEntry: "", categoryReason: .explicit)
         }
         let p = profile(of: s)
         let name = p?.id

@@ -337,21 +337,17 @@ extension Engine {
         }
     }
 
-    /// Game evidence for an implicit session (SPEC §7 step 2), as a sentence; nil when there is none.
-    func gameEvidence(_ s: SessionState, roles: Set<String>, profile: AppProfile?) -> String? {
-        if roles.contains("game") || roles.contains("Game") { return "Game: a stream has media.role game" }
-        if let e = profile?.entry, e.isGame {
-            return "Game: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)"
-        }
+    /// Game evidence for an implicit session (SPEC §7 step 2); nil when there is none.
+    func gameEvidence(_ s: SessionState, roles: Set<String>, profile: AppProfile?) -> CategoryReason.GameEvidence? {
+        if roles.contains("game") { return .role }
+        if let e = profile?.entry, e.isGame { return .entry(e) }
         if !gamePids.isEmpty {
             for id in s.allStreams {
                 guard let chain = streams[id]?.info.processChain else { continue }
-                if let pid = chain.first(where: gamePids.contains) {
-                    return "Game: registered with GameMode (pid \(pid))"
-                }
+                if let pid = chain.first(where: gamePids.contains) { return .gameMode(pid) }
             }
         }
-        if let steam = profile?.steamGame { return "Game: Steam's environment (app \(steam))" }
+        if let steam = profile?.steamGame { return .steam(steam) }
         return nil
     }
 
@@ -370,11 +366,11 @@ extension Engine {
     /// SPEC §7, first match wins: an app rule (D-Bus over config; on the strongest name), game evidence, the
     /// voice-call rule, an MPRIS player, the highest-priority media role, record-only, a media player's desktop
     /// entry, the default. With the sentence a person reads.
-    func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool, reason: String) {
+    func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool, reason: CategoryReason) {
         // Runs on every stream event of the session (a game may hold a hundred streams): one pass over them, and
         // none for rules when there are none.
         let profile = profile(of: s)
-        for (rules, source) in [(busRules, "audioctl"), (configRules, "the config file")] where !rules.isEmpty {
+        for (rules, source) in [(busRules, CategoryReason.RuleSource.bus), (configRules, .config)] where !rules.isEmpty {
             // The rule on the strongest name wins: the profile's names in order, then what the streams say.
             var names: [String] = profile?.names.map(\.name) ?? []
             for id in s.allStreams {
@@ -382,7 +378,7 @@ extension Engine {
                 names += [info.applicationID, info.binary, info.applicationName].compactMap { $0 }
             }
             for name in names where !name.isEmpty {
-                if let rule = rules[name] { return (rule.configuration, false, "Rule from \(source) for \"\(name)\"") }
+                if let rule = rules[name] { return (rule.configuration, false, .rule(from: source, name: name)) }
             }
         }
         var roles: Set<String> = []
@@ -399,32 +395,30 @@ extension Engine {
         if let game = gameEvidence(s, roles: roles, profile: profile) {
             if call {
                 return (Configuration(category: .playAndRecord, mode: .gameChat, options: [.mixWithOthers]), false,
-                        game + ", capturing while playing: its voice chat mixes")
+                        .gameChat(game))
             }
-            return (Configuration(category: .ambient), false, game)
+            return (Configuration(category: .ambient), false, .game(game))
         }
         if call {
-            return (Configuration(category: .playAndRecord, mode: .voiceChat), false,
-                    "Call: captures from a microphone while it plays")
+            return (Configuration(category: .playAndRecord, mode: .voiceChat), false, .voiceCall)
         }
-        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false, "Media player: owns an MPRIS player") }
+        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false, .mpris) }
         for tier in Settings.builtInRoles {
             if let role = tier.roles.first(where: roles.contains) {
                 return (settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary,
-                        "Role: a stream has media.role \(role)")
+                        .role(role, configured: false))
             }
         }
         for role in roles.sorted() {
-            if let config = settings.roleConfigurations[role] { return (config, false, "Role: a stream has media.role \(role) (config)") }
+            if let config = settings.roleConfigurations[role] { return (config, false, .role(role, configured: true)) }
         }
         if owned > 0 && recording == owned {
-            return (Configuration(category: .record), false, "Records only")
+            return (Configuration(category: .record), false, .recordOnly)
         }
         if let e = profile?.entry, e.isPlayer {
-            return (Configuration(category: .playback), false,
-                    "Media player: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)")
+            return (Configuration(category: .playback), false, .player(e))
         }
-        return (settings.defaultConfiguration, false, "Default: nothing says what it is")
+        return (settings.defaultConfiguration, false, .default)
     }
 
     /// PipeWire's role names mean their PulseAudio equivalents (SPEC §7 step 5).

@@ -49,8 +49,8 @@ enum DeactivationCause: Sendable {
     /// for the linger (`voiceCallEndScheduled` while that runs).
     var voiceCall = false
     var voiceCallEndScheduled = false
-    /// Why an implicit session has its category, as a person reads it (`Identity`'s `category-reason`).
-    var categoryReason = ""
+    /// Why an implicit session has its category (`Identity`'s `category-reason`, worded when a view is made).
+    var categoryReason = CategoryReason.default
 
     var isImplicit: Bool { implicitKey != nil }
     var isCall: Bool { configuration.isCall }
@@ -91,4 +91,55 @@ struct PlayerState: Sendable {
     var info: PlayerInfo
     /// audiod sent `Pause` while it was `Playing`: the only players audiod will `Play`.
     var pausedByAudiod = false
+}
+
+/// What decided an implicit session's category (SPEC §7), kept as data: a step compares it, and only a view of the
+/// session words it.
+public enum CategoryReason: Equatable, Sendable {
+    public enum RuleSource: Equatable, Sendable { case bus, config }
+    public enum GameEvidence: Equatable, Sendable {
+        case role
+        case entry(AppProfile.Entry)
+        case gameMode(UInt32)
+        case steam(String)
+    }
+
+    case rule(from: RuleSource, name: String)
+    case game(GameEvidence)
+    case gameChat(GameEvidence)
+    case voiceCall
+    case mpris
+    case role(String, configured: Bool)
+    case recordOnly
+    case player(AppProfile.Entry)
+    case `default`
+    /// An explicit session: the app set its category.
+    case explicit
+
+    /// The sentence a person reads (`audioctl apps`).
+    public var text: String {
+        switch self {
+        case .rule(let from, let name): "Rule from \(from == .bus ? "audioctl" : "the config file") for \"\(name)\""
+        case .game(let g): Self.words(g)
+        case .gameChat(let g): Self.words(g) + ", capturing while playing: its voice chat mixes"
+        case .voiceCall: "Call: captures from a microphone while it plays"
+        case .mpris: "Media player: owns an MPRIS player"
+        case .role(let r, let configured): "Role: a stream has media.role \(r)" + (configured ? " (config)" : "")
+        case .recordOnly: "Records only"
+        case .player(let e):
+            "Media player: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)"
+        case .default: "Default: nothing says what it is"
+        case .explicit: "Set by the app (SetCategory)"
+        }
+    }
+
+    static func words(_ g: GameEvidence) -> String {
+        switch g {
+        case .role: "Game: a stream has media.role game"
+        case .entry(let e):
+            "Game: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)"
+        case .gameMode(let pid): "Game: registered with GameMode (pid \(pid))"
+        case .steam(let app): "Game: Steam's environment (app \(app))"
+        }
+    }
 }

@@ -418,7 +418,7 @@ public final class AudioSessionService {
         case .identity(let i):
             (p.name, .properties([
                 ("app-id", .string(i.appID)), ("source", .string(i.source)),
-                ("desktop-entry", .string(i.desktopEntry)), ("category-reason", .string(i.categoryReason)),
+                ("desktop-entry", .string(i.desktopEntry)), ("category-reason", .string(i.categoryReason.text)),
             ]))
         }
     }

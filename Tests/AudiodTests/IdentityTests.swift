@@ -74,6 +74,8 @@ struct DesktopIdentityTests {
             return game != nil
         }, "no ffplay stream: \(server.file("gio.log"))")
         let gamePID = try #require(game?.pid)
+        // gio launch starts the game detached (its parent is init, not the test): end it by its pid.
+        defer { _ = kill(pid_t(gamePID), SIGKILL) }
         var found: (session: String, identity: [String: DBusValue])?
         #expect(waitFor(10) {
             found = identity(d, streamOf: gamePID)
