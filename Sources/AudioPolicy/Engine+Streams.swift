@@ -351,16 +351,13 @@ extension Engine {
         return nil
     }
 
-    /// The strongest profile among the session's streams (all streams of one app usually carry the same one).
+    /// The app's profile, from the first of the session's streams that has one: an implicit session's streams come
+    /// from one app, so they carry the same profile. Not sorted, not compared: this runs on every stream event of
+    /// the session, which may hold a thousand streams.
     func profile(of s: SessionState) -> AppProfile? {
-        var best: AppProfile?
-        for id in s.allStreams {
-            guard let p = streams[id]?.info.app, let name = p.id else { continue }
-            if best == nil || name.source < (best?.id?.source ?? .process) || (best?.entry == nil && p.entry != nil) {
-                best = p
-            }
-        }
-        return best
+        for id in s.playbackStreams { if let p = streams[id]?.info.app { return p } }
+        for id in s.recordStreams { if let p = streams[id]?.info.app { return p } }
+        return nil
     }
 
     /// SPEC §7, first match wins: an app rule (D-Bus over config; on the strongest name), game evidence, the
