@@ -108,7 +108,7 @@ struct DesktopIdentityTests {
         }
         let server = try TestServer(kind)
         defer { server.stop() }
-        _ = try server.spawn(["gamemoded"], log: "gamemoded.log")
+        let gamemoded = try server.spawn(["gamemoded"], log: "gamemoded.log")
         let d = try Daemon.start(server)
         defer { d.stop() }
         // gamemoderun's way: the library registers the process with gamemoded when it loads.
@@ -121,6 +121,10 @@ struct DesktopIdentityTests {
             return found.map { category(d, $0.session) == "ambient" } ?? false
         }, "not a game: \(String(describing: found?.identity)) \(server.file("gamemoded.log").suffix(500))")
         #expect(found?.identity["category-reason"]?.stringValue?.contains("GameMode") == true)
+        // GameMode goes away: its registrations are evidence no more, and the next-weaker evidence decides.
+        gamemoded.kill()
+        #expect(waitFor(10) { found.map { category(d, $0.session) == "playback" } ?? false },
+                "still a game after GameMode went away: \(String(describing: identity(d, streamOf: UInt32(game.pid))?.identity))")
     }
 
     @Test("a GStreamer call (pulsesrc ! pulsesink on a microphone) pauses mpv, which plays again when the call ends",
