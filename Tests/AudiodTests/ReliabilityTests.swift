@@ -95,21 +95,11 @@ struct ReliabilityTests {
         // Load: four clients toggling their sessions as fast as audiod answers, all through the restarts.
         let stop = Switch()
         let calls = Counter()
-        var workers: [Thread] = []
         let loaders = try (0..<4).map { _ in try BusClient(address: address, recordSignals: false) }
-        for (i, c) in loaders.enumerated() {
-            let path = try c.makeSession(pid: holder.pid, i % 2 == 0 ? "ambient" : "playback", options: i % 2 == 0 ? [] : ["mix-with-others"])
-            let t = Thread {
-                var on = true
-                while !stop.isOn {
-                    _ = c.session(path, "SetActive", [.bool(on), .strings([])])
-                    on.toggle()
-                    calls.add()
-                }
-            }
-            t.start()
-            workers.append(t)
+        let paths = try loaders.enumerated().map { i, c in
+            try c.makeSession(pid: holder.pid, i % 2 == 0 ? "ambient" : "playback", options: i % 2 == 0 ? [] : ["mix-with-others"])
         }
+        toggleSessions(Array(zip(loaders, paths)), until: stop, counting: calls)
         defer {
             stop.set(true)
             usleep(200_000)
@@ -145,6 +135,20 @@ struct ReliabilityTests {
         print("reliability: \(kind): \(rounds) server restarts under load (\(calls.value) SetActive calls from 4 clients meanwhile); "
             + "worst reconnect \(fmt(reconnects)) after the server answered (target 2 s); "
             + "worst new stream → policy re-applied \(fmt(reapplied))")
+    }
+}
+
+/// One thread per (client, session) that toggles the session's `SetActive` as fast as audiod answers, until `stop`.
+func toggleSessions(_ sessions: [(BusClient, String)], until stop: Switch, counting calls: Counter) {
+    for (c, path) in sessions {
+        Thread {
+            var on = true
+            while !stop.isOn {
+                _ = c.session(path, "SetActive", [.bool(on), .strings([])])
+                on.toggle()
+                calls.add()
+            }
+        }.start()
     }
 }
 

@@ -50,19 +50,7 @@ struct ShutdownUnderLoadTests {
             let paths = try zip(clients, shapes).map { c, s in try c.makeSession(pid: holder.pid, s.0, mode: s.1, options: s.2) }
             let stop = Switch()
             let calls = Counter()
-            var threads: [Thread] = []
-            for (c, path) in zip(clients, paths) {
-                let t = Thread {
-                    var on = true
-                    while !stop.isOn {
-                        _ = c.session(path, "SetActive", [.bool(on), .strings([])])
-                        on.toggle()
-                        calls.add()
-                    }
-                }
-                t.start()
-                threads.append(t)
-            }
+            toggleSessions(Array(zip(clients, paths)), until: stop, counting: calls)
             var streams: [Child] = []
             let started = Date()
             var terminated: Date?

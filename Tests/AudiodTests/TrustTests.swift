@@ -399,22 +399,28 @@ struct StopAndRecoveryTests {
         #expect(again.status == 0 && again.output.contains("nothing to restore"), "\(again)")
     }
 
-    @Test("a policy mute left in the restore database is repaired when audiod stops, and by `audiod --restore` after a kill",
-          arguments: servers, ["SIGTERM", "SIGKILL + --restore"])
-    func restoreRepairsDatabase(kind: ServerKind, stop: String) throws {
-        let server = try TestServer(kind, streamRestore: true)
-        defer { server.stop() }
+    /// A music player quits while a call silences it: the server saves the mute for the music role. Returns audiod
+    /// (its client closed) and the call, still running.
+    func musicQuitsDuringCall(_ server: TestServer) throws -> (Daemon, Child) {
         let d = try Daemon.start(server)
         let music = try playback(server, name: "music-player", role: "music")
         _ = try server.waitForPlaybackStream(pid: music.pid)
         let phone = try playback(server, name: "softphone", role: "phone")
         _ = try server.waitForPlaybackStream(pid: phone.pid)
         #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true })
-        // The player quits while silenced: the server saves its mute for the music role.
         usleep(1_500_000)
         music.kill()
         usleep(2_500_000)
         d.client.close()
+        return (d, phone)
+    }
+
+    @Test("a policy mute left in the restore database is repaired when audiod stops, and by `audiod --restore` after a kill",
+          arguments: servers, ["SIGTERM", "SIGKILL + --restore"])
+    func restoreRepairsDatabase(kind: ServerKind, stop: String) throws {
+        let server = try TestServer(kind, streamRestore: true)
+        defer { server.stop() }
+        let (d, phone) = try musicQuitsDuringCall(server)
         var output = ""
         if stop == "SIGTERM" {
             d.child.signal(SIGTERM)
@@ -441,16 +447,7 @@ struct StopAndRecoveryTests {
     func restoreCorrectsLiveLeakedStream(kind: ServerKind) throws {
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
-        let d = try Daemon.start(server)
-        let music = try playback(server, name: "music-player", role: "music")
-        _ = try server.waitForPlaybackStream(pid: music.pid)
-        let phone = try playback(server, name: "softphone", role: "phone")
-        _ = try server.waitForPlaybackStream(pid: phone.pid)
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true })
-        usleep(1_500_000)
-        music.kill()
-        usleep(2_500_000)
-        d.client.close()
+        let (d, phone) = try musicQuitsDuringCall(server)
         d.child.kill()
         phone.kill()
         // No audiod: the next music stream takes what the database holds. On PulseAudio audiod rewrote the entry
