@@ -86,13 +86,7 @@ struct BrowserTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let profile = "\(server.directory)/firefox"
-        try FileManager.default.createDirectory(atPath: profile, withIntermediateDirectories: true)
-        try """
-            user_pref("media.autoplay.default", 0);
-            user_pref("media.autoplay.blocking_policy", 0);
-            user_pref("browser.shell.checkDefaultBrowser", false);
-            """.write(toFile: profile + "/user.js", atomically: true, encoding: .utf8)
+        let profile = try firefoxProfile(server, 0)
         _ = try server.spawn(["firefox-esr", "--headless", "--no-remote", "--profile", profile, try page(server)], log: "firefox.log")
         let s = try browserStream(server, name: "firefox")
         let streamPID = try #require(s.pid)

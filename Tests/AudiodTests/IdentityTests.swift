@@ -49,6 +49,19 @@ struct DesktopIdentityTests {
         })
     }
 
+    typealias Found = (session: String, identity: [String: DBusValue])
+
+    /// Waits until the session that owns the stream of `pid` exists and `until` holds for it; what was last seen, and
+    /// whether it held in time.
+    func waitForApp(_ d: Daemon, pid: UInt32, timeout: Double = 10, until: (Found) -> Bool = { _ in true }) -> (Found?, Bool) {
+        var found: Found?
+        let ok = waitFor(timeout) {
+            found = identity(d, streamOf: pid)
+            return found.map(until) ?? false
+        }
+        return (found, ok)
+    }
+
     func category(_ d: Daemon, _ session: String) -> String? { d.client.property(session, API.session.name, "Category")?.stringValue }
 
     func sounds(_ server: TestServer, pid: pid_t) -> Bool {
@@ -76,11 +89,8 @@ struct DesktopIdentityTests {
         let gamePID = try #require(game?.pid)
         // gio launch starts the game detached (its parent is init, not the test): end it by its pid.
         defer { _ = kill(pid_t(gamePID), SIGKILL) }
-        var found: (session: String, identity: [String: DBusValue])?
-        #expect(waitFor(10) {
-            found = identity(d, streamOf: gamePID)
-            return found.map { category(d, $0.session) == "ambient" } ?? false
-        }, "ffplay is not ambient: \(String(describing: found?.identity))")
+        let (found, ok) = waitForApp(d, pid: gamePID, timeout: 10, until: { category(d, $0.session) == "ambient" })
+        #expect(ok, "ffplay is not ambient: \(String(describing: found?.identity))")
         let reason = found?.identity["category-reason"]?.stringValue ?? ""
         #expect(reason.contains("Game") && reason.contains("org.example.SpaceGame"), "reason: \(reason)")
         #expect(found?.identity["app-id"]?.stringValue == "org.example.SpaceGame")
@@ -115,11 +125,8 @@ struct DesktopIdentityTests {
         let game = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=plain-game"],
                                     environment: ["LD_PRELOAD": lib], log: "game.log")
         _ = try server.waitForPlaybackStream(pid: game.pid)
-        var found: (session: String, identity: [String: DBusValue])?
-        #expect(waitFor(10) {
-            found = identity(d, streamOf: UInt32(game.pid))
-            return found.map { category(d, $0.session) == "ambient" } ?? false
-        }, "not a game: \(String(describing: found?.identity)) \(server.file("gamemoded.log").suffix(500))")
+        let (found, ok) = waitForApp(d, pid: UInt32(game.pid), timeout: 10, until: { category(d, $0.session) == "ambient" })
+        #expect(ok, "not a game: \(String(describing: found?.identity)) \(server.file("gamemoded.log").suffix(500))")
         #expect(found?.identity["category-reason"]?.stringValue?.contains("GameMode") == true)
         // GameMode goes away: its registrations are evidence no more, and the next-weaker evidence decides.
         gamemoded.kill()
@@ -134,21 +141,12 @@ struct DesktopIdentityTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        // A capture device that is not a monitor.
-        if kind == .pulseaudio {
-            _ = try server.pactl(["load-module", "module-null-source", "source_name=mic"])
-        } else {
-            _ = try server.pactl(["load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual"])
-        }
+        try microphone(server)
         let (_, mpv) = try players.mpv(server, heardBy: d)
         let call = try server.spawn(["gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert",
                                      "!", "pulsesink"], log: "call.log")
         #expect(waitFor(15) { players.status(server, mpv) == "Paused" }, "mpv plays on through the call: \(server.file("call.log"))")
-        var found: (session: String, identity: [String: DBusValue])?
-        _ = waitFor(5) {
-            found = identity(d, streamOf: UInt32(call.pid))
-            return found != nil
-        }
+        let (found, _) = waitForApp(d, pid: UInt32(call.pid), timeout: 5)
         #expect(found?.identity["category-reason"]?.stringValue?.hasPrefix("Call") == true, "\(String(describing: found?.identity))")
         call.kill()
         #expect(waitFor(15) { players.status(server, mpv) == "Playing" }, "mpv did not come back after the call")
@@ -187,11 +185,8 @@ struct DesktopIdentityTests {
                                     environment: ["SDL_AUDIODRIVER": "pulse"], log: "scoped.log")
         defer { game.kill() }
         _ = try server.waitForPlaybackStream(pid: game.pid, timeout: 20)
-        var found: (session: String, identity: [String: DBusValue])?
-        #expect(waitFor(10) {
-            found = identity(d, streamOf: UInt32(game.pid))
-            return found.map { category(d, $0.session) == "ambient" } ?? false
-        }, "not a game: \(String(describing: found?.identity))")
+        let (found, ok) = waitForApp(d, pid: UInt32(game.pid), timeout: 10, until: { category(d, $0.session) == "ambient" })
+        #expect(ok, "not a game: \(String(describing: found?.identity))")
         #expect(found?.identity["source"]?.stringValue == "launcher-scope", "\(String(describing: found?.identity))")
         #expect(found?.identity["app-id"]?.stringValue == "org.example.ScopedGame")
     }
@@ -241,11 +236,8 @@ struct DesktopIdentityTests {
         let game = try server.spawn(["gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert", "!",
                                      "pulsesink", "stream-properties=props,media.role=game"], log: "game.log")
         defer { game.kill() }
-        var found: (session: String, identity: [String: DBusValue])?
-        #expect(waitFor(15) {
-            found = identity(d, streamOf: UInt32(game.pid))
-            return found.map { d.client.property($0.session, API.session.name, "Mode")?.stringValue == "game-chat" } ?? false
-        }, "not a game's voice chat: \(String(describing: found?.identity)) \(server.file("game.log"))")
+        let (found, ok) = waitForApp(d, pid: UInt32(game.pid), timeout: 15, until: { d.client.property($0.session, API.session.name, "Mode")?.stringValue == "game-chat" })
+        #expect(ok, "not a game's voice chat: \(String(describing: found?.identity)) \(server.file("game.log"))")
         #expect(found.map { category(d, $0.session) } == "play-and-record")
         usleep(1_500_000)
         #expect(players.status(server, mpv) == "Playing", "a game's voice chat paused the music")
@@ -268,11 +260,8 @@ struct DesktopIdentityTests {
         let py = try server.spawn([python, "--playback", "/dev/zero", "--client-name=py-app"])
         defer { py.kill() }
         _ = try server.waitForPlaybackStream(pid: py.pid)
-        var found: (session: String, identity: [String: DBusValue])?
-        #expect(waitFor(10) {
-            found = identity(d, streamOf: UInt32(py.pid))
-            return found != nil
-        })
+        let (found, ok) = waitForApp(d, pid: UInt32(py.pid), timeout: 10)
+        #expect(ok)
         #expect(found.map { category(d, $0.session) } == "playback", "\(String(describing: found?.identity))")
         #expect(found?.identity["category-reason"]?.stringValue?.hasPrefix("Default") == true, "\(String(describing: found?.identity))")
         #expect(found?.identity["desktop-entry"]?.stringValue == "")
@@ -283,12 +272,46 @@ struct DesktopIdentityTests {
         let inTerm = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec pacat --playback /dev/zero --client-name=term-child"])
         defer { inTerm.kill() }
         _ = try server.waitForPlaybackStream(pid: inTerm.pid)
-        #expect(waitFor(10) {
-            found = identity(d, streamOf: UInt32(inTerm.pid))
-            return found != nil
-        })
-        #expect(found?.identity["app-id"]?.stringValue == "pacat", "\(String(describing: found?.identity))")
-        #expect(found?.identity["source"]?.stringValue == "process")
-        #expect(found.map { category(d, $0.session) } == "playback")
+        let (child, seen) = waitForApp(d, pid: UInt32(inTerm.pid))
+        #expect(seen)
+        #expect(child?.identity["app-id"]?.stringValue == "pacat", "\(String(describing: child?.identity))")
+        #expect(child?.identity["source"]?.stringValue == "process")
+        #expect(child.map { category(d, $0.session) } == "playback")
+    }
+
+    @Test("a peer that is not GameMode cannot make an app a game: forged GameRegistered, broadcast and unicast, are ignored")
+    func forgedGameMode() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        // The real gamemoded owns the name, so audiod follows GameMode; the liar is another connection. Three layers
+        // stand between them: audiod's match rule names GameMode as the sender (dbus-daemon routes it only the
+        // owner's broadcasts), the transport drops unicast signals not from the bus, and the watcher believes only
+        // the owner. (Removing the last one alone leaves this test passing: the first two already stop the lie.)
+        _ = try server.spawn(["gamemoded"], log: "gamemoded.log")
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let app = try playback(server, name: "not-a-game")
+        _ = try server.waitForPlaybackStream(pid: app.pid)
+        let (found, ok) = waitForApp(d, pid: UInt32(app.pid), until: { category(d, $0.session) == "playback" })
+        #expect(ok, "\(String(describing: found?.identity))")
+        let liar = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", recordSignals: false)
+        defer { liar.close() }
+        guard case .success(let owner) = liar.callBus("GetNameOwner", [.string(API.busName)]), let audiod = owner.first?.stringValue
+        else {
+            Issue.record("audiod's unique name not found")
+            return
+        }
+        for unicast in [false, true] {
+            guard let m = DBusMessage.signal(path: "/com/feralinteractive/GameMode", interface: "com.feralinteractive.GameMode",
+                                             member: "GameRegistered")
+            else { continue }
+            m.append([.int32(Int32(app.pid)), .objectPath("/com/feralinteractive/GameMode/Games/\(app.pid)")])
+            if unicast { m.setDestination(audiod) }
+            liar.send(m)
+        }
+        usleep(1_000_000)
+        #expect(found.map { category(d, $0.session) } == "playback",
+                "a forged GameMode signal made it a game: \(String(describing: identity(d, streamOf: UInt32(app.pid))?.identity))")
+        #expect(kill(d.child.pid, 0) == 0)
     }
 }
