@@ -128,10 +128,7 @@ extension Engine {
     }
 
     mutating func setDuckLevel(_ r: RequestID, _ level: Double) {
-        guard level > 0, level < 1, level.isFinite else {
-            return reply(
-                r, .error(.invalidArgs("DuckLevel \(level) is out of range: it must be greater than 0 and less than 1")))
-        }
+        if let refusal = Refusal.check(duckLevel: level) { return reply(r, .error(PolicyError(refusal))) }
         applyDuckLevel(level)
         reply(r, .ok)
     }

@@ -109,7 +109,7 @@ public struct Engine: Sendable {
         guard let s = streams[id] else { return nil }
         return StreamView(
             info: s.info, session: s.session, policyMuted: s.policyMute, duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
-            userVolume: s.userVolume, audible: s.audible)
+            userVolume: s.userVolume, audible: s.audible, reasons: policyReasons(s))
     }
 
     /// Every app rule: config-file rules first, then D-Bus rules, each in application order.
@@ -300,6 +300,8 @@ public struct StreamView: Sendable, Equatable {
     /// The user's own volume, as audiod remembers it.
     public var userVolume: Volume
     public var audible: Bool
+    /// Why policy silences or ducks it now; empty when audiod leaves it alone.
+    public var reasons: [PolicyReason] = []
 }
 
 /// Collects effects by kind so that each step comes out in the order docs/API.md promises: stream operations, MPRIS,

@@ -185,11 +185,16 @@ public struct ApplicationRule: Sendable, Equatable {
     public var application: String
     public var configuration: Configuration
     public var source: Source
+    /// Where a config rule is written: the file and its 1-based line (nil for rules set over D-Bus).
+    public var file: String?
+    public var line: Int?
 
-    public init(application: String, configuration: Configuration, source: Source) {
+    public init(application: String, configuration: Configuration, source: Source, file: String? = nil, line: Int? = nil) {
         self.application = application
         self.configuration = configuration
         self.source = source
+        self.file = file
+        self.line = line
     }
 }
 

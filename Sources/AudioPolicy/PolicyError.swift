@@ -25,49 +25,31 @@ public struct PolicyError: Error, Sendable, Hashable, CustomStringConvertible {
         case onlyOnDeactivation
     }
 
-    public static func invalidCategory(_ raw: String) -> PolicyError {
-        PolicyError(
-            name: ErrorName.invalidCategory.rawValue,
-            message: "category '\(raw)' is not one of \(joined(Category.allCases))")
+    /// audiod's own error from a refusal the vocabulary words (the short name, as `name` holds it).
+    public init(_ r: Refusal) {
+        self.init(
+            name: r.busName.hasPrefix(BusNames.errorPrefix) ? String(r.busName.dropFirst(BusNames.errorPrefix.count)) : r.busName,
+            message: r.message)
     }
 
-    public static func invalidMode(_ raw: String) -> PolicyError {
-        PolicyError(name: ErrorName.invalidMode.rawValue, message: "mode '\(raw)' is not one of \(joined(Mode.allCases))")
-    }
+    public static func invalidCategory(_ raw: String) -> PolicyError { PolicyError(.invalidCategory(raw)) }
+    public static func invalidMode(_ raw: String) -> PolicyError { PolicyError(.invalidMode(raw)) }
 
     public static func incompatibleMode(_ mode: Mode, category: Category) -> PolicyError {
-        PolicyError(
-            name: ErrorName.incompatibleMode.rawValue,
-            message: "mode '\(mode.rawValue)' is not accepted by category '\(category.rawValue)', "
-                + "which accepts \(joined(category.acceptedModes))")
+        PolicyError(.incompatibleMode(mode, category: category))
     }
 
     public static func invalidOption(_ raw: String, kind: OptionKind) -> PolicyError {
         switch kind {
-        case .category:
-            return PolicyError(
-                name: ErrorName.invalidOption.rawValue,
-                message: "'\(raw)' is not a category option; category options are \(joined(CategoryOption.allCases))")
-        case .activation:
-            return PolicyError(
-                name: ErrorName.invalidOption.rawValue,
-                message: "'\(raw)' is not an activation option; the only activation option is "
-                    + "\(joined(ActivationOption.allCases)) (with SetActive(false))")
+        case .category: PolicyError(.invalidCategoryOption(raw))
+        case .activation: PolicyError(.invalidActivationOption(raw))
         }
     }
 
     public static func incompatibleOption(_ raw: String, because: IncompatibleBecause) -> PolicyError {
         switch because {
-        case .notAcceptedBy(let category):
-            let accepted = category.acceptedOptions
-            return PolicyError(
-                name: ErrorName.incompatibleOption.rawValue,
-                message: "option '\(raw)' is not accepted by category '\(category.rawValue)', which accepts "
-                    + (accepted.isEmpty ? "no options" : joined(accepted)))
-        case .onlyOnDeactivation:
-            return PolicyError(
-                name: ErrorName.incompatibleOption.rawValue,
-                message: "option '\(raw)' is only accepted with SetActive(false)")
+        case .notAcceptedBy(let category): PolicyError(.optionNotAccepted(raw, by: category))
+        case .onlyOnDeactivation: PolicyError(.onlyOnDeactivation(raw))
         }
     }
 

@@ -40,26 +40,11 @@ public struct Configuration: Sendable, Hashable {
     /// Validates caller strings in docs/POLICY.md §1's order — category, mode, then options in list order — and
     /// reports the first failure.
     public static func parse(category: String, mode: String, options: [String]) -> Result<Configuration, PolicyError> {
-        guard let c = Category(rawValue: category) else {
-            return .failure(.invalidCategory(category))
+        if let refusal = Refusal.check(category: category, mode: mode, options: options) {
+            return .failure(PolicyError(refusal))
         }
-        guard let m = Mode(rawValue: mode) else {
-            return .failure(.invalidMode(mode))
-        }
-        guard c.acceptedModes.contains(m) else {
-            return .failure(.incompatibleMode(m, category: c))
-        }
-        var parsed: [CategoryOption] = []
-        for raw in options {
-            guard let o = CategoryOption(rawValue: raw) else {
-                return .failure(.invalidOption(raw, kind: .category))
-            }
-            guard c.acceptedOptions.contains(o) else {
-                return .failure(.incompatibleOption(raw, because: .notAcceptedBy(c)))
-            }
-            parsed.append(o)
-        }
-        return .success(Configuration(category: c, mode: m, options: parsed))
+        guard let c = Category(rawValue: category), let m = Mode(rawValue: mode) else { return .failure(.invalidCategory(category)) }
+        return .success(Configuration(category: c, mode: m, options: options.compactMap(CategoryOption.init(rawValue:))))
     }
 }
 
@@ -76,8 +61,4 @@ public func parseActivationOptions(_ options: [String], active: Bool) -> Result<
         set.insert(o)
     }
     return .success(set)
-}
-
-func joined<T: RawRepresentable>(_ values: [T]) -> String where T.RawValue == String {
-    values.map(\.rawValue).joined(separator: ", ")
 }

@@ -115,6 +115,7 @@ public enum ErrorName: String, CaseIterable, Sendable, Hashable {
     case serverUnavailable = "ServerUnavailable"
     case limitExceeded = "LimitExceeded"
     case shuttingDown = "ShuttingDown"
+    case invalidConfig = "InvalidConfig"
 
     /// The full D-Bus error name.
     public var busName: String { BusNames.errorPrefix + rawValue }

@@ -42,20 +42,19 @@ func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], fir
     return out.filter { !$0.us.isEmpty }
 }
 
-/// --log-level debug: every stream write audiod made ("stream write", logged by the backend as it sends it) must
-/// be one of the effects of the decision logged just before it ("decided", with its cause). Returns the writes
+/// --log-level debug: every stream write audiod made ("write: …", logged by the backend as it sends it) must
+/// be one of the effects of the decision logged just before it ("<cause> → <effects>"). Returns the writes
 /// and those that no decision explains.
 func unexplainedWrites(_ log: String) -> (writes: Int, unexplained: [String]) {
     var lastDecision = ""
     var writes = 0
     var unexplained: [String] = []
     for line in log.split(separator: "\n") {
-        if line.hasSuffix("] decided") {
-            lastDecision = String(line)
-        } else if line.hasSuffix("] stream write"), let r = line.range(of: "effect=") {
+        if let r = line.range(of: " write: ") {
             writes += 1
-            let effect = line[r.upperBound...].prefix { $0 != ")" } + ")"
-            if !lastDecision.contains(effect) { unexplained.append(String(line)) }
+            if !lastDecision.contains(line[r.upperBound...]) { unexplained.append(String(line)) }
+        } else if line.contains(" → ") {
+            lastDecision = String(line)
         }
     }
     return (writes, unexplained)

@@ -103,7 +103,8 @@ public enum ConfigFile {
                 guard !app.isEmpty else { throw fail("apps", "an application name must not be empty") }
                 guard let t = apps[app]?.table else { throw fail("apps.\(app)", "must be a table with category, mode, options") }
                 let c = try configuration(t, key: "apps.\(app)", fail)
-                settings.configRules.append(ApplicationRule(application: app, configuration: c, source: .configFile))
+                settings.configRules.append(ApplicationRule(
+                    application: app, configuration: c, source: .configFile, file: file, line: lines.line(of: "apps.\(app)")))
             }
         }
         return settings

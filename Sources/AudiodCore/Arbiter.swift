@@ -33,6 +33,9 @@ public final class Arbiter: @unchecked Sendable {
     private var unpublished: [(Event, [Effect])] = []
     /// Called when the server connection comes or goes (`ServerConnected`, `ServerName`).
     public var onServerStatus: ((ServerInfo?) -> Void)?
+    /// Reads the config file for `Reload` and SIGHUP: its settings and path, nil when there is none; throws what is
+    /// wrong with a broken one. Unset: audiod runs on built-in settings only.
+    public var readSettings: (() throws -> (settings: Settings, file: String)?)?
 
     /// Where silent mode and D-Bus app rules are saved; nil for nowhere.
     let statePath: String?
@@ -113,10 +116,10 @@ public final class Arbiter: @unchecked Sendable {
         let t1 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         if engine.settleOverflows != unsettled {
             logger.error("the policy did not settle within its round limit; the rest of the step was dropped", metadata: [
-                "event": "\(event)",
+                "event": "\(event.sentence)",
             ])
         }
-        if logger.logLevel <= .debug { logDecisions("\(event)", effects) }
+        if logger.logLevel <= .debug { logDecisions(event.sentence, effects) }
         let t2 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         interpret(event, effects, timing: tracing ? StepTiming(start: t0, decided: t1, logged: t2) : nil)
         return effects
@@ -253,7 +256,7 @@ public final class Arbiter: @unchecked Sendable {
         for case .setStreamVolume(let s, _) in effects { touched.append(s) }
         backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })
         guard !effects.isEmpty else { return [] }
-        if logger.logLevel <= .debug { logDecisions("\(event) while stopping", effects) }
+        if logger.logLevel <= .debug { logDecisions(event.sentence + ", while stopping", effects) }
         backend.apply(effects)
         return effects
     }
@@ -269,9 +272,7 @@ public final class Arbiter: @unchecked Sendable {
             }
         }
         guard !decisions.isEmpty else { return }
-        logger.debug("decided", metadata: [
-            "event": "\(cause)", "effects": "\(decisions.map { "\($0)" }.joined(separator: ", "))",
-        ])
+        logger.debug("\(cause) → \(decisions.map(\.sentence).joined(separator: "; "))")
     }
 
     private func streamOfEvent(_ e: Event) -> StreamID? {

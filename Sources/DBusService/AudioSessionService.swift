@@ -28,6 +28,16 @@ public protocol PolicyHost: AnyObject {
     func hostPid(_ pid: UInt32, seenBy viewer: UInt32) -> UInt32?
     /// Calls `handler` once when the process exits; the returned token stops the watch when released.
     func watchExit(of pid: UInt32, _ handler: @escaping () -> Void) -> AnyObject?
+    /// Re-reads the config file and hands its settings to the engine (`Reload`, SIGHUP).
+    func reloadConfig() -> ConfigReload
+}
+
+/// What re-reading the config file came to.
+public enum ConfigReload: Equatable, Sendable {
+    /// The file's settings are in force; nil: there is no config file, and the built-in settings are.
+    case reloaded(file: String?)
+    /// The file is broken (the message names file, line and key); the settings in force stay.
+    case invalid(String)
 }
 
 /// org.audiod.AudioSession1 on a bus connection: every method, property and signal of docs/API.md, derived from the
@@ -63,6 +73,7 @@ public final class AudioSessionService {
     private var lastServerName: String?
     private var mpris: MPRISWatcher?
     private var gameMode: GameModeWatcher?
+    private var logind: LogindWatcher?
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -89,6 +100,20 @@ public final class AudioSessionService {
         w.start()
     }
 
+    /// Starts following logind on the system bus (for `CreateSession`'s check of session leaders); without a system
+    /// bus or logind the check is skipped.
+    public func followLogind(address: String? = nil) {
+        guard logind == nil else { return }
+        do {
+            let system = try DBusConnection(address: address ?? LogindWatcher.systemBusAddress, loop: bus.loop)
+            let w = LogindWatcher(bus: system, logger: logger)
+            logind = w
+            w.start()
+        } catch {
+            logger.debug("no system bus (\(error.message)): session leaders are not checked")
+        }
+    }
+
     /// Owns the well-known name (after the objects are ready: owning it is what "ready" means for systemd).
     public func claimName() throws(DBusError) {
         try bus.requestName(API.busName)
@@ -107,6 +132,8 @@ public final class AudioSessionService {
     public func close() {
         mpris = nil
         gameMode = nil
+        logind?.close()
+        logind = nil
         exitWatches.removeAll()
         bus.onMessage = nil
         bus.close()
@@ -576,6 +603,24 @@ public final class AudioSessionService {
             guard let app = args.first?.stringValue else { return }
             if let e = nameTooLong(app, "the application name") { return fail(m, e) }
             request(m) { .removeApplicationCategory($0, application: app) }
+        case "Reload":
+            // An audiod-wide write: the interface table lets only audiod's own uid this far.
+            guard host.acceptsRequests else { return fail(m, Self.shuttingDown) }
+            switch host.reloadConfig() {
+            case .reloaded: reply(m, [])
+            case .invalid(let why): fail(m, DBusError(name: ErrorName.invalidConfig.busName, message: why))
+            }
+        case "ListApplicationRules":
+            reply(m, [.array(element: "a{sv}", host.engine.applicationRules.map { r in
+                var entry: [(String, DBusValue)] = [
+                    ("application", .string(r.application)), ("category", .string(r.configuration.category.rawValue)),
+                    ("mode", .string(r.configuration.mode.rawValue)),
+                    ("options", .strings(r.configuration.options.map(\.rawValue))), ("source", .string(r.source.rawValue)),
+                ]
+                if let file = r.file { entry.append(("file", .string(file))) }
+                if let line = r.line { entry.append(("line", .uint32(UInt32(clamping: line)))) }
+                return .properties(entry)
+            })])
         case "ListApplicationCategories":
             reply(m, [.array(element: "(sssas)", host.engine.applicationRules.map { r in
                 .structure([
@@ -602,6 +647,7 @@ public final class AudioSessionService {
             ("user-muted", .bool(s.userMuted)),
             ("device", .string(s.info.device)),
             ("audible", .bool(s.audible)),
+            ("policy-reasons", .strings(s.reasons.map(\.text))),
         ])
     }
 
@@ -650,6 +696,9 @@ public final class AudioSessionService {
                     name: "org.freedesktop.DBus.Error.AccessDenied",
                     message: "pid \(pid) belongs to another user; a session may only hold your own processes"))
             }
+            if pidHint != nil, let why = self.captureRefusal(pid, named: pidHint ?? pid) {
+                return self.fail(m, Self.invalidArgs(why))
+            }
             let owner = Owner(busName: sender, uid: caller.uid, lifetime: lifetime, pid: pid)
             let effects = self.request(m, encode: { reply in
                 guard case .session(let id) = reply else { return [] }
@@ -658,6 +707,42 @@ public final class AudioSessionService {
             // Owned from the step that made it (its reply may be published later), so that the limit counts it.
             for case .reply(_, .session(let id)) in effects { self.adopt(id, owner: owner) }
         }
+    }
+
+    /// Why a pid hint names a process no app is (docs/API.md `CreateSession`): a session for it would hold every
+    /// stream its descendants play — all of the user's, or the system's. Nil when the pid may be held.
+    private func captureRefusal(_ pid: UInt32, named: UInt32) -> String? {
+        let tail = "; a session holds an app's own process and its children (to set how an app is treated, use SetApplicationCategory)"
+        if pid == 1 { return "pid \(named) is PID 1, the init system: a session for it would hold every stream on the system" + tail }
+        if Self.isServiceManager(pid) {
+            return "pid \(named) is your service manager (systemd --user): a session for it would hold every stream you play" + tail
+        }
+        if logind?.leaders.contains(pid) == true {
+            return "pid \(named) is the leader of one of your login sessions: a session for it would hold every stream you play" + tail
+        }
+        let me = UInt32(getpid())
+        if pid == me { return "pid \(named) is audiod itself" + tail }
+        if host?.processChain(me).dropFirst().contains(pid) == true {
+            return "pid \(named) is an ancestor of audiod: a session for it would hold every stream audiod's siblings play" + tail
+        }
+        return nil
+    }
+
+    /// A user's `systemd --user`: its cgroup is `…/user@UID.service/init.scope`.
+    static func isServiceManager(_ pid: UInt32) -> Bool {
+        guard let fd = fopen("/proc/\(pid)/cgroup", "r") else { return false }
+        defer { fclose(fd) }
+        var line = [CChar](repeating: 0, count: 4096)
+        while fgets(&line, Int32(line.count), fd) != nil {
+            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let parts = text.split(separator: "\n").first?.split(separator: "/") ?? []
+            if parts.count >= 2, parts[parts.count - 1] == "init.scope", parts[parts.count - 2].hasPrefix("user@"),
+                parts[parts.count - 2].hasSuffix(".service")
+            {
+                return true
+            }
+        }
+        return false
     }
 
     // MARK: Session methods

@@ -129,6 +129,8 @@ public enum API {
                 outputs: [], access: .user),
             .init(name: "RemoveApplicationCategory", inputs: [arg("application", "s")], outputs: [], access: .user),
             .init(name: "ListApplicationCategories", inputs: [], outputs: [arg("rules", "a(sssas)")]),
+            .init(name: "ListApplicationRules", inputs: [], outputs: [arg("rules", "aa{sv}")]),
+            .init(name: "Reload", inputs: [], outputs: [], access: .user),
         ],
         properties: [
             .init(name: "SilentMode", type: "b", writable: .user),

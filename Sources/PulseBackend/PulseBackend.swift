@@ -723,7 +723,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func operate(_ id: StreamID, mute: Bool) {
         guard let c = context else { return }
         // Every write, at debug: each one must follow the arbiter's "decided" line that names it.
-        logger.debug("stream write", metadata: ["effect": "\(Effect.setStreamMute(id, mute))"])
+        logger.debug("write: \(Effect.setStreamMute(id, mute).sentence)")
         tracker.sent(id, mute: mute, now: monotonicNow())
         armExpiry()
         streams[id]?.correction = nil
@@ -740,7 +740,7 @@ public final class PulseBackend: @unchecked Sendable {
 
     private func operate(_ id: StreamID, volume: [UInt32]) {
         guard let c = context else { return }
-        logger.debug("stream write", metadata: ["effect": "\(Effect.setStreamVolume(id, Volume(channels: volume)))"])
+        logger.debug("write: \(Effect.setStreamVolume(id, Volume(channels: volume)).sentence)")
         tracker.sent(id, volume: volume, now: monotonicNow())
         armExpiry()
         streams[id]?.correction = nil

@@ -67,6 +67,11 @@ struct Lifecycle {
         let address = busAddress
         let bounds = busBounds
         let serviceBox = ServiceBox()
+        let configPath = configPath
+        arbiter.readSettings = {
+            guard let path = configPath ?? ConfigFile.find() else { return nil }
+            return (try ConfigFile.load(path: path), path)
+        }
         let started: Result<Void, DBusError> = loop.sync {
             do {
                 let bus = try DBusConnection(address: address, loop: loop, bounds: bounds)
@@ -93,6 +98,7 @@ struct Lifecycle {
                 arbiter.start()
                 service.followMediaPlayers()
                 service.followGameMode()
+                service.followLogind()
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
                 // Once connecting (to the bus and the sound server) is over, what start-up ran can go.
@@ -132,29 +138,13 @@ struct Lifecycle {
         if busStalled { throw Failure(description: "the session bus stopped reading; every stream change was undone") }
     }
 
-    /// SIGHUP: re-read the config; a broken file is logged and the settings in force stay.
+    /// SIGHUP: re-read the config, as `Reload` does; a broken file is logged and the settings in force stay.
     private func reload(_ arbiter: Arbiter, _ loop: MainLoop) {
-        guard let path = configPath ?? ConfigFile.find() else {
-            logger.info("SIGHUP: no config file; built-in settings stay")
-            return
-        }
-        let settings: Settings
-        do {
-            settings = try ConfigFile.load(path: path)
-        } catch {
-            logger.error("SIGHUP: config not reloaded, the settings in force stay: \(error)")
-            return
-        }
-        let log = logger
-        loop.sync {
-            let r = arbiter.makeRequestID()
-            for case .reply(r, let answer) in arbiter.handle(.configure(r, settings)) {
-                if case .error(let e) = answer {
-                    log.error("SIGHUP: config refused: \(e)")
-                } else {
-                    log.info("config reloaded", metadata: ["path": "\(path)"])
-                }
-            }
+        let outcome = loop.sync { arbiter.reloadConfig() }
+        switch outcome {
+        case .reloaded(let file?): logger.info("SIGHUP: config reloaded from \(file)")
+        case .reloaded(nil): logger.info("SIGHUP: no config file; the built-in settings are in force")
+        case .invalid(let why): logger.error("SIGHUP: config not reloaded, the settings in force stay: \(why)")
         }
     }
 

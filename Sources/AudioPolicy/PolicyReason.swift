@@ -1,0 +1,60 @@
+/// Why audiod silences or ducks a stream right now (`ListStreams`' `policy-reasons`, `audioctl streams`).
+///
+/// Data, worded only when a person reads it: the engine decides with `policyMute`/`shouldDuck`, and these are the
+/// same conditions named one by one, so that "why is this quiet?" has the answer the decision had.
+public enum PolicyReason: Sendable, Hashable {
+    /// Its session was interrupted by another (nil: by an event nobody will end, e.g. its device went away).
+    case interrupted(by: SessionID?, interrupterIsCall: Bool, interrupterCategory: Category?)
+    /// Its session was interrupted and stays silent until it is activated again.
+    case awaitingActivation
+    /// A record stream stays muted after an interruption until its session is activated again (privacy).
+    case recordHeld
+    case silentMode
+    /// An ambient session's stream while another session holds primary audio.
+    case secondaryAudio(primary: SessionID)
+    /// Its device went away while it played; it stays silent until its session is activated again.
+    case routeChange
+    case duckedBy(SessionID)
+
+    public var text: String {
+        switch self {
+        case .interrupted(let by?, let isCall, let category):
+            "interrupted by session \(by.rawValue) (\(isCall ? "call" : category?.rawValue ?? "?"))"
+        case .interrupted(nil, _, _): "interrupted"
+        case .awaitingActivation: "interrupted earlier; silent until its session is activated again"
+        case .recordHeld: "capture held after an interruption until its session is activated again"
+        case .silentMode: "silent mode"
+        case .secondaryAudio(let p): "secondary audio while session \(p.rawValue) plays"
+        case .routeChange: "route change"
+        case .duckedBy(let d): "ducked by session \(d.rawValue)"
+        }
+    }
+}
+
+extension Engine {
+    /// The reasons `policyMute` and `shouldDuck` hold for this stream, in the order they are checked.
+    func policyReasons(_ st: StreamState) -> [PolicyReason] {
+        guard let owner = st.session, let s = sessions[owner] else { return [] }
+        var reasons: [PolicyReason] = []
+        if s.interrupted {
+            let by = s.interrupter.flatMap { sessions[$0] }
+            reasons.append(.interrupted(by: s.interrupter, interrupterIsCall: by?.isCall ?? false,
+                                        interrupterCategory: by?.configuration.category))
+        } else if s.awaitingActivation {
+            reasons.append(.awaitingActivation)
+        }
+        if st.kind == .record {
+            guard st.recordHeld || (!s.isImplicit && s.heldSilent) else { return [] }
+            return reasons.isEmpty ? [.recordHeld] : reasons
+        }
+        if st.routeSilenced { reasons.append(.routeChange) }
+        if silentMode && s.configuration.category.obeysSilentMode { reasons.append(.silentMode) }
+        if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt {
+            reasons.append(.secondaryAudio(primary: primary))
+        }
+        if shouldDuck(st) {
+            for d in activeDuckers.sorted() where d != owner { reasons.append(.duckedBy(d)) }
+        }
+        return reasons
+    }
+}
