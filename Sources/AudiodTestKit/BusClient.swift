@@ -278,8 +278,11 @@ public struct Daemon {
     }
 
     /// Starts the built audiod (debug logging unless `arguments` say otherwise) and waits until it answers.
-    public static func start(_ server: TestServer, arguments: [String] = ["--log-level", "debug"], log: String = "audiod.log") throws -> Daemon {
-        let child = try server.spawn([executable] + arguments, log: log)
+    public static func start(
+        _ server: TestServer, arguments: [String] = ["--log-level", "debug"], log: String = "audiod.log",
+        environment: [String: String] = [:]
+    ) throws -> Daemon {
+        let child = try server.spawn([executable] + arguments, environment: environment, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let client = try BusClient(address: address)
         guard waitFor(10, { if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }; return false }) else {

@@ -68,6 +68,8 @@ public final class TestServer: @unchecked Sendable {
             env["PULSE_COOKIE"] = "\(dir)/cookie"
         }
         env["PIPEWIRE_RUNTIME_DIR"] = dir
+        // No test reaches the machine's system bus (logind): a test that wants one starts its own.
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=\(dir)/no-system-bus"
         env.removeValue(forKey: "DISPLAY")
         environment = env
         for sub in ["home", "home/.config", "state"] {
@@ -395,6 +397,29 @@ public func playback(_ server: TestServer, name: String? = nil, role: String? = 
     if let name { argv.append("--client-name=\(name)") }
     if let role { argv.append("--property=media.role=\(role)") }
     return try server.spawn(argv + extra)
+}
+
+/// A cgroup named `name` (it may have several parts: `user@0.service/init.scope`) in a cgroup2 subtree of the test's
+/// own — an app scope as GNOME names them, a user manager's scope; nil (with a line saying why) where the machine has
+/// no writable cgroup2 hierarchy. `cleanup` removes it once its processes are gone.
+public func cgroupScope(_ name: String, tag: String) throws -> (scope: String, cleanup: () -> Void)? {
+    guard let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
+        FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
+    }) else {
+        print("skipped: no writable cgroup2 hierarchy here (making a scope needs one, as root)")
+        return nil
+    }
+    let subtree = "\(root)/audiod-test-\(getpid())-\(tag)"
+    let scope = "\(subtree)/\(name)"
+    try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
+    return (scope, {
+        _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
+        var dir = scope
+        while dir.count >= subtree.count {
+            rmdir(dir)
+            dir = String(dir[..<(dir.lastIndex(of: "/") ?? dir.startIndex)])
+        }
+    })
 }
 
 /// Polls `condition` every 5 ms until it holds or `timeout` seconds pass.

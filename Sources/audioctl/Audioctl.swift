@@ -3,19 +3,19 @@ import AudiodClient
 import Foundation
 
 /// audioctl: drive audiod from a terminal or a script, through its public D-Bus API only.
-@main
 struct Audioctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audioctl",
         abstract: "Control audiod, the audio-session arbiter.",
         discussion: """
-            Exit status: 0 success; 1 audiod refused the request (its message is printed); 2 audiod is not \
-            running or the bus went away; 64 bad command line. `audioctl run` exits with the command's own status.
+            Exit status: 0 success; 1 a value audiod refuses, or audiod refused the request (its message is \
+            printed); 2 audiod is not running or the bus went away; 64 the shape of the command line: an unknown \
+            verb or flag, a missing or extra argument. `audioctl run` exits with the command's own status.
             """,
         version: Release.version,
         subcommands: [
             Status.self, Sessions.self, Apps.self, Streams.self, SetCategory.self, Activate.self, Deactivate.self,
-            Silent.self, Run.self, Monitor.self, Rules.self,
+            ReleaseSession.self, Silent.self, DuckLevel.self, Reload.self, Run.self, Monitor.self, Rules.self,
         ],
         defaultSubcommand: Status.self)
 }
@@ -38,6 +38,14 @@ struct BusOptions: ParsableArguments {
 enum Failure: Error, CustomStringConvertible {
     case daemon(AudiodError)
     case notRunning(String)
+
+    /// A value audiod would refuse, caught before anything is asked or made: audiod's own name and words.
+    static func refused(_ r: Refusal) -> Failure { .daemon(AudiodError(name: r.busName, message: r.message)) }
+
+    /// Something audioctl itself cannot do, said as audiod would say it (exit 1).
+    static func cannot(_ name: ErrorName, _ message: String) -> Failure {
+        .daemon(AudiodError(name: name.busName, message: message))
+    }
 
     var description: String {
         switch self {
@@ -103,6 +111,37 @@ private func plainKey(_ k: DBusValue) -> String {
     case .string(let s), .objectPath(let s): return s
     default: return "\(plain(k))"
     }
+}
+
+/// A D-Bus property name as a JSON key: `PrimaryAudioSession` → `primary-audio-session`, `ProcessID` →
+/// `process-id` (every `--json` output uses the contract's kebab-case).
+func kebab(_ name: String) -> String {
+    var out = ""
+    let chars = Array(name)
+    for (i, ch) in chars.enumerated() {
+        if ch.isUppercase, i > 0 {
+            let previous = chars[i - 1]
+            let nextIsLower = i + 1 < chars.count && chars[i + 1].isLowercase
+            if previous.isLowercase || previous.isNumber || (previous.isUppercase && nextIsLower) { out.append("-") }
+        }
+        out.append(Character(ch.lowercased()))
+    }
+    return out
+}
+
+/// Properties as a JSON object with kebab-case keys.
+func kebabObject(_ properties: [String: DBusValue]) -> [String: Any] {
+    var o: [String: Any] = [:]
+    for (k, v) in properties { o[kebab(k)] = plain(v) }
+    return o
+}
+
+/// A session as `sessions --json` and `status --json` print it.
+func sessionJSON(_ s: SessionInfo) -> [String: Any] {
+    var d = kebabObject(s.properties)
+    d["path"] = s.path
+    d["id"] = UInt64(s.id) ?? 0
+    return d
 }
 
 func printJSON(_ object: Any) {
@@ -171,7 +210,10 @@ func describe(stream s: [String: DBusValue]) -> String {
     if s["corked"]?.boolValue == true { flags.append("paused") }
     if s["audible"]?.boolValue == true { flags.append("audible") }
     if !flags.isEmpty { line += "  " + flags.joined(separator: " ") }
-    return line + "  on \(s["device"]?.stringValue ?? "?")"
+    line += "  on \(s["device"]?.stringValue ?? "?")"
+    // Why audiod silences or ducks it: the question a person asks when something went quiet.
+    if let why = s["policy-reasons"]?.stringArray, !why.isEmpty { line += "  because: " + why.joined(separator: "; ") }
+    return line
 }
 
 // MARK: - Verbs
@@ -190,14 +232,9 @@ extension Audioctl {
                 let list = try await sessions(c)
                 let st = try await streams(c)
                 if json {
-                    var o: [String: Any] = [:]
-                    for (k, v) in m { o[k] = plain(v) }
-                    o["Sessions"] = list.map { s -> [String: Any] in
-                        var d: [String: Any] = ["path": s.path]
-                        for (k, v) in s.properties { d[k] = plain(v) }
-                        return d
-                    }
-                    o["Streams"] = st.map { $0.map { s in s.mapValues(plain) } } ?? NSNull()
+                    var o = kebabObject(m)
+                    o["sessions"] = list.map(sessionJSON)
+                    o["streams"] = st.map { $0.map { s in s.mapValues(plain) } } ?? NSNull()
                     printJSON(o)
                     return
                 }
@@ -230,11 +267,7 @@ extension Audioctl {
                 defer { c.close() }
                 let list = try await sessions(c)
                 if json {
-                    printJSON(list.map { s -> [String: Any] in
-                        var d: [String: Any] = ["path": s.path]
-                        for (k, v) in s.properties { d[k] = plain(v) }
-                        return d
-                    })
+                    printJSON(list.map(sessionJSON))
                 } else {
                     for s in list { print(describe(s)) }
                 }
@@ -308,9 +341,19 @@ extension Audioctl {
     }
 }
 
-/// Which session a verb acts on: `--pid`, or audioctl's parent process (the calling shell).
+/// The values completions offer (and help lists).
+enum Words {
+    static let categories = Category.allCases.map(\.rawValue)
+    static let modes = Mode.allCases.map(\.rawValue)
+    static let options = CategoryOption.allCases.map(\.rawValue)
+}
+
+/// Which session a verb acts on: the session audioctl made for `--pid` (found with `FindSession`), or for
+/// audioctl's parent process, the calling shell.
 struct TargetOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("Act on this running process's session (default: the calling shell).", valueName: "pid"))
+    @Option(help: ArgumentHelp(
+        "Act on the session audioctl made for this process; without it, the calling shell's. It never makes one: to change how an app is treated, use set-category --app.",
+        valueName: "pid"))
     var pid: Int32?
 
     func validate() throws {
@@ -319,16 +362,31 @@ struct TargetOptions: ParsableArguments {
 
     var targetPID: Int32 { pid ?? getppid() }
 
-    /// The session audioctl made for this pid earlier (FindSession), or a new `lifetime=process` one.
-    func session(_ c: AudiodConnection, create: Bool) async throws(AudiodError) -> AudioSession? {
+    /// How messages name the target.
+    var whose: String { pid == nil ? "your shell (pid \(targetPID))" : "pid \(targetPID)" }
+
+    /// The session audioctl made for the target earlier, or nil.
+    func existing(_ c: AudiodConnection) async throws(AudiodError) -> AudioSession? {
         do {
             let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "FindSession",
                                        [.uint32(UInt32(bitPattern: targetPID))])
             if case .objectPath(let p)? = out.first { return AudioSession(connection: c, path: p) }
+            return nil
         } catch where error.code == .noSuchSession {
-            guard create else { return nil }
+            return nil
         }
-        return try await AudioSession.make(pid: targetPID, lifetime: .process, connection: c)
+    }
+
+    /// The session audioctl made for the target; a failure that says how to go on when there is none.
+    func required(_ c: AudiodConnection) async throws -> AudioSession {
+        if let s = try await existing(c) { return s }
+        throw noSession
+    }
+
+    var noSession: Failure {
+        pid == nil
+            ? .cannot(.noSuchSession, "\(whose) has no session made by audioctl; make one with `audioctl set-category CATEGORY`")
+            : .cannot(.noSuchSession, "pid \(targetPID) has no session made by audioctl, and --pid acts only on those; to change how an app is treated, use `audioctl set-category CATEGORY --app NAME` (`audioctl apps` shows each app's name)")
     }
 }
 
@@ -336,28 +394,35 @@ extension Audioctl {
     struct SetCategory: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "set-category",
-            abstract: "Set the category of an app (persistent rule), a running process, or the calling shell.",
-            discussion: "Categories: ambient, solo-ambient, playback, record, play-and-record.")
+            abstract: "Set the category of an app (a rule), of the session audioctl made for a process, or of the calling shell.",
+            discussion: """
+                With --app, a rule for every stream of that app, kept across restarts (`audioctl rules` lists them). \
+                With --pid, the session audioctl made earlier for that process. With neither, the calling shell's \
+                session, made on first use: every program the shell starts plays in it. Nothing is made or changed \
+                when a value is refused.
+                """)
         @OptionGroup var options: BusOptions
-        @Argument(help: "ambient, solo-ambient, playback, record or play-and-record.") var category: String
-        @Option(help: "The mode (default: default).") var mode = "default"
-        @Option(name: .customLong("option"), help: "A category option; repeat for several.") var categoryOptions: [String] = []
-        @Option(help: ArgumentHelp("A persistent rule for this application (application.id, binary or name).", valueName: "name"))
+        @Argument(help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
+                  completion: .list(Words.categories))
+        var category: String
+        @Option(help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
+        var mode = "default"
+        @Option(name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
+                completion: .list(Words.options))
+        var categoryOptions: [String] = []
+        @Option(help: ArgumentHelp("A rule for this application: its app id, program or application.name, as `audioctl apps` shows it.", valueName: "name"))
         var app: String?
         @OptionGroup var target: TargetOptions
 
-        static let categories = Category.allCases.map(\.rawValue)
-
         func validate() throws {
-            guard Self.categories.contains(category) else {
-                throw ValidationError("category '\(category)' is not one of \(Self.categories.joined(separator: ", "))")
-            }
             if app != nil, target.pid != nil { throw ValidationError("--app and --pid cannot be used together") }
             if let app, app.isEmpty { throw ValidationError("--app needs an application name") }
         }
 
         func run() async throws {
             try await perform {
+                // Checked before anything is asked or made: a refused value changes nothing.
+                if let r = Refusal.check(category: category, mode: mode, options: categoryOptions) { throw Failure.refused(r) }
                 let c = try options.connect()
                 defer { c.close() }
                 if let app {
@@ -366,15 +431,30 @@ extension Audioctl {
                     print("rule: \(app) → \(category)")
                     return
                 }
-                guard let s = try await target.session(c, create: true) else { return }
-                try await s.setCategory(category, mode: mode, options: categoryOptions)
+                if let s = try await target.existing(c) {
+                    try await s.setCategory(category, mode: mode, options: categoryOptions)
+                    print("session \(s.id) (pid \(target.targetPID)) → \(category)")
+                    return
+                }
+                guard target.pid == nil else { throw target.noSession }
+                let s = try await AudioSession.make(pid: target.targetPID, lifetime: .process, connection: c)
+                do {
+                    try await s.setCategory(category, mode: mode, options: categoryOptions)
+                } catch {
+                    // Whatever audiod refused, the session made for it goes too.
+                    try? await s.release()
+                    throw error
+                }
+                print("session \(s.id) made for \(target.whose): every program this shell starts plays in it, until the shell exits or `audioctl release`")
                 print("session \(s.id) (pid \(target.targetPID)) → \(category)")
             }
         }
     }
 
     struct Activate: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Activate the session of a process (default: the calling shell).")
+        static let configuration = CommandConfiguration(
+            abstract: "Activate the session audioctl made for the calling shell (or --pid).",
+            discussion: "Make the session first with `audioctl set-category CATEGORY`; activate never makes one.")
         @OptionGroup var options: BusOptions
         @OptionGroup var target: TargetOptions
 
@@ -382,7 +462,7 @@ extension Audioctl {
             try await perform {
                 let c = try options.connect()
                 defer { c.close() }
-                guard let s = try await target.session(c, create: true) else { return }
+                let s = try await target.required(c)
                 try await s.setActive(true)
                 print("session \(s.id) active")
             }
@@ -390,7 +470,9 @@ extension Audioctl {
     }
 
     struct Deactivate: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Deactivate the session of a process (default: the calling shell).")
+        static let configuration = CommandConfiguration(
+            abstract: "Deactivate the session audioctl made for the calling shell (or --pid).",
+            discussion: "Sessions this one interrupted stay paused unless --notify-others tells them they may resume.")
         @OptionGroup var options: BusOptions
         @OptionGroup var target: TargetOptions
         @Flag(help: "Tell the sessions this one interrupted that they may resume.") var notifyOthers = false
@@ -399,12 +481,31 @@ extension Audioctl {
             try await perform {
                 let c = try options.connect()
                 defer { c.close() }
-                guard let s = try await target.session(c, create: false) else {
-                    throw Failure.daemon(AudiodError(name: "org.audiod.AudioSession1.Error.NoSuchSession",
-                                                     message: "pid \(target.targetPID) has no session made by audioctl"))
-                }
+                let s = try await target.required(c)
                 try await s.setActive(false, notifyOthersOnDeactivation: notifyOthers)
                 print("session \(s.id) inactive")
+            }
+        }
+    }
+
+    struct ReleaseSession: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "release",
+            abstract: "End the session audioctl made for the calling shell (or --pid).",
+            discussion: """
+                The session is deactivated with notify (what it interrupted may resume) and removed; the programs it \
+                held are arbitrated as apps again.
+                """)
+        @OptionGroup var options: BusOptions
+        @OptionGroup var target: TargetOptions
+
+        func run() async throws {
+            try await perform {
+                let c = try options.connect()
+                defer { c.close() }
+                let s = try await target.required(c)
+                try await s.release()
+                print("session \(s.id) released")
             }
         }
     }
@@ -412,7 +513,8 @@ extension Audioctl {
     struct Silent: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "The silent switch: on, off, toggle or status.")
         @OptionGroup var options: BusOptions
-        @Argument(help: "on, off, toggle or status (default).") var action = "status"
+        @Argument(help: ArgumentHelp("on, off, toggle or status.", valueName: "action"), completion: .list(["on", "off", "toggle", "status"]))
+        var action = "status"
 
         func validate() throws {
             guard ["on", "off", "toggle", "status"].contains(action) else {
@@ -440,11 +542,64 @@ extension Audioctl {
         }
     }
 
-    struct Rules: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List app rules, or remove one set over D-Bus: rules [list] | rules remove APP.")
+    struct DuckLevel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "duck-level",
+            abstract: "Show the duck level, or set it until audiod reloads its config.",
+            discussion: """
+                The level is the linear factor a ducked stream's volume is multiplied by: greater than 0, less than 1 \
+                (0.2 ≈ -14 dB). A level set here lasts until `audioctl reload`, SIGHUP or a restart; to keep one, \
+                write duck-level in audiod.toml.
+                """)
         @OptionGroup var options: BusOptions
-        @Argument(help: "list (default) or remove.") var action = "list"
-        @Argument(help: "The application, for remove.") var application: String?
+        @Argument(help: ArgumentHelp("The new level, e.g. 0.3.", valueName: "level")) var level: String?
+
+        func run() async throws {
+            try await perform {
+                var wanted: Double?
+                if let level {
+                    guard let x = Double(level) else {
+                        throw Failure.cannot(.invalidOption, "duck level '\(level)' is not a number; it must be greater than 0 and less than 1 (e.g. 0.2)")
+                    }
+                    if let r = Refusal.check(duckLevel: x) { throw Failure.refused(r) }
+                    wanted = x
+                }
+                let c = try options.connect()
+                defer { c.close() }
+                if let wanted {
+                    try await c.setProperty(AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel", .double(wanted))
+                    print(String(format: "duck level %.2f (%.1f dB) until audiod reloads its config; to keep it, set duck-level in audiod.toml", wanted, 20 * log10(wanted)))
+                } else {
+                    let x = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel").doubleValue ?? 0
+                    print(String(format: "%.2f (%.1f dB)", x, 20 * log10(x)))
+                }
+            }
+        }
+    }
+
+    struct Reload: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make audiod re-read its config file (as SIGHUP does).",
+            discussion: "A broken file is refused with its file, line and key; the settings in force stay.")
+        @OptionGroup var options: BusOptions
+
+        func run() async throws {
+            try await perform {
+                let c = try options.connect()
+                defer { c.close() }
+                _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "Reload")
+                print("audiod re-read its config")
+            }
+        }
+    }
+
+    struct Rules: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List app rules with where each comes from, or remove one set with audioctl: rules [list] | rules remove APP.")
+        @OptionGroup var options: BusOptions
+        @Argument(help: ArgumentHelp("list or remove.", valueName: "action"), completion: .list(["list", "remove"]))
+        var action = "list"
+        @Argument(help: ArgumentHelp("The application, for remove.", valueName: "app")) var application: String?
         @Flag(help: "JSON, one array.") var json = false
 
         func validate() throws {
@@ -459,28 +614,89 @@ extension Audioctl {
             try await perform {
                 let c = try options.connect()
                 defer { c.close() }
+                let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListApplicationRules")
+                let rules: [[String: DBusValue]] = { if case .array(_, let items)? = out.first { return items.compactMap(\.propertyMap) } else { return [] } }()
                 if action == "remove", let application {
+                    // A config rule lives in its file: say which, rather than audiod's bare "no rule".
+                    if let r = rules.first(where: { $0["application"]?.stringValue == application && $0["source"]?.stringValue == "config" }) {
+                        throw Failure.cannot(.noSuchRule, "the rule for '\(application)' comes from \(where_(r)); change it there, then run `audioctl reload`")
+                    }
                     _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "RemoveApplicationCategory", [.string(application)])
                     print("removed: \(application)")
                     return
                 }
-                let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListApplicationCategories")
-                guard case .array(_, let items)? = out.first else { return }
-                let rules: [[String: Any]] = items.compactMap { item in
-                    guard case .structure(let f) = item, f.count == 4 else { return nil }
-                    return ["application": plain(f[0]), "category": plain(f[1]), "mode": plain(f[2]), "options": plain(f[3])]
-                }
                 if json {
-                    printJSON(rules)
-                } else {
-                    for r in rules {
-                        var line = "\(r["application"] ?? "")  \(r["category"] ?? "")"
-                        if let m = r["mode"] as? String, m != "default" { line += "/\(m)" }
-                        if let o = r["options"] as? [String], !o.isEmpty { line += " [\(o.joined(separator: ","))]" }
-                        print(line)
-                    }
+                    printJSON(rules.map { $0.mapValues(plain) })
+                    return
+                }
+                for r in rules {
+                    var line = "\(r["application"]?.stringValue ?? "")  \(r["category"]?.stringValue ?? "")"
+                    if let m = r["mode"]?.stringValue, m != "default" { line += "/\(m)" }
+                    if let o = r["options"]?.stringArray, !o.isEmpty { line += " [\(o.joined(separator: ","))]" }
+                    line += "  " + (r["source"]?.stringValue == "config" ? "from \(where_(r))" : "set with audioctl")
+                    print(line)
                 }
             }
         }
+
+        func where_(_ r: [String: DBusValue]) -> String {
+            "\(r["file"]?.stringValue ?? "the config file")\(r["line"]?.uint32Value.map { ":\($0)" } ?? "")"
+        }
+    }
+}
+
+/// Runs audioctl; a first word that names no verb is answered here, where the nearest verb can be suggested (the
+/// parser would take it for an argument of the default verb, `status`).
+@main
+enum Main {
+    static func main() async {
+        let args = Array(CommandLine.arguments.dropFirst())
+        if let word = unknownVerb(args) {
+            let verbs = Audioctl.configuration.subcommands.map { $0._commandName }
+            var message = "audioctl: unknown command '\(word)'"
+            if let near = nearest(word, verbs) {
+                message += "; did you mean '\(near)'?"
+            } else {
+                message += "; the commands are: \(verbs.joined(separator: ", "))"
+            }
+            FileHandle.standardError.write(Data((message + "\n").utf8))
+            exit(64)
+        }
+        await Audioctl.main(args)
+    }
+
+    /// The first word, when it is not a verb, `help`, or a flag of the default verb.
+    static func unknownVerb(_ args: [String]) -> String? {
+        let verbs = Set(Audioctl.configuration.subcommands.map { $0._commandName } + ["help"])
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            if a == "--bus" { i += 2; continue }
+            if a.hasPrefix("-") { return nil }
+            return verbs.contains(a) ? nil : a
+        }
+        return nil
+    }
+
+    /// The verb within edit distance 2 of `word`, the closest first; nil when none is.
+    static func nearest(_ word: String, _ verbs: [String]) -> String? {
+        let scored = verbs.map { ($0, distance(word, $0)) }.filter { $0.1 <= 2 }
+        return scored.min { $0.1 < $1.1 }?.0
+    }
+
+    /// Levenshtein distance.
+    static func distance(_ a: String, _ b: String) -> Int {
+        let x = Array(a), y = Array(b)
+        var row = Array(0...y.count)
+        for i in x.indices {
+            var diagonal = row[0]
+            row[0] = i + 1
+            for j in y.indices {
+                let above = row[j + 1]
+                row[j + 1] = min(above + 1, row[j] + 1, diagonal + (x[i] == y[j] ? 0 : 1))
+                diagonal = above
+            }
+        }
+        return row[y.count]
     }
 }

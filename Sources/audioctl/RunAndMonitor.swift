@@ -14,21 +14,26 @@ extension Audioctl {
                 killed, 127 when it cannot be found, 126 when it cannot be executed.
                 """)
         @OptionGroup var options: BusOptions
-        @Option(help: "ambient, solo-ambient, playback, record or play-and-record.") var category: String
-        @Option(help: "The mode (default: default).") var mode = "default"
-        @Option(name: .customLong("option"), help: "A category option; repeat for several.") var categoryOptions: [String] = []
+        @Option(help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
+                completion: .list(Words.categories))
+        var category: String
+        @Option(help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
+        var mode = "default"
+        @Option(name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
+                completion: .list(Words.options))
+        var categoryOptions: [String] = []
         @Argument(parsing: .captureForPassthrough, help: "-- COMMAND [ARGUMENT …]") var command: [String] = []
 
         func validate() throws {
-            guard SetCategory.categories.contains(category) else {
-                throw ValidationError("category '\(category)' is not one of \(SetCategory.categories.joined(separator: ", "))")
-            }
             let cmd = command.first == "--" ? Array(command.dropFirst()) : command
             if cmd.isEmpty { throw ValidationError("run needs a command after --") }
         }
 
         func run() async throws {
             let cmd = command.first == "--" ? Array(command.dropFirst()) : command
+            if let r = Refusal.check(category: category, mode: mode, options: categoryOptions) {
+                try fail(.refused(r))
+            }
             // A command that cannot be started is reported as a shell would, before any session exists.
             let path: String
             switch CommandLookup.resolve(cmd[0]) {
@@ -63,8 +68,9 @@ extension Audioctl {
         static let configuration = CommandConfiguration(
             abstract: "Print audiod's events as they happen: interruptions, hints, route changes, sessions, properties.",
             discussion: """
-                When audiod goes away, monitor says so and waits for it to come back; when the session bus itself \
-                goes away, it exits with status 2.
+                Each line starts with the time. When audiod is not running yet, or goes away, monitor says so and \
+                waits for it; when the session bus itself goes away, it exits with status 2. With --json, one object \
+                per line, as docs/API.md describes.
                 """)
         @OptionGroup var options: BusOptions
         @Flag(help: "One JSON object per line.") var json = false
@@ -74,32 +80,95 @@ extension Audioctl {
                 let c = try options.connect()
                 defer { c.close() }
                 let events = c.signals()
-                // Ask once so that "not running" is reported rather than a silent wait.
-                _ = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "Version")
+                do {
+                    _ = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "Version")
+                } catch let e as AudiodError where e.code == .notRunning {
+                    // Subscribed already: its start is the next event.
+                    emit(["event": "audiod-not-running"], "audiod is not running; waiting for it to start")
+                }
                 for await e in events {
                     if e.member == "NameOwnerChanged" {
                         let back = e.arguments.last?.stringValue?.isEmpty == false
-                        let text = back ? "audiod is back" : "audiod went away; waiting for it to come back"
-                        if json {
-                            printJSON(["time": ISO8601DateFormatter().string(from: Date()), "event": back ? "AudiodStarted" : "AudiodStopped"])
-                        } else {
-                            FileHandle.standardOutput.write(Data((text + "\n").utf8))
-                        }
+                        emit(["event": back ? "audiod-started" : "audiod-stopped"],
+                             back ? "audiod is back" : "audiod went away; waiting for it to come back")
                         continue
                     }
-                    if json {
-                        printJSON([
-                            "time": ISO8601DateFormatter().string(from: Date()), "path": e.path, "interface": e.interface,
-                            "event": e.member, "arguments": e.arguments.map(plain),
-                        ])
-                    } else {
-                        // Unbuffered, one line per event, so that a pipe sees each event at once.
-                        FileHandle.standardOutput.write(Data((Self.line(e) + "\n").utf8))
-                    }
+                    emit(Self.object(e), Self.line(e))
                 }
                 // The stream ends only when the bus connection is gone.
                 if c.busLost { throw Failure.notRunning("the session bus went away") }
             }
+        }
+
+        /// One line, unbuffered, so that a pipe sees each event at once.
+        func emit(_ object: [String: Any], _ text: String) {
+            let now = Date()
+            if json {
+                var o = object
+                o["time"] = Self.iso.string(from: now)
+                printJSON(o)
+            } else {
+                FileHandle.standardOutput.write(Data((Self.clock(now) + " " + text + "\n").utf8))
+            }
+        }
+
+        nonisolated(unsafe) static let iso: ISO8601DateFormatter = {
+            let f = ISO8601DateFormatter()
+            f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            return f
+        }()
+
+        /// Local wall-clock time with milliseconds.
+        static func clock(_ d: Date) -> String {
+            var t = time_t(d.timeIntervalSince1970)
+            var parts = tm()
+            localtime_r(&t, &parts)
+            let ms = Int((d.timeIntervalSince1970 - Double(t)) * 1000)
+            return String(format: "%02d:%02d:%02d.%03d", parts.tm_hour, parts.tm_min, parts.tm_sec, ms)
+        }
+
+        static func sessionID(_ path: String) -> Any {
+            path.hasPrefix(AudiodConnection.managerPath + "/session/") ? (UInt64(path.split(separator: "/").last ?? "") ?? 0) as Any : NSNull()
+        }
+
+        /// An event as `monitor --json` prints it: its name in kebab-case, the session it concerns, its values.
+        static func object(_ e: AudiodSignal) -> [String: Any] {
+            let a = e.arguments
+            var o: [String: Any] = ["event": kebab(e.member), "path": e.path, "session": sessionID(e.path)]
+            switch e.member {
+            case "InterfacesAdded":
+                let path: String = { if case .objectPath(let p)? = a.first { return p } else { return "" } }()
+                let props: [String: DBusValue] = {
+                    guard case .dict(_, _, let ifaces)? = a.last else { return [:] }
+                    return ifaces.first { $0.0 == .string(AudiodConnection.sessionInterface) }?.1.propertyMap ?? [:]
+                }()
+                o["event"] = "session-added"
+                o["path"] = path
+                o["session"] = sessionID(path)
+                o["properties"] = kebabObject(props)
+            case "InterfacesRemoved":
+                let path: String = { if case .objectPath(let p)? = a.first { return p } else { return "" } }()
+                o["event"] = "session-removed"
+                o["path"] = path
+                o["session"] = sessionID(path)
+            case "PropertiesChanged":
+                o["properties"] = kebabObject(a.dropFirst().first?.propertyMap ?? [:])
+            case "InterruptionBegan":
+                o["reason"] = a.first?.stringValue ?? ""
+                if case .objectPath(let i)? = a.last?.propertyMap?["interrupter"] { o["interrupter"] = sessionID(i) } else { o["interrupter"] = NSNull() }
+            case "InterruptionEnded":
+                o["should-resume"] = a.first?.boolValue ?? false
+            case "SilenceSecondaryAudioHint":
+                o["type"] = a.first?.stringValue ?? ""
+            case "RouteChanged":
+                let d = a.last?.propertyMap ?? [:]
+                o["reason"] = a.first?.stringValue ?? ""
+                o["previous-device"] = d["previous-device"]?.stringValue ?? NSNull()
+                o["current-device"] = d["current-device"]?.stringValue ?? NSNull()
+            default:
+                o["arguments"] = a.map(plain)
+            }
+            return o
         }
 
         static func who(_ path: String) -> String {

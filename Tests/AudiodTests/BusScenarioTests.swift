@@ -154,7 +154,7 @@ struct BusScenarioTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let me = try d.client.makeSession(pid: getpid(), "playback")
+        let me = try d.client.makeSession(pid: try server.spawn(["sleep", "60"]).pid, "playback")
         func error(_ r: Result<[DBusValue], DBusError>) -> DBusError? {
             if case .failure(let e) = r { return e }
             return nil
@@ -207,7 +207,7 @@ struct BusScenarioTests {
         {
             #expect(out.contains(".\(name) "), "busctl does not show \(name)")
         }
-        let s = try d.client.makeSession(pid: getpid(), "ambient")
+        let s = try d.client.makeSession(pid: try server.spawn(["sleep", "60"]).pid, "ambient")
         let sessionOut = try server.run(["busctl", "--user", "introspect", "org.audiod.AudioSession1", s])
         for name in API.session.methods.map(\.name) + API.session.properties.map(\.name) + API.session.signals.map(\.name) {
             #expect(sessionOut.contains(".\(name) "), "busctl does not show \(name) on a session")

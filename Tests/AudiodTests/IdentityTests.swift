@@ -30,25 +30,6 @@ struct DesktopIdentityTests {
         return nil
     }
 
-    /// An app scope named as GNOME names them, in a cgroup2 subtree of the test's own; nil (with a line saying why)
-    /// where the machine has no writable cgroup2 hierarchy. `cleanup` removes it once its processes are gone.
-    func appScope(_ name: String, tag: String) throws -> (scope: String, cleanup: () -> Void)? {
-        guard let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
-            FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
-        }) else {
-            print("skipped: no writable cgroup2 hierarchy here (making an app scope needs one, as root)")
-            return nil
-        }
-        let subtree = "\(root)/audiod-test-\(getpid())-\(tag)"
-        let scope = "\(subtree)/\(name)"
-        try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
-        return (scope, {
-            _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
-            rmdir(scope)
-            rmdir(subtree)
-        })
-    }
-
     typealias Found = (session: String, identity: [String: DBusValue])
 
     /// Waits until the session that owns the stream of `pid` exists and `until` holds for it; what was last seen, and
@@ -172,7 +153,7 @@ struct DesktopIdentityTests {
     @Test("the same game in an app scope named as GNOME names them: a game, found through its scope",
           arguments: ServerKind.allCases)
     func gameInAppScope(kind: ServerKind) throws {
-        guard let (scope, cleanup) = try appScope("app-gnome-org.example.ScopedGame-4242.scope", tag: "\(kind)") else { return }
+        guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.ScopedGame-4242.scope", tag: "\(kind)") else { return }
         defer { cleanup() }
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -267,7 +248,7 @@ struct DesktopIdentityTests {
         #expect(found?.identity["desktop-entry"]?.stringValue == "")
 
         // In the terminal's scope, where cgroup2 allows one here.
-        guard let (scope, cleanup) = try appScope("app-gnome-org.example.Term-77.scope", tag: "term-\(kind)") else { return }
+        guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.Term-77.scope", tag: "term-\(kind)") else { return }
         defer { cleanup() }
         let inTerm = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec pacat --playback /dev/zero --client-name=term-child"])
         defer { inTerm.kill() }

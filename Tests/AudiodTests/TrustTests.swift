@@ -229,7 +229,7 @@ struct TrustTests {
         let hint = d.client.manager("CreateSession", [.properties([("application-name", .string(long))])])
         guard case .failure(let h) = hint else { Issue.record("a 1 MB application name was accepted"); return }
         #expect(h.name == API.errorPrefix + "LimitExceeded", "\(h)")
-        let s = try d.client.makeSession(pid: getpid(), "playback")
+        let s = try d.client.makeSession(pid: try server.spawn(["sleep", "60"]).pid, "playback")
         let many = d.client.session(s, "SetCategory", [.string("playback"), .string("default"), .strings(Array(repeating: "mix-with-others", count: 1_000))])
         guard case .failure(let o) = many else { Issue.record("1,000 options were accepted"); return }
         #expect(o.name == API.errorPrefix + "LimitExceeded", "\(o)")
