@@ -1,5 +1,5 @@
 # make [PREFIX=/usr/local] [DESTDIR=] install — builds in release mode and installs audiod and audioctl, the systemd
-# user unit, the D-Bus activation file, the interface XML and man pages (both generated from the code), audioctl's
+# user unit, the D-Bus activation file, the interface XML (generated from the code), the man pages in man/, audioctl's
 # shell completions (bash, zsh, fish) and an example config.
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
@@ -18,15 +18,13 @@ build:
 
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(USERUNITDIR) $(DESTDIR)$(DATADIR)/dbus-1/services \
-		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/doc/audiod $(DESTDIR)$(DATADIR)/man/man1 \
+		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/doc/audiod $(DESTDIR)$(DATADIR)/man/man1 $(DESTDIR)$(DATADIR)/man/man5 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	install -m 755 "$$($(SWIFT) build $(RELEASE) --show-bin-path)/audiod" $(DESTDIR)$(BINDIR)/audiod
 	install -m 755 "$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" $(DESTDIR)$(BINDIR)/audioctl
-	# Man pages from the argument-parser definitions (the plugin writes them under .build/plugins).
-	$(SWIFT) package generate-manual
-	install -m 644 .build/plugins/GenerateManual/outputs/audiod/audiod.1 $(DESTDIR)$(DATADIR)/man/man1/audiod.1
-	install -m 644 .build/plugins/GenerateManual/outputs/audioctl/audioctl.1 $(DESTDIR)$(DATADIR)/man/man1/audioctl.1
+	install -m 644 man/audiod.1 man/audioctl.1 $(DESTDIR)$(DATADIR)/man/man1/
+	install -m 644 man/audiod.toml.5 $(DESTDIR)$(DATADIR)/man/man5/
 	# bash-completion sources the file: it is not a script of its own, so no #! line.
 	"$$($(SWIFT) build $(RELEASE) --show-bin-path)/audioctl" --generate-completion-script bash | sed '1{/^#!/d}' \
 		> $(DESTDIR)$(DATADIR)/bash-completion/completions/audioctl
@@ -43,6 +41,7 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/audiod $(DESTDIR)$(BINDIR)/audioctl $(DESTDIR)$(USERUNITDIR)/audiod.service \
 		$(DESTDIR)$(DATADIR)/man/man1/audiod.1 $(DESTDIR)$(DATADIR)/man/man1/audioctl.1 \
+		$(DESTDIR)$(DATADIR)/man/man5/audiod.toml.5 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/audioctl $(DESTDIR)$(DATADIR)/zsh/site-functions/_audioctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/audioctl.fish \
 		$(DESTDIR)$(DATADIR)/dbus-1/services/org.audiod.AudioSession1.service \

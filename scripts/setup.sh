@@ -15,12 +15,15 @@ setup_packages() {
     fi
 }
 
-# What building audiod needs, and what running it against a private server needs.
+# What building audiod needs; what talking to a sound server and a bus needs (pactl, pacat, dbus-daemon); the
+# PulseAudio daemon, for a private server when none answers, and the tests.
 build_packages=(pkg-config libpulse-dev libdbus-1-dev python3)
-server_packages=(pulseaudio pulseaudio-utils dbus systemd)
+client_packages=(pulseaudio-utils dbus)
+server_packages=("${client_packages[@]}" pulseaudio systemd)
 # PipeWire with WirePlumber and pipewire-pulse: the second server every test and benchmark also runs on.
 pipewire_packages=(pipewire pipewire-pulse wireplumber)
 
 # Release builds link the Swift standard library statically: audiod's resident size is 14.7 MB instead of 18.2 MB
-# (the shared runtime libraries are mapped whole). The same flags everywhere, so builds do not undo each other.
-release=(-c release --static-swift-stdlib)
+# (the shared runtime libraries are mapped whole). One set of flags for every release build (the test command's,
+# the run command's, the benchmarks'), so that none rebuilds what another built.
+release=(-c release --static-swift-stdlib -Xswiftc -warnings-as-errors)

@@ -384,3 +384,79 @@ struct AudioctlUsageTests {
         #expect(try complete("audioctl run --category ''").contains("ambient"))
     }
 }
+
+/// scripts/run on a desktop: the lines it prints for another terminal, pasted into a fresh shell, work.
+@Suite(.serialized)
+struct RunScriptTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    @Test("scripts/run against a desktop's own sound server: its lines, pasted into another shell, take the README's first steps")
+    func pastedLinesWork() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        // A desktop's server is found where libpulse looks by default ($XDG_RUNTIME_DIR/pulse/native), without
+        // PULSE_SERVER: the case whose line used to read `PULSE_SERVER=<your default>`.
+        let run = try server.spawn(["env", "-u", "PULSE_SERVER", "bash", Self.repository.path + "/scripts/run"], log: "run.log")
+        defer {
+            run.signal(SIGTERM)
+            _ = run.wait(timeout: 15)
+        }
+        // The release build is normally there already (the test command builds it with the same flags).
+        let ready = waitFor(900) {
+            server.file("run.log").contains("In another terminal, paste:")
+                && (try? server.runStatus([TestServer.builtProduct("audioctl"), "status"]).status) == 0
+        }
+        #expect(ready, "scripts/run did not start audiod: \(server.file("run.log").suffix(3000))")
+        guard ready else { return }
+        let log = server.file("run.log")
+        #expect(log.contains("using your sound server"), "\(log)")
+        #expect(!log.contains("<"), "a placeholder in the printed lines: \(log)")
+        let block = log.components(separatedBy: "In another terminal, paste:\n").last ?? ""
+        let lines = block.split(separator: "\n", omittingEmptySubsequences: false).prefix { $0.hasPrefix("  ") }.joined(separator: "\n")
+        #expect(lines.contains("export DBUS_SESSION_BUS_ADDRESS="), "\(lines)")
+        // A fresh terminal: no bus address, no server address, no audioctl on PATH.
+        let pasted = try server.runStatus(["env", "-u", "DBUS_SESSION_BUS_ADDRESS", "-u", "PULSE_SERVER", "bash", "-c", lines + "\nwait"])
+        #expect(pasted.status == 0, "\(pasted.output)")
+        #expect(pasted.output.contains("server:   pulseaudio"), "\(pasted.output)")
+        #expect(pasted.output.contains("because: interrupted by session"), "the call did not silence the music: \(pasted.output)")
+        #expect(!pasted.output.contains("command not found") && !pasted.output.contains("No such file"), "\(pasted.output)")
+    }
+}
+
+/// The man pages: every verb and option audioctl has is in audioctl(1), and each page renders without a warning and
+/// has the sections a reader looks for.
+struct ManualTests {
+    static let man = RunScriptTests.repository.appendingPathComponent("man").path
+
+    @Test("each man page renders cleanly and has EXAMPLES, FILES, ENVIRONMENT, SEE ALSO (and EXIT STATUS for the commands)",
+          arguments: ["audioctl.1", "audiod.1", "audiod.toml.5"])
+    func sections(page: String) throws {
+        let path = Self.man + "/" + page
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        var wanted = [".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION", ".SH EXAMPLES", ".SH FILES", ".SH ENVIRONMENT", ".SH SEE ALSO"]
+        if page.hasSuffix(".1") { wanted.append(".SH EXIT STATUS") }
+        for section in wanted { #expect(text.contains(section + "\n"), "\(page) has no \(section)") }
+        let rendered = try TestServer.runCapturing(
+            ["sh", "-c", "MANWIDTH=100 man --warnings -E UTF-8 -l '\(path)' 2>&1 >/dev/null"],
+            environment: ProcessInfo.processInfo.environment)
+        #expect(rendered.isEmpty, "\(page): \(rendered)")
+    }
+
+    @Test("audioctl(1) documents every verb audioctl has")
+    func everyVerb() throws {
+        let text = try String(contentsOfFile: Self.man + "/audioctl.1", encoding: .utf8)
+        let help = try TestServer.runCapturing([AudioctlUsageTests.audioctl, "--help"], environment: ProcessInfo.processInfo.environment)
+        let verbs = help.components(separatedBy: "SUBCOMMANDS:").last?.split(separator: "\n").compactMap { line -> String? in
+            let t = line.drop { $0 == " " }
+            guard line.hasPrefix("  "), !line.hasPrefix("   "), let w = t.split(separator: " ").first,
+                w.allSatisfy({ $0.isLowercase || $0 == "-" })
+            else { return nil }
+            return String(w)
+        } ?? []
+        #expect(verbs.count >= 14, "\(verbs)")
+        for verb in verbs where verb != "help" {
+            #expect(text.contains(".BR \(verb) ") || text.contains(".B \(verb)\n") || text.contains(".BI \"\(verb) "),
+                    "audioctl.1 does not document \(verb)")
+        }
+    }
+}
