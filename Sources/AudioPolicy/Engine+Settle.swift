@@ -145,7 +145,14 @@ extension Engine {
         managerChanged.insert(.primaryAudioSession)
         if let old { touch(old) }
         if let new { touch(new) }
-        guard (old == nil) != (new == nil) else { return }
+        guard (old == nil) != (new == nil) else {
+            // From one session to another: only those two see `primary != owner` change for their own streams —
+            // an old primary that has just become ambient (GameMode naming a call's app a game) is secondary now.
+            for case let id? in [old, new] where sessions[id]?.configuration.category == .ambient {
+                markStreamsDirty(of: id, kind: .playback)
+            }
+            return
+        }
         for id in sessions.keys { touched.insert(id) }
         for id in ambientSessions { markStreamsDirty(of: id, kind: .playback) }
         let edge: SecondaryAudioHintType = new != nil ? .begin : .end

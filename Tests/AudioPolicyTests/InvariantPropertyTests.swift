@@ -23,6 +23,17 @@ import Testing
         }
     }
 
+    /// Found by the property above: a call's app becomes a game (GameMode) while a video app stops being one. The
+    /// call turns ambient as the video takes primary audio from it — primary moves from one session to another,
+    /// and the old primary, now ambient, must be silenced as secondary audio.
+    @Test func aPrimaryThatTurnsAmbientIsSilencedWhenAnotherTakesOver() {
+        var sim = Simulation()
+        for code in [79493, 80598, 11394, 15099, 47166] {
+            sim.run(Simulation.Op(code: code))
+            #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+        }
+    }
+
     /// The checker itself must be able to fail: a deliberately broken world (a mute lost on the server) is caught.
     @Test func theCheckerCatchesALostMute() {
         var sim = Simulation()
