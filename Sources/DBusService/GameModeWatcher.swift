@@ -27,15 +27,8 @@ final class GameModeWatcher {
 
     func start() {
         bus.addMatch("type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'")
-        guard let m = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetNameOwner")
-        else { return }
-        m.append([.string(Self.name)])
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self, r?.kind == .methodReturn, case .string(let unique)? = r?.arguments.first, self.owner == nil else {
-                return
-            }
+        bus.nameOwner(of: Self.name) { [weak self] unique in
+            guard let self, let unique, self.owner == nil else { return }
             self.appeared(unique)
         }
     }

@@ -39,13 +39,8 @@ final class LogindWatcher {
     func start() {
         bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.name)'")
         bus.addMatch("type='signal',sender='\(Self.name)',interface='\(Self.managerInterface)',path='\(Self.path)'")
-        guard let m = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetNameOwner")
-        else { return }
-        m.append([.string(Self.name)])
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self, r?.kind == .methodReturn, case .string(let unique)? = r?.arguments.first else {
+        bus.nameOwner(of: Self.name) { [weak self] unique in
+            guard let self, let unique else {
                 self?.logger.debug("logind is not on the system bus: session leaders are not checked")
                 return
             }
@@ -108,6 +103,21 @@ final class LogindWatcher {
                     }
                 }
             }
+        }
+    }
+}
+
+extension DBusConnection {
+    /// `GetNameOwner`: the unique name that owns `name` now, or nil (no owner, no answer).
+    func nameOwner(of name: String, _ found: @escaping (String?) -> Void) {
+        guard let m = DBusMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetNameOwner")
+        else { return found(nil) }
+        m.append([.string(name)])
+        call(m, timeoutMilliseconds: 5_000) { r in
+            guard r?.kind == .methodReturn, case .string(let unique)? = r?.arguments.first else { return found(nil) }
+            found(unique)
         }
     }
 }

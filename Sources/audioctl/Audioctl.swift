@@ -34,6 +34,18 @@ struct BusOptions: ParsableArguments {
     }
 }
 
+extension BusOptions {
+    /// Runs a verb's body with a connection to audiod's bus, closed afterwards; a failure becomes its message and
+    /// the documented exit status.
+    func connected(_ body: (AudiodConnection) async throws -> Void) async throws {
+        try await perform {
+            let c = try connect()
+            defer { c.close() }
+            try await body(c)
+        }
+    }
+}
+
 /// How audioctl ends when something went wrong: a message a person can act on, and a documented status.
 enum Failure: Error, CustomStringConvertible {
     case daemon(AudiodError)
@@ -225,9 +237,7 @@ extension Audioctl {
         @Flag(help: "One JSON object instead of text.") var json = false
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let m = try await c.properties(AudiodConnection.managerPath, AudiodConnection.managerInterface)
                 let list = try await sessions(c)
                 let st = try await streams(c)
@@ -262,9 +272,7 @@ extension Audioctl {
         @Flag(help: "JSON, one array.") var json = false
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let list = try await sessions(c)
                 if json {
                     printJSON(list.map(sessionJSON))
@@ -289,9 +297,7 @@ extension Audioctl {
         @Flag(help: "JSON, one array.") var json = false
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let list = try await sessions(c)
                 if json {
                     printJSON(list.map { s -> [String: Any] in
@@ -328,9 +334,7 @@ extension Audioctl {
         @Flag(help: "JSON, one array.") var json = false
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 guard let st = try await streams(c) else {
                     throw Failure.daemon(AudiodError(name: "org.audiod.AudioSession1.Error.ServerUnavailable",
                                                      message: "audiod is not connected to the sound server right now"))
@@ -346,6 +350,18 @@ enum Words {
     static let categories = Category.allCases.map(\.rawValue)
     static let modes = Mode.allCases.map(\.rawValue)
     static let options = CategoryOption.allCases.map(\.rawValue)
+}
+
+/// `--mode` and `--option`, as set-category and run take them.
+struct ModeAndOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
+    var mode = "default"
+    @Option(name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
+            completion: .list(Words.options))
+    var options: [String] = []
+
+    /// What audiod would refuse in this configuration, checked before anything is asked or made.
+    func refusal(category: String) -> Refusal? { Refusal.check(category: category, mode: mode, options: options) }
 }
 
 /// Which session a verb acts on: the session audioctl made for `--pid` (found with `FindSession`), or for
@@ -405,11 +421,7 @@ extension Audioctl {
         @Argument(help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
                   completion: .list(Words.categories))
         var category: String
-        @Option(help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
-        var mode = "default"
-        @Option(name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
-                completion: .list(Words.options))
-        var categoryOptions: [String] = []
+        @OptionGroup var modeAndOptions: ModeAndOptions
         @Option(help: ArgumentHelp("A rule for this application: its app id, program or application.name, as `audioctl apps` shows it.", valueName: "name"))
         var app: String?
         @OptionGroup var target: TargetOptions
@@ -420,26 +432,24 @@ extension Audioctl {
         }
 
         func run() async throws {
-            try await perform {
-                // Checked before anything is asked or made: a refused value changes nothing.
-                if let r = Refusal.check(category: category, mode: mode, options: categoryOptions) { throw Failure.refused(r) }
-                let c = try options.connect()
-                defer { c.close() }
+            // Checked before anything is asked or made: a refused value changes nothing.
+            if let r = modeAndOptions.refusal(category: category) { try fail(.refused(r)) }
+            try await options.connected { c in
                 if let app {
                     _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "SetApplicationCategory",
-                                         [.string(app), .string(category), .string(mode), .strings(categoryOptions)])
+                                         [.string(app), .string(category), .string(modeAndOptions.mode), .strings(modeAndOptions.options)])
                     print("rule: \(app) → \(category)")
                     return
                 }
                 if let s = try await target.existing(c) {
-                    try await s.setCategory(category, mode: mode, options: categoryOptions)
+                    try await s.setCategory(category, mode: modeAndOptions.mode, options: modeAndOptions.options)
                     print("session \(s.id) (pid \(target.targetPID)) → \(category)")
                     return
                 }
                 guard target.pid == nil else { throw target.noSession }
                 let s = try await AudioSession.make(pid: target.targetPID, lifetime: .process, connection: c)
                 do {
-                    try await s.setCategory(category, mode: mode, options: categoryOptions)
+                    try await s.setCategory(category, mode: modeAndOptions.mode, options: modeAndOptions.options)
                 } catch {
                     // Whatever audiod refused, the session made for it goes too.
                     try? await s.release()
@@ -459,9 +469,7 @@ extension Audioctl {
         @OptionGroup var target: TargetOptions
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let s = try await target.required(c)
                 try await s.setActive(true)
                 print("session \(s.id) active")
@@ -478,9 +486,7 @@ extension Audioctl {
         @Flag(help: "Tell the sessions this one interrupted that they may resume.") var notifyOthers = false
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let s = try await target.required(c)
                 try await s.setActive(false, notifyOthersOnDeactivation: notifyOthers)
                 print("session \(s.id) inactive")
@@ -500,9 +506,7 @@ extension Audioctl {
         @OptionGroup var target: TargetOptions
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let s = try await target.required(c)
                 try await s.release()
                 print("session \(s.id) released")
@@ -523,9 +527,7 @@ extension Audioctl {
         }
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let current = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "SilentMode").boolValue ?? false
                 let wanted: Bool
                 switch action {
@@ -555,17 +557,15 @@ extension Audioctl {
         @Argument(help: ArgumentHelp("The new level, e.g. 0.3.", valueName: "level")) var level: String?
 
         func run() async throws {
-            try await perform {
-                var wanted: Double?
-                if let level {
-                    guard let x = Double(level) else {
-                        throw Failure.cannot(.invalidOption, "duck level '\(level)' is not a number; it must be greater than 0 and less than 1 (e.g. 0.2)")
-                    }
-                    if let r = Refusal.check(duckLevel: x) { throw Failure.refused(r) }
-                    wanted = x
+            var wanted: Double?
+            if let level {
+                guard let x = Double(level) else {
+                    try fail(.cannot(.invalidOption, "duck level '\(level)' is not a number; it must be greater than 0 and less than 1 (e.g. 0.2)"))
                 }
-                let c = try options.connect()
-                defer { c.close() }
+                if let r = Refusal.check(duckLevel: x) { try fail(.refused(r)) }
+                wanted = x
+            }
+            try await options.connected { c in
                 if let wanted {
                     try await c.setProperty(AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel", .double(wanted))
                     print(String(format: "duck level %.2f (%.1f dB) until audiod reloads its config; to keep it, set duck-level in audiod.toml", wanted, 20 * log10(wanted)))
@@ -584,9 +584,7 @@ extension Audioctl {
         @OptionGroup var options: BusOptions
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "Reload")
                 print("audiod re-read its config")
             }
@@ -611,9 +609,7 @@ extension Audioctl {
         }
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListApplicationRules")
                 let rules: [[String: DBusValue]] = { if case .array(_, let items)? = out.first { return items.compactMap(\.propertyMap) } else { return [] } }()
                 if action == "remove", let application {

@@ -17,11 +17,7 @@ extension Audioctl {
         @Option(help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
                 completion: .list(Words.categories))
         var category: String
-        @Option(help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
-        var mode = "default"
-        @Option(name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
-                completion: .list(Words.options))
-        var categoryOptions: [String] = []
+        @OptionGroup var modeAndOptions: ModeAndOptions
         @Argument(parsing: .captureForPassthrough, help: "-- COMMAND [ARGUMENT …]") var command: [String] = []
 
         func validate() throws {
@@ -31,9 +27,7 @@ extension Audioctl {
 
         func run() async throws {
             let cmd = command.first == "--" ? Array(command.dropFirst()) : command
-            if let r = Refusal.check(category: category, mode: mode, options: categoryOptions) {
-                try fail(.refused(r))
-            }
+            if let r = modeAndOptions.refusal(category: category) { try fail(.refused(r)) }
             // A command that cannot be started is reported as a shell would, before any session exists.
             let path: String
             switch CommandLookup.resolve(cmd[0]) {
@@ -46,12 +40,10 @@ extension Audioctl {
                 throw ExitCode(126)
             }
             var status: Int32 = 0
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 // A connection-lifetime session: if audioctl dies, audiod releases it.
                 let s = try await AudioSession.make(applicationName: cmd[0], connection: c)
-                try await s.setCategory(category, mode: mode, options: categoryOptions)
+                try await s.setCategory(category, mode: modeAndOptions.mode, options: modeAndOptions.options)
                 try await s.setActive(true)
                 var env = ProcessInfo.processInfo.environment
                 let tag = "audiod.session=\(s.id)"
@@ -76,9 +68,7 @@ extension Audioctl {
         @Flag(help: "One JSON object per line.") var json = false
 
         func run() async throws {
-            try await perform {
-                let c = try options.connect()
-                defer { c.close() }
+            try await options.connected { c in
                 let events = c.signals()
                 do {
                     _ = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "Version")
