@@ -236,6 +236,13 @@ struct AudioctlUsageTests {
         let list = (try? JSONSerialization.jsonObject(with: Data(j.utf8))) as? [[String: Any]] ?? []
         let chimeReasons = list.first { $0["application-name"] as? String == "chime" }?["policy-reasons"] as? [String]
         #expect(chimeReasons == ["silent mode"], "\(j)")
+        // The debug log says the same in sentences, not as dumps of the values that carry them.
+        let log = server.file("audiod.log")
+        #expect(log.contains("silent mode is switched on → mute playback stream"), "\(log.suffix(3000))")
+        #expect(log.contains("asks to activate → "), "\(log.suffix(3000))")
+        for dump in ["SessionView(", "StreamInfo(", "AudioPolicy.", "Effect.", "RequestID("] {
+            #expect(!log.contains(dump), "a value dump in the debug log: \(dump)")
+        }
     }
 
     @Test("a call ducks: streams names the ducking session")
