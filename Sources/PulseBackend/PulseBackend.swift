@@ -89,6 +89,8 @@ public final class PulseBackend: @unchecked Sendable {
         /// Found by the connection's first read of every stream: it existed before anything this connection did,
         /// so a value on it cannot have come from a sibling's policy value of this run.
         var preexisting = false
+        /// Reads made while it was not yet linked (PipeWire), to find its link when no event announces it.
+        var unlinkedReads = 0
     }
 
     /// The mute and volume audiod last wrote to a stream (nil: never).
@@ -116,6 +118,9 @@ public final class PulseBackend: @unchecked Sendable {
     public private(set) var server: ServerInfo?
     /// Reads of the server's initial state still outstanding; reports wait until they are all in.
     private var enumerating = 0
+    /// Re-reads of streams not yet linked (see `report`).
+    private var unlinkedReadTimers: [StreamID: LoopTimer] = [:]
+    static let unlinkedReadLimit = 40
     public var isConnected: Bool { server != nil && enumerating == 0 && context != nil }
     private var reconnectTimer: LoopTimer?
     private var backoff: UInt64
@@ -236,6 +241,7 @@ public final class PulseBackend: @unchecked Sendable {
         if recovery == nil, let j = journalLog?.written, !j.isEmpty { recovery = j }
         let gone = streams.keys.sorted()
         streams.removeAll()
+        unlinkedReadTimers.removeAll()
         tracker.reset()
         lifted.removeAll()
         recentByKey.removeAll()
@@ -405,7 +411,23 @@ public final class PulseBackend: @unchecked Sendable {
         // nobody's: WirePlumber gives it its saved values around the link. Unlinked, it cannot be heard, so it is
         // first reported once linked — or the engine would take the placeholder, then the saved value, for the
         // user's (and a leaked duck for the user's volume).
-        if t.fed == nil, onPipeWire, t.raw.device == UInt32.max { return }
+        if t.fed == nil, onPipeWire, t.raw.device == UInt32.max {
+            // A change event normally announces the link. One that raced the connection's first listing is not
+            // announced again (measured: 2 in 10 server restarts left a player's stream unreported for good), so
+            // the stream is read again until it is linked — every 50 ms, for at most 2 s; then it is reported as
+            // it is.
+            if t.unlinkedReads < Self.unlinkedReadLimit {
+                t.unlinkedReads += 1
+                streams[id] = t
+                if unlinkedReadTimers[id] == nil {
+                    unlinkedReadTimers[id] = loop.timer(afterNanoseconds: 50_000_000) { [weak self] in
+                        self?.unlinkedReadTimers[id] = nil
+                        if self?.streams[id]?.fed == nil { self?.read(id) }
+                    }
+                }
+                return
+            }
+        }
         let props = mergedProperties(t.raw)
         // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
         // where the kernel or the host vouches for it.
