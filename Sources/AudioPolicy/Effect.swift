@@ -63,6 +63,7 @@ public enum SessionProperty: Sendable, Equatable {
     case streams([UInt32])
     /// Indices of its record streams, ascending.
     case recordStreams([UInt32])
+    case prefersNoInterruptionsFromSystemAlerts(Bool)
     /// Who audiod takes the app to be, and why it has its category.
     case identity(SessionIdentity)
 
@@ -83,6 +84,7 @@ public enum SessionProperty: Sendable, Equatable {
         case .processID: "ProcessID"
         case .streams: "Streams"
         case .recordStreams: "RecordStreams"
+        case .prefersNoInterruptionsFromSystemAlerts: "PrefersNoInterruptionsFromSystemAlerts"
         }
     }
 }
@@ -94,9 +96,11 @@ public enum ManagerProperty: Sendable, Equatable {
     /// nil: no primary audio (published as the path `/`).
     case primaryAudioSession(SessionID?)
     case duckLevel(Double)
+    case callState(CallState)
 
     public var name: String {
         switch self {
+        case .callState: "CallState"
         case .silentMode: "SilentMode"
         case .otherAudioPlaying: "OtherAudioPlaying"
         case .primaryAudioSession: "PrimaryAudioSession"
@@ -113,11 +117,12 @@ struct ManagerProperties: OptionSet, Sendable, Hashable, CustomStringConvertible
     static let otherAudioPlaying = ManagerProperties(rawValue: 1 << 1)
     static let primaryAudioSession = ManagerProperties(rawValue: 1 << 2)
     static let duckLevel = ManagerProperties(rawValue: 1 << 3)
+    static let callState = ManagerProperties(rawValue: 1 << 4)
 
     var description: String {
         let all: [(ManagerProperties, String)] = [
             (.silentMode, "SilentMode"), (.otherAudioPlaying, "OtherAudioPlaying"),
-            (.primaryAudioSession, "PrimaryAudioSession"), (.duckLevel, "DuckLevel"),
+            (.primaryAudioSession, "PrimaryAudioSession"), (.duckLevel, "DuckLevel"), (.callState, "CallState"),
         ]
         return all.filter { contains($0.0) }.map(\.1).joined(separator: ",")
     }

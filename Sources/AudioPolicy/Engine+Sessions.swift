@@ -184,6 +184,8 @@ extension Engine {
     /// The active call that would refuse an activation with `config` (§2.1), if any.
     func refusingCall(for config: Configuration, excluding id: SessionID) -> SessionID? {
         guard let call = activeCall(excluding: id) else { return nil }
+        // Nothing interrupts the platform call: another call may activate beside it only while it is held.
+        if config.isCall, let pc = platformCall, pc.session != id, pc.info.state != .held { return pc.session }
         if config.isCall { return nil }
         if config.category == .record || config.category == .playAndRecord { return call }
         if !config.isMixable { return call }
@@ -276,7 +278,7 @@ extension Engine {
     /// Takes the audio from a session: it becomes inactive and interrupted at once, its streams are silenced,
     /// an implicit session's playing MPRIS players are paused.
     mutating func interrupt(_ id: SessionID, reason: InterruptionReason, by interrupter: SessionID?, spokenOnly: Bool = false) {
-        guard var s = sessions[id] else { return }
+        guard var s = sessions[id], !isPlatformCall(id) else { return }
         let wasActive = s.active
         if s.interrupter != nil { untie(id) }
         s = sessions[id] ?? s
@@ -407,11 +409,12 @@ extension Engine {
 
     func view(_ s: SessionState) -> SessionView {
         SessionView(
-            id: s.id, isImplicit: s.isImplicit, applicationName: s.applicationName, processID: s.pid,
+            id: s.id, isImplicit: s.isImplicit || isPlatformCall(s.id), applicationName: s.applicationName, processID: s.pid,
             configuration: s.configuration, active: s.active, interrupted: s.interrupted,
             secondaryAudioShouldBeSilencedHint: primary != nil && primary != s.id,
             otherAudioPlaying: totalAudible - s.audibleCount > 0,
             handlesSecondaryAudio: s.handlesSecondaryAudio,
+            prefersNoInterruptionsFromSystemAlerts: s.prefersNoInterruptions,
             streams: s.playbackStreams.map(\.index).sorted(),
             recordStreams: s.recordStreams.map(\.index).sorted(),
             identity: identity(s))
@@ -419,6 +422,10 @@ extension Engine {
 
     /// The `Identity` of a session: an explicit one names itself; an implicit one is who its streams' profile says.
     func identity(_ s: SessionState) -> SessionIdentity {
+        if let pc = platformCall, pc.session == s.id {
+            return SessionIdentity(
+                appID: pc.info.appID ?? "platform-call", source: "platform", desktopEntry: "", categoryReason: .platformCall)
+        }
         guard s.isImplicit else {
             return SessionIdentity(
                 appID: s.applicationName, source: "explicit", desktopEntry: "", categoryReason: .explicit)

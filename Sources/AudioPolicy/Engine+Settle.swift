@@ -5,7 +5,7 @@
 extension Engine {
     /// Whether policy silences this stream now (docs/POLICY.md §0 "Silenced": any reason holds).
     func policyMute(_ st: StreamState) -> Bool {
-        guard let owner = st.session, let s = sessions[owner] else { return false }
+        guard let owner = st.session, let s = sessions[owner], !isPlatformCall(owner) else { return false }
         if st.kind == .record {
             // Privacy (§3): a silenced record stream stays muted until its owner's activation or the user.
             return st.recordHeld || (!s.isImplicit && s.heldSilent)
@@ -229,6 +229,7 @@ extension Engine {
         if changed.contains(.otherAudioPlaying) { values.append(.otherAudioPlaying(otherAudioPlaying)) }
         if changed.contains(.primaryAudioSession) { values.append(.primaryAudioSession(primaryAudioSession)) }
         if changed.contains(.duckLevel) { values.append(.duckLevel(duckLevel)) }
+        if changed.contains(.callState) { values.append(.callState(callState)) }
         return values
     }
 

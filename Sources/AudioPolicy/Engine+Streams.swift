@@ -26,6 +26,7 @@ extension Engine {
     /// a process that has exited belong to none.
     mutating func owner(of st: StreamState, processGone: Bool) -> SessionID? {
         if st.isA11y { return nil }
+        if let call = platformCallOwner(st) { return call }
         if let s = explicitOwner(chain: st.info.processChain, tag: st.info.sessionTag) { return s }
         if processGone { return nil }
         guard let key = implicitKey(
@@ -525,7 +526,9 @@ extension Engine {
         guard var p = players[id] else { return }
         let old = p.info.status
         p.info.status = status
-        if status == .playing { p.pausedByAudiod = false }
+        if status == .paused { p.pauseInFlight = false }
+        // A Playing that crossed audiod's Pause on the bus is not the user's Play: the player stays audiod's to resume.
+        if status == .playing, !p.pauseInFlight { p.pausedByAudiod = false }
         players[id] = p
         for sid in streamsByAncestor[p.info.pid] ?? [] { markDirty(sid) }
         guard status == .playing, old != .playing, let sid = implicitByKey[.process(p.info.pid)],
@@ -545,6 +548,7 @@ extension Engine {
                     || (streamsByAncestor[p.info.pid] ?? []).contains(where: { streams[$0].map(soundsOnDevice) == true })
             else { continue }
             p.pausedByAudiod = resumable
+            p.pauseInFlight = true
             players[pid] = p
             out.mpris.append(.mprisPause(pid))
         }
@@ -554,13 +558,17 @@ extension Engine {
         guard let s = sessions[id] else { return }
         for pid in players(ofImplicit: s).sorted() where players[pid]?.pausedByAudiod == true {
             players[pid]?.pausedByAudiod = false
+            players[pid]?.pauseInFlight = false
             out.mpris.append(.mprisPlay(pid))
         }
     }
 
     mutating func forgetPausedPlayers(of id: SessionID) {
         guard let s = sessions[id] else { return }
-        for pid in players(ofImplicit: s) { players[pid]?.pausedByAudiod = false }
+        for pid in players(ofImplicit: s) {
+            players[pid]?.pausedByAudiod = false
+            players[pid]?.pauseInFlight = false
+        }
     }
 
     // MARK: Route changes (§6)

@@ -48,6 +48,10 @@ public struct Engine: Sendable {
     var goneProcesses: Set<UInt32> = []
     /// Host pids GameMode has registered as games.
     var gamePids: Set<UInt32> = []
+    /// The platform's calls as one (SPEC §10), while there is any.
+    var platformCall: PlatformCallState?
+    /// Sessions interrupted by the microphone switch, by the source muted.
+    var micInterrupted: [String: Set<SessionID>] = [:]
     /// Steps whose settle pass did not converge within its round limit: always 0 unless the rules loop.
     public internal(set) var settleOverflows = 0
     /// When each device last appeared, for `new-device-available`.
@@ -158,6 +162,7 @@ public struct Engine: Sendable {
         case .setActive(let r, let id, let active, let options): setActive(r, id, active, options)
         case .release(let r, let id): release(r, id)
         case .setHandlesSecondaryAudio(let r, let id, let v): setHandlesSecondaryAudio(r, id, v)
+        case .setPrefersNoInterruptions(let r, let id, let v): setPrefersNoInterruptions(r, id, v)
         case .setSilentMode(let r, let on): setSilentMode(r, on)
         case .setDuckLevel(let r, let level): setDuckLevel(r, level)
         case .setApplicationCategory(let r, let app, let c, let m, let o): setApplicationCategory(r, app, c, m, o)
@@ -175,6 +180,8 @@ public struct Engine: Sendable {
         case .deviceRemoved(let d): deviceRemoved(d)
         case .timerFired(let t): timerFired(t)
         case .gameModeGames(let pids): gameModeGames(pids)
+        case .platformCall(let call): platformCallChanged(call)
+        case .microphoneMuted(let source, let muted, let isDefault): microphoneMuted(source, muted, isDefault: isDefault)
         }
         settle()
         return finish()
@@ -241,6 +248,7 @@ public struct SessionView: Sendable, Equatable {
     public var secondaryAudioShouldBeSilencedHint: Bool
     public var otherAudioPlaying: Bool
     public var handlesSecondaryAudio: Bool
+    public var prefersNoInterruptionsFromSystemAlerts: Bool
     /// Indices of its playback streams, ascending.
     public var streams: [UInt32]
     /// Indices of its record streams, ascending.
@@ -252,7 +260,7 @@ public struct SessionView: Sendable, Equatable {
     /// Every property the engine decides, with its value, in docs/API.md order.
     public var properties: [SessionProperty] { (0..<Self.propertyCount).map(property(at:)) }
 
-    static let propertyCount = 14
+    static let propertyCount = 15
 
     /// The property at `i` in docs/API.md order (the one list of them).
     func property(at i: Int) -> SessionProperty {
@@ -270,6 +278,7 @@ public struct SessionView: Sendable, Equatable {
         case 10: .processID(processID)
         case 11: .streams(streams)
         case 12: .recordStreams(recordStreams)
+        case 13: .prefersNoInterruptionsFromSystemAlerts(prefersNoInterruptionsFromSystemAlerts)
         default: .identity(identity)
         }
     }

@@ -13,6 +13,8 @@ public enum Event: Sendable, Equatable {
     case release(RequestID, SessionID)
     /// A write of the session property `HandlesSecondaryAudio`.
     case setHandlesSecondaryAudio(RequestID, SessionID, Bool)
+    /// A write of the session property `PrefersNoInterruptionsFromSystemAlerts`.
+    case setPrefersNoInterruptions(RequestID, SessionID, Bool)
     /// A write of `SilentMode` (also used to restore the persisted value at start).
     case setSilentMode(RequestID, Bool)
     /// A write of `DuckLevel` (0 < x < 1).
@@ -53,6 +55,11 @@ public enum Event: Sendable, Equatable {
     /// The host pids GameMode has registered as games now (`com.feralinteractive.GameMode`; empty when it is gone):
     /// game evidence for the apps whose process chains hold one (SPEC §7).
     case gameModeGames(Set<UInt32>)
+    /// The platform's calls, merged over every source (SPEC §10); nil when there is none.
+    case platformCall(PlatformCall?)
+    /// The user muted or unmuted a source that is not a monitor (the microphone switch, SPEC §10). `isDefault`: it
+    /// is the default source, which a session with no record stream yet counts as capturing from.
+    case microphoneMuted(source: String, muted: Bool, isDefault: Bool)
 }
 
 /// What `CreateSession` asks for, after the shell checked the hints.
@@ -136,6 +143,26 @@ public struct StreamInfo: Sendable, Equatable {
 
     /// The process that plays, if known.
     public var pid: UInt32? { processChain.first }
+}
+
+/// The platform's calls as one (SPEC §10): what the shell merges from GNOME Calls, Plasma, ModemManager and
+/// callaudiod. There is one while any call rings, waits, is dialled, rings out, is active or held.
+public struct PlatformCall: Sendable, Equatable {
+    /// Never `.none`: no call is a nil `PlatformCall`.
+    public var state: CallState
+    /// Every call rings in or waits (the call *only rings* while this holds and none has been answered).
+    public var allRinging: Bool
+    /// The call app's identity: its streams belong to the call (nil: a modem call alone has none).
+    public var appID: String?
+    /// The call app's name, for the session's `ApplicationName`.
+    public var applicationName: String
+
+    public init(state: CallState, allRinging: Bool, appID: String? = nil, applicationName: String = "") {
+        self.state = state
+        self.allRinging = allRinging
+        self.appID = appID
+        self.applicationName = applicationName
+    }
 }
 
 /// What audiod once set on a stream, and the user's values under it.

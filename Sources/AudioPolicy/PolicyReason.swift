@@ -34,7 +34,7 @@ public enum PolicyReason: Sendable, Hashable {
 extension Engine {
     /// The reasons `policyMute` and `shouldDuck` hold for this stream, in the order they are checked.
     func policyReasons(_ st: StreamState) -> [PolicyReason] {
-        guard let owner = st.session, let s = sessions[owner] else { return [] }
+        guard let owner = st.session, let s = sessions[owner], !isPlatformCall(owner) else { return [] }
         var reasons: [PolicyReason] = []
         if s.interrupted {
             let by = s.interrupter.flatMap { sessions[$0] }

@@ -12,6 +12,8 @@ extension Event {
             "\(id) asks to \(active ? "activate" : "deactivate")\(o.isEmpty ? "" : " with \(o.joined(separator: ", "))")"
         case .release(_, let id): "\(id) is released by its owner"
         case .setHandlesSecondaryAudio(_, let id, let on): "\(id) says it \(on ? "handles" : "no longer handles") secondary audio itself"
+        case .setPrefersNoInterruptions(_, let id, let on):
+            "\(id) \(on ? "asks not to be" : "may again be") interrupted by a call that only rings"
         case .setSilentMode(_, let on): "silent mode is switched \(on ? "on" : "off")"
         case .setDuckLevel(_, let level): "the duck level is set to \(level)"
         case .setApplicationCategory(_, let app, let c, let m, _):
@@ -32,6 +34,10 @@ extension Event {
         case .timerFired(.linger(let id)): "\(id) has had no audible stream for the linger"
         case .timerFired(.voiceCallEnd(let id)): "\(id) has not both captured and played for the linger"
         case .gameModeGames(let pids): "GameMode lists \(pids.count) game\(pids.count == 1 ? "" : "s")"
+        case .platformCall(let call?):
+            "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
+        case .platformCall(nil): "the platform's last call ended"
+        case .microphoneMuted(let source, let muted, _): "the user \(muted ? "muted" : "unmuted") the microphone \(source)"
         }
     }
 

@@ -26,6 +26,8 @@ enum DeactivationCause: Sendable {
     /// An implicit session from the `event`, `animation` or `test` roles: follows only silent mode (§5).
     var roleExempt = false
     var handlesSecondaryAudio = false
+    /// `PrefersNoInterruptionsFromSystemAlerts`: a platform call that only rings does not interrupt it.
+    var prefersNoInterruptions = false
 
     var active = false
     var interrupted = false
@@ -91,6 +93,9 @@ struct PlayerState: Sendable {
     var info: PlayerInfo
     /// audiod sent `Pause` while it was `Playing`: the only players audiod will `Play`.
     var pausedByAudiod = false
+    /// audiod's `Pause` is on its way: until the player reports `Paused`, a `Playing` it reports was sent before
+    /// it heard the `Pause` (measured: mpv's own announcement arriving after audiod's decision), not a press of Play.
+    var pauseInFlight = false
 }
 
 /// What decided an implicit session's category (SPEC §7), kept as data: a step compares it, and only a view of the
@@ -115,6 +120,8 @@ public enum CategoryReason: Equatable, Sendable {
     case `default`
     /// An explicit session: the app set its category.
     case explicit
+    /// The platform call (SPEC §10).
+    case platformCall
 
     /// The sentence a person reads (`audioctl apps`).
     public var text: String {
@@ -129,6 +136,7 @@ public enum CategoryReason: Equatable, Sendable {
         case .player(let e):
             "Media player: desktop entry \(e.id) (Categories=\(e.categories.joined(separator: ";"))) found through \(e.foundThrough.phrase)"
         case .default: "Default: nothing says what it is"
+        case .platformCall: "Call: the platform reports a call (GNOME Calls, Plasma, ModemManager or callaudiod)"
         case .explicit: "Set by the app (SetCategory)"
         }
     }

@@ -73,6 +73,22 @@ public enum InterruptionReason: String, CaseIterable, Sendable, Hashable {
     case `default`
     case routeDisconnected = "route-disconnected"
     case call
+    /// The user muted the microphone the session captures from.
+    case builtinMicMuted = "builtin-mic-muted"
+    /// Ambient sound while the screen is locked.
+    case screenLocked = "screen-locked"
+    /// The machine is going to sleep.
+    case suspend
+}
+
+/// The platform's calls (`CallState`), the first that applies: a call rings in or waits, one is dialled or rings
+/// out, one is active, all are held, or there is none.
+public enum CallState: String, CaseIterable, Sendable, Hashable {
+    case none
+    case ringing
+    case dialing
+    case active
+    case held
 }
 
 /// Why a session's route changed (`RouteChanged`).

@@ -74,6 +74,12 @@ public final class AudioSessionService {
     private var mpris: MPRISWatcher?
     private var gameMode: GameModeWatcher?
     private var logind: LogindWatcher?
+    /// The system bus (logind, ModemManager), while there is one.
+    private var systemBus: DBusConnection?
+    private var platformCalls: PlatformCalls?
+    /// Call sources on the session bus (GNOME Calls, callaudiod) and on the system bus (ModemManager).
+    private var sessionCallSources: [CallSource] = []
+    private var systemCallSources: [CallSource] = []
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -100,17 +106,30 @@ public final class AudioSessionService {
         w.start()
     }
 
-    /// Starts following logind on the system bus (for `CreateSession`'s check of session leaders); without a system
-    /// bus or logind the check is skipped.
-    public func followLogind(address: String? = nil) {
-        guard logind == nil else { return }
+    /// Starts following the platform (SPEC §10): the calls of GNOME Calls and callaudiod on the session bus, and on
+    /// the system bus — when there is one — ModemManager's calls and logind (for `CreateSession`'s check of session
+    /// leaders). Every source is optional and followed as it appears and vanishes.
+    public func followPlatform(systemBusAddress: String? = nil) {
+        guard platformCalls == nil, let host else { return }
+        let calls = PlatformCalls(host: host, logger: logger)
+        platformCalls = calls
+        sessionCallSources = [CallSource.Kind.gnomeCalls, .callaudiod].map { CallSource($0, bus: bus, calls: calls, logger: logger) }
+        for s in sessionCallSources { s.start() }
         do {
-            let system = try DBusConnection(address: address ?? LogindWatcher.systemBusAddress, loop: bus.loop)
+            let system = try DBusConnection(address: systemBusAddress ?? LogindWatcher.systemBusAddress, loop: bus.loop)
+            systemBus = system
             let w = LogindWatcher(bus: system, logger: logger)
             logind = w
+            systemCallSources = [CallSource(.modemManager, bus: system, calls: calls, logger: logger)]
+            system.onMessage = { [weak self] m in
+                guard let self, m.kind == .signal else { return }
+                for s in self.systemCallSources where s.received(m) { return }
+                self.logind?.received(m)
+            }
             w.start()
+            for s in systemCallSources { s.start() }
         } catch {
-            logger.debug("no system bus (\(error.message)): session leaders are not checked")
+            logger.info("no system bus (\(error.message)): modem calls are off, and session leaders are not checked")
         }
     }
 
@@ -132,8 +151,12 @@ public final class AudioSessionService {
     public func close() {
         mpris = nil
         gameMode = nil
-        logind?.close()
         logind = nil
+        systemCallSources = []
+        sessionCallSources = []
+        platformCalls = nil
+        systemBus?.close()
+        systemBus = nil
         exitWatches.removeAll()
         bus.onMessage = nil
         bus.close()
@@ -178,6 +201,7 @@ public final class AudioSessionService {
                 }
                 mpris?.nameOwnerChanged(name: name, old: old, new: new)
                 gameMode?.nameOwnerChanged(name: name, old: old, new: new)
+                for s in sessionCallSources { _ = s.received(m) }
             } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
                 m.path == MPRISWatcher.path, m.signature == "sa{sv}as", let sender = m.sender,
                 mpris?.follows(sender) == true
@@ -187,6 +211,8 @@ public final class AudioSessionService {
                 let sender = m.sender, gameMode?.follows(sender) == true, let member = m.member
             {
                 gameMode?.signal(member: member, m.arguments)
+            } else if let sender = m.sender, sessionCallSources.contains(where: { $0.owner == sender }) {
+                for s in sessionCallSources where s.received(m) { break }
             }
         default: break
         }
@@ -437,7 +463,7 @@ public final class AudioSessionService {
         case .mode(let m): (p.name, .string(m.rawValue))
         case .options(let o): (p.name, .strings(o.map(\.rawValue)))
         case .active(let b), .interrupted(let b), .mixable(let b), .secondaryAudioShouldBeSilencedHint(let b),
-            .otherAudioPlaying(let b), .handlesSecondaryAudio(let b):
+            .otherAudioPlaying(let b), .handlesSecondaryAudio(let b), .prefersNoInterruptionsFromSystemAlerts(let b):
             (p.name, .bool(b))
         case .applicationName(let s): (p.name, .string(s))
         case .processID(let pid): (p.name, .uint32(pid))
@@ -455,6 +481,7 @@ public final class AudioSessionService {
         case .silentMode(let b), .otherAudioPlaying(let b): (p.name, .bool(b))
         case .primaryAudioSession(let s): (p.name, .objectPath(s.map(sessionPath) ?? "/"))
         case .duckLevel(let d): (p.name, .double(d))
+        case .callState(let c): (p.name, .string(c.rawValue))
         }
     }
 
@@ -480,6 +507,7 @@ public final class AudioSessionService {
             ("ServerConnected", .bool(host.connectedServerName != nil)),
             Self.value(.duckLevel(e.duckLevel)),
             ("Version", .string(Self.version)),
+            Self.value(.callState(e.callState)),
         ]
     }
 
@@ -548,6 +576,9 @@ public final class AudioSessionService {
                 case ("HandlesSecondaryAudio", .bool(let on)):
                     guard let s = session else { return }
                     self.request(m) { .setHandlesSecondaryAudio($0, s, on) }
+                case ("PrefersNoInterruptionsFromSystemAlerts", .bool(let on)):
+                    guard let s = session else { return }
+                    self.request(m) { .setPrefersNoInterruptions($0, s, on) }
                 default:
                     self.fail(m, Self.invalidArgs("\(name) cannot be set"))
                 }

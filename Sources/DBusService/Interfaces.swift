@@ -140,6 +140,7 @@ public enum API {
             .init(name: "ServerConnected", type: "b"),
             .init(name: "DuckLevel", type: "d", writable: .user),
             .init(name: "Version", type: "s"),
+            .init(name: "CallState", type: "s"),
         ],
         signals: [])
 
@@ -167,6 +168,7 @@ public enum API {
             .init(name: "Implicit", type: "b"),
             .init(name: "Streams", type: "au"),
             .init(name: "RecordStreams", type: "au"),
+            .init(name: "PrefersNoInterruptionsFromSystemAlerts", type: "b", writable: .owner),
             .init(name: "Identity", type: "a{sv}"),
         ],
         signals: [

@@ -27,7 +27,6 @@ final class LogindWatcher {
     init(bus: DBusConnection, logger: Logger) {
         self.bus = bus
         self.logger = logger
-        bus.onMessage = { [weak self] m in self?.received(m) }
     }
 
     /// The system bus's address: `$DBUS_SYSTEM_BUS_ADDRESS`, or the well-known socket.
@@ -49,9 +48,8 @@ final class LogindWatcher {
         }
     }
 
-    func close() { bus.close() }
-
-    private func received(_ m: DBusMessage) {
+    /// A signal on the system bus, if it is logind's (or about its name).
+    func received(_ m: DBusMessage) {
         guard m.kind == .signal else { return }
         if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged", m.isFromBus, m.signature == "sss" {
             let a = m.arguments

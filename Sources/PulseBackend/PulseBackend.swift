@@ -687,7 +687,13 @@ public final class PulseBackend: @unchecked Sendable {
         context?.device(source: source, index: index) { [weak self] d in
             guard let self, let d else { return }
             if source {
+                let old = self.sources[index]
                 self.sources[index] = d
+                // The microphone switch: the user muted or unmuted a source that is not a monitor.
+                if self.enumerating == 0, !d.isMonitor, let old, old.muted != d.muted {
+                    self.onEvent?(.policy(.microphoneMuted(
+                        source: d.name, muted: d.muted, isDefault: d.name == self.server?.defaultSource)))
+                }
             } else {
                 self.sinks[index] = d
                 if self.enumerating == 0 {

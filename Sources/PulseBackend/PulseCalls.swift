@@ -347,6 +347,8 @@ struct RawDevice: Equatable {
     var available: Bool
     /// A source that is a sink's monitor (what the sink plays): capturing it is no call (SPEC §7 step 3).
     var isMonitor = false
+    /// The device's own mute (a source's: the microphone switch).
+    var muted = false
 }
 
 struct RawClient: Equatable {
@@ -362,6 +364,9 @@ public struct ServerInfo: Sendable, Equatable {
     /// against another run of the server does not apply.
     public var cookie: UInt32
     public var defaultSink: String
+    /// Where a record stream that names no device captures from; a session with no record stream yet counts as
+    /// capturing from it (the microphone switch, SPEC §10).
+    public var defaultSource: String = ""
 }
 
 /// What the server's subscription reports (`pa_subscription_event_type_t`).
@@ -593,7 +598,9 @@ final class PulseContext {
             let version = string(i.server_version)
             // pipewire-pulse names itself in full ("PulseAudio (on PipeWire 0.3.65)"); PulseAudio says "pulseaudio".
             let display = name.lowercased() == "pulseaudio" ? "\(name) \(version)" : name
-            cb(ServerInfo(name: display, cookie: i.cookie, defaultSink: string(i.default_sink_name)))
+            cb(ServerInfo(
+                name: display, cookie: i.cookie, defaultSink: string(i.default_sink_name),
+                defaultSource: string(i.default_source_name)))
         }, r), request: r, "get_server_info")
     }
 
@@ -832,7 +839,8 @@ private let sourceCallback: pa_source_info_cb_t = { c, info, eol, userdata in
         let i = p.pointee
         let available = i.active_port.map { Int($0.pointee.available) != Int(PA_PORT_AVAILABLE_NO.rawValue) } ?? true
         return RawDevice(
-            index: i.index, name: string(i.name), available: available, isMonitor: i.monitor_of_sink != UInt32.max)
+            index: i.index, name: string(i.name), available: available, isMonitor: i.monitor_of_sink != UInt32.max,
+            muted: i.mute != 0)
     }
     me.deliver(item: d, eol: eol, request: n)
 }

@@ -254,6 +254,7 @@ extension Audioctl {
                 let primary: String = { if case .objectPath(let p)? = m["PrimaryAudioSession"], p != "/" { return "session " + (p.split(separator: "/").last.map(String.init) ?? p) } else { return "none" } }()
                 print("primary:  \(primary)")
                 print("duck:     \(m["DuckLevel"]?.doubleValue.map { String(format: "%.2f", $0) } ?? "?")")
+                print("call:     \(m["CallState"]?.stringValue ?? "?")")
                 print("sessions: \(list.count)")
                 for s in list { print("  " + describe(s)) }
                 if let st {

@@ -98,7 +98,7 @@ struct Lifecycle {
                 arbiter.start()
                 service.followMediaPlayers()
                 service.followGameMode()
-                service.followLogind()
+                service.followPlatform()
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
                 // Once connecting (to the bus and the sound server) is over, what start-up ran can go.

@@ -55,6 +55,27 @@ import Testing
         #expect(streamOps(end) == [.setStreamMute(.playback(1), false)])
     }
 
+    /// The player's own `Playing`, sent before it heard audiod's `Pause`, arrives after audiod decided: it is no press
+    /// of Play, and the player is still audiod's to resume (measured with real mpv: the notify came before the
+    /// player's `Paused`, and no `Play` was sent).
+    @Test func aPlayingThatCrossedThePauseStillResumesOnNotify() {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        let video = h.session(pid: 20, "playback")
+        let e = h.activate(video)
+        #expect(e.contains(.mprisPause(Self.mpv1)))
+        _ = h.send(.playerStatusChanged(Self.mpv1, .playing))
+        let end = h.deactivate(video, notify: true)
+        #expect(end.contains(.mprisPlay(Self.mpv1)), "\(end)")
+        // Once it has said Paused, its Playing is the user's own press: nothing is left for audiod to resume.
+        let again = h.activate(video)
+        _ = h.send(.playerStatusChanged(Self.mpv1, .paused))
+        _ = h.send(.playerStatusChanged(Self.mpv1, .playing))
+        #expect(again.contains(.mprisPause(Self.mpv1)), "\(again)")
+        #expect(!h.deactivate(video, notify: true).contains(.mprisPlay(Self.mpv1)))
+    }
+
     @Test func anOwnerVanishingResumesPlayersOnlyAfterACall() {
         var h = Harness()
         _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv1, pid: 100, status: .playing)))

@@ -80,6 +80,12 @@ struct Simulation {
         case newMonitorRecord(pid: UInt32)
         case gameMode(pids: Set<UInt32>)
         case newAppStream(pid: UInt32, entry: Int)
+        /// SPEC §10: the platform's calls as one (an index into `platformCalls`), and a session's wish not to be
+        /// interrupted by a call that only rings.
+        case platformCall(Int)
+        case prefersNoInterruptions(session: Int)
+        /// The microphone switch on the default source or another one.
+        case microphone(source: String, muted: Bool)
 
         static let explicitPids: [UInt32] = [10, 11, 12, 13]
         static let implicitPids: [UInt32] = [100, 101, 102, 103]
@@ -130,7 +136,13 @@ struct Simulation {
                 case 2: self = .exit(pid: Op.ancestorPids[(p / 4) % Op.ancestorPids.count])
                 default: self = .reuse(which: (p / 4) % 16, parent: (p / 64) % Op.parentChoices.count)
                 }
-            case 19: self = .handlesSecondary(session: p % 6)
+            case 19:
+                switch p % 5 {
+                case 0, 1: self = .handlesSecondary(session: (p / 5) % 6)
+                case 2: self = .platformCall((p / 5) % Op.platformCalls.count)
+                case 3: self = .prefersNoInterruptions(session: (p / 5) % 6)
+                default: self = .microphone(source: ["default", "usb-mic"][(p / 5) % 2], muted: (p / 10) % 2 == 0)
+                }
             case 20:
                 switch p % 3 {
                 case 0: self = .newMonitorRecord(pid: anyPid)
@@ -144,6 +156,14 @@ struct Simulation {
         }
 
         static let entries: [[String]] = [["Game", "ArcadeGame"], ["AudioVideo", "Player"], ["AudioVideo"]]
+        /// No call; one that only rings; one ringing beside an answered one; dialled; active; held. The call app is
+        /// pid 101's app (its streams from `newAppStream` are the call's) or none, as for a modem call.
+        static let platformCalls: [PlatformCall?] = [
+            nil, PlatformCall(state: .ringing, allRinging: true, appID: "org.example.App101", applicationName: "Calls"),
+            PlatformCall(state: .ringing, allRinging: false, appID: "org.example.App101", applicationName: "Calls"),
+            PlatformCall(state: .dialing, allRinging: false), PlatformCall(state: .active, allRinging: false),
+            PlatformCall(state: .held, allRinging: false, appID: "org.example.App101", applicationName: "Calls"),
+        ]
 
         var description: String {
             switch self {
@@ -171,6 +191,11 @@ struct Simulation {
             case .exit(let pid): return "process \(pid) exits"
             case .reuse(let k, let parent): return "a new process takes exited pid#\(k) under \(Op.parentChoices[parent])"
             case .handlesSecondary(let s): return "session#\(s) toggles HandlesSecondaryAudio"
+            case .platformCall(let k):
+                return Op.platformCalls[k].map { "platform call \($0.state.rawValue)\($0.allRinging ? " (only rings)" : "") app \($0.appID ?? "-")" }
+                    ?? "platform call ends"
+            case .prefersNoInterruptions(let s): return "session#\(s) toggles PrefersNoInterruptionsFromSystemAlerts"
+            case .microphone(let source, let muted): return "the user \(muted ? "mutes" : "unmutes") source \(source)"
             case .newMonitorRecord(let pid): return "new monitor capture pid \(pid)"
             case .gameMode(let pids): return "GameMode games \(pids.sorted())"
             case .newAppStream(let pid, let e): return "new stream pid \(pid) of an app whose entry says \(Op.entries[e])"
@@ -380,6 +405,13 @@ struct Simulation {
         case .handlesSecondary(let k):
             guard let id = session(k), let v = engine.session(id) else { return }
             step(.setHandlesSecondaryAudio(nextRequest(), id, !v.handlesSecondaryAudio))
+        case .platformCall(let k):
+            step(.platformCall(Op.platformCalls[k]))
+        case .prefersNoInterruptions(let k):
+            guard let id = session(k), let v = engine.session(id) else { return }
+            step(.setPrefersNoInterruptions(nextRequest(), id, !v.prefersNoInterruptionsFromSystemAlerts))
+        case .microphone(let source, let muted):
+            step(.microphoneMuted(source: source, muted: muted, isDefault: source == "default"))
         }
     }
 
@@ -478,6 +510,9 @@ struct Simulation {
         switch event {
         case .setActive(_, _, false, let options): return options.contains("notify-others-on-deactivation")
         case .release, .ownerVanished, .processExited: return true
+        // The platform's last call ended: it deactivates with notify (SPEC §10); or the call app's streams went to
+        // the platform call, ending the app's own implicit call with notify, as a stream taken by a session does.
+        case .platformCall: return true
         // An implicit call ends with notify when its linger runs out or its last stream is taken or gone.
         case .timerFired, .streamRemoved, .createSession, .playerRemoved, .streamChanged, .setApplicationCategory,
             .removeApplicationCategory:
@@ -498,8 +533,11 @@ struct Simulation {
     func violations() -> [String] {
         var v = problems
         let views = engine.sessionIDs.compactMap { engine.session($0) }
-        // 1. At most one non-mixable session active (and so uninterrupted).
-        let activeNonMixable = views.filter { $0.active && !$0.mixable }
+        // 1. At most one non-mixable session active (and so uninterrupted) — besides the platform call while it is
+        // held (a call may activate beside it) or only rings (a session that prefers no interruptions from system
+        // alerts keeps the audio beside it), SPEC §10.
+        let beside = engine.platformCall.flatMap { $0.info.state == .held || $0.onlyRings ? $0.session : nil }
+        let activeNonMixable = views.filter { $0.active && !$0.mixable && $0.id != beside }
         if activeNonMixable.count > 1 { v.append("invariant 1: active non-mixable \(activeNonMixable.map(\.id))") }
         let primary = engine.primaryAudioSession
         let duckers = Set(views.filter { $0.active && $0.configuration.ducksOthers }.map(\.id))
