@@ -8,7 +8,7 @@
 // prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
 // to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,500,1000,5000),
 // BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
-// churned stream), BENCH_ONLY=memory,activation,phone,churn,calls (only these parts; start-up always).
+// churned stream), BENCH_ONLY=memory,activation,phone,ring,churn,calls,identity (only these parts; start-up always).
 
 import AudioPolicy
 import AudiodCore
@@ -22,7 +22,7 @@ import Synchronization
 let args = Array(CommandLine.arguments.dropFirst())
 let journalOnDisk = ProcessInfo.processInfo.environment["BENCH_JOURNAL"] == "disk"
 /// BENCH_ONLY=activation: start-up and the activation rows only (scripts/bench's run with the journal on disk).
-/// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, churn, calls — for
+/// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, ring, churn, calls, identity — for
 /// working on one figure; start-up is always measured.
 let only: Set<String>? = ProcessInfo.processInfo.environment["BENCH_ONLY"].map { Set($0.split(separator: ",").map(String.init)) }
 let onlyActivation = only == ["activation"]
@@ -43,6 +43,8 @@ struct Results {
     var idleRSS = 0, idlePSS = 0, loadedRSS = 0, loadedPSS = 0
     var activation: [(sessions: Int, streams: Int, Latency)] = []
     var roleCork = Latency()  // audiod vs module-role-cork (floor = the module)
+    /// A platform call's first signal (GNOME Calls' InterfacesAdded, incoming) → the music stream muted.
+    var ring: [UInt64] = []
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
     /// audiod's CPU time per call, in µs.
     var setActiveCPUus = 0.0, pingCPUus = 0.0
@@ -308,6 +310,15 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         music.kill()
     }
 
+    // The platform rings: this process owns org.gnome.Calls and announces an incoming call as GNOME Calls does
+    // (InterfacesAdded with State 5, then State 7 to end it); an app's music stream goes quiet.
+    if wants("ring") {
+        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+        let index = try server.waitForPlaybackStream(pid: music.pid).index
+        r.ring = try rings(server, bus: busAddress, observer: observer, music: index, rounds: iterations)
+        music.kill()
+    }
+
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
     if wants("churn") {
         try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
@@ -456,6 +467,14 @@ print("\n### An unmanaged phone-role stream starts → the music stream muted (P
 print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all { print("| \(kind) | \(cells(r.roleCork))") }
+if all.contains(where: { !$0.1.ring.isEmpty }) {
+    print("\n### The platform rings (GNOME Calls' InterfacesAdded, incoming) → the music stream muted\n")
+    print("| server | rounds | p50 | p99 |")
+    print("|---|---:|---:|---:|")
+    for (kind, r) in all where !r.ring.isEmpty {
+        print("| \(kind) | \(r.ring.count) | \(ms(percentile(r.ring, 0.5))) | \(ms(percentile(r.ring, 0.99))) |")
+    }
+}
 print("\n### Calls, memory, idle\n")
 print("| server | SetActive/s (8 clients) | Peer.Ping/s | ratio | RSS idle | PSS idle | RSS 1,000 sessions + 200 streams | PSS loaded | idle wake-ups/s (10 s) | start → name p50 (max of 5) |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
