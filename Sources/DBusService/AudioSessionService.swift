@@ -113,7 +113,7 @@ public final class AudioSessionService {
         guard platformCalls == nil, let host else { return }
         let calls = PlatformCalls(host: host, logger: logger)
         platformCalls = calls
-        sessionCallSources = [CallSource.Kind.gnomeCalls, .callaudiod].map { CallSource($0, bus: bus, calls: calls, logger: logger) }
+        sessionCallSources = [CallSource.Kind.gnomeCalls, .plasma, .callaudiod].map { CallSource($0, bus: bus, calls: calls, logger: logger) }
         for s in sessionCallSources { s.start() }
         do {
             let system = try DBusConnection(address: systemBusAddress ?? LogindWatcher.systemBusAddress, loop: bus.loop)

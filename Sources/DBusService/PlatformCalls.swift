@@ -73,6 +73,14 @@ final class PlatformCalls {
         publish()
     }
 
+    /// A source's whole list of calls, replacing what it said before.
+    func replace(_ source: String, with list: [(String, CallPhase?)]) {
+        var mine: [String: CallPhase] = [:]
+        for (key, phase) in list { mine[key] = phase }
+        calls[source] = mine.isEmpty ? nil : mine
+        publish()
+    }
+
     /// A source went away (or was read again from the start): its calls are over.
     func clear(_ source: String) {
         guard calls.removeValue(forKey: source) != nil else { return }
@@ -105,12 +113,14 @@ final class PlatformCalls {
 final class CallSource {
     enum Kind: String {
         case gnomeCalls = "GNOME Calls"
+        case plasma = "Plasma's dialer"
         case modemManager = "ModemManager"
         case callaudiod
 
         var name: String {
             switch self {
             case .gnomeCalls: "org.gnome.Calls"
+            case .plasma: "org.kde.telephony.CallUtils"
             case .modemManager: "org.freedesktop.ModemManager1"
             case .callaudiod: "org.mobian_project.CallAudio"
             }
@@ -119,6 +129,7 @@ final class CallSource {
         var root: String {
             switch self {
             case .gnomeCalls: "/org/gnome/Calls"
+            case .plasma: "/org/kde/telephony/CallUtils/tel/mm"
             case .modemManager: "/org/freedesktop/ModemManager1"
             case .callaudiod: "/org/mobian_project/CallAudio"
             }
@@ -144,6 +155,7 @@ final class CallSource {
         self.calls = calls
         self.logger = logger
         if kind == .gnomeCalls { calls.setApp(of: kind.rawValue, id: "org.gnome.Calls", name: "Calls") }
+        if kind == .plasma { calls.setApp(of: kind.rawValue, id: "org.kde.phone.dialer", name: "Phone") }
     }
 
     func start() {
@@ -192,6 +204,26 @@ final class CallSource {
             else { return true }
             guard case .int32(let state) = v else { return badValue("State", v.signature) }
             calls.set(kind.rawValue, call: path, CallPhase.modemManager(state))
+        case (.plasma, kind.name, "callAdded"), (.plasma, kind.name, "callStateChanged"):
+            // (s device, s call, (i) direction, (i) state, (i) reason[, s with]): states in ModemManager's order.
+            guard path == kind.root, a.count >= 5, let call = a[1].stringValue, case .structure(let f) = a[3],
+                case .int32(let state)? = f.first
+            else { return badValue(member, m.signature) }
+            calls.set(kind.rawValue, call: call, CallPhase.modemManager(state))
+        case (.plasma, kind.name, "callDeleted"):
+            guard path == kind.root, a.count == 2, let call = a[1].stringValue else { return badValue(member, m.signature) }
+            calls.set(kind.rawValue, call: call, nil)
+        case (.plasma, kind.name, "fetchedCallsChanged"):
+            // a(sssss(i)(i)(i)ixi): the call's id first, its state seventh. Every call the dialer has, so the list
+            // replaces what was known.
+            guard path == kind.root, case .array(_, let items)? = a.first else { return badValue(member, m.signature) }
+            var now: [(String, CallPhase?)] = []
+            for case .structure(let f) in items.prefix(PlatformCalls.maximumCallsPerSource) {
+                guard f.count >= 7, let call = f[0].stringValue, case .structure(let s) = f[6], case .int32(let state)? = s.first
+                else { continue }
+                now.append((call, CallPhase.modemManager(state)))
+            }
+            calls.replace(kind.rawValue, with: now)
         case (.callaudiod, Self.properties, "PropertiesChanged"):
             guard a.first?.stringValue == kind.name, let v = a.dropFirst().first?.propertyMap?["AudioMode"] else { return true }
             audioMode(v)
@@ -236,6 +268,9 @@ final class CallSource {
                     }
                 }
             }
+        case .plasma:
+            // The answer comes as fetchedCallsChanged.
+            call(kind.root, kind.name, "fetchCalls", []) { _ in }
         case .callaudiod:
             call(kind.root, Self.properties, "Get", [.string(kind.name), .string("AudioMode")]) { [weak self] r in
                 guard let self, let v = r?.first else { return }

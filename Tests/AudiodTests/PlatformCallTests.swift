@@ -212,6 +212,68 @@ struct PlatformCallTests {
         #expect(!log.contains(Self.number) && !log.contains("Alice"), "a caller's number or name reached the log")
     }
 
+    // MARK: Plasma's dialer: org.kde.telephony.CallUtils, calls in ModemManager's state order
+
+    static let dialerPath = "/org/kde/telephony/CallUtils/tel/mm"
+    static let dialerInterface = "org.kde.telephony.CallUtils"
+
+    /// The dialer, whose `fetchCalls` answers with `fetchedCallsChanged` listing `calls` (call id, state).
+    func plasmaDialer(_ server: TestServer, calls: [(String, Int32)]) throws -> Mock {
+        let dialer = try mock(server, name: Self.dialerInterface, path: Self.dialerPath,
+                              address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
+        let list = calls.map { "('\($0.0)', 'tel', 'mm', 'acc', '\(Self.number)', (1,), (\($0.1),), (0,), 0, 0, 0)" }.joined(separator: ", ")
+        dialer.call(Self.dialerPath, "org.freedesktop.DBus.Mock", "AddMethod", [
+            .string(Self.dialerInterface), .string("fetchCalls"), .string(""), .string(""),
+            .string("self.EmitSignal('\(Self.dialerInterface)', 'fetchedCallsChanged', 'a(sssss(i)(i)(i)ixi)', [[\(list)]])"),
+        ])
+        return dialer
+    }
+
+    func emit(_ dialer: Mock, _ member: String, _ signature: String, _ args: [DBusValue]) {
+        dialer.call(Self.dialerPath, "org.freedesktop.DBus.Mock", "EmitSignal", [
+            .string(Self.dialerInterface), .string(member), .string(signature), .array(element: "v", args.map { .variant($0) }),
+        ])
+    }
+
+    @Test("Plasma's dialer: a call added rings and pauses the music; hung up, the music plays; a call deleted ends too",
+          arguments: ServerKind.allCases)
+    func plasmaDialerCalls(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let dialer = try plasmaDialer(server, calls: [])
+        defer { dialer.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, music) = try players.mpv(server, heardBy: d)
+        let call = "/org/freedesktop/ModemManager1/Call/1"
+        func state(_ n: Int32) -> DBusValue { .structure([.int32(n)]) }
+        emit(dialer, "callAdded", "ss(i)(i)(i)s", [.string("modem0"), .string(call), state(1), state(3), state(0), .string(Self.number)])
+        #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the dialer's ring")
+        #expect(callState(d) == "ringing")
+        emit(dialer, "callStateChanged", "ss(i)(i)(i)", [.string("modem0"), .string(call), state(1), state(4), state(0)])
+        #expect(waitFor(5) { callState(d) == "active" })
+        emit(dialer, "callStateChanged", "ss(i)(i)(i)", [.string("modem0"), .string(call), state(1), state(7), state(0)])
+        #expect(waitFor(10) { players.status(server, music) == "Playing" }, "the music did not come back after the call")
+        emit(dialer, "callAdded", "ss(i)(i)(i)s", [.string("modem0"), .string(call + "2"), state(1), state(3), state(0), .string(Self.number)])
+        #expect(waitFor(5) { callState(d) == "ringing" })
+        emit(dialer, "callDeleted", "ss", [.string("modem0"), .string(call + "2")])
+        #expect(waitFor(5) { callState(d) == "none" })
+        #expect(!server.file("audiod.log").contains(Self.number))
+    }
+
+    @Test("audiod started during a call reads the dialer's calls (fetchCalls, then fetchedCallsChanged)")
+    func plasmaDialerAtStart() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let dialer = try plasmaDialer(server, calls: [("/org/freedesktop/ModemManager1/Call/1", 4)])
+        defer { dialer.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(waitFor(5) { callState(d) == "active" }, "\(callState(d) ?? "?")")
+        let apps = try server.runStatus([TestServer.builtProduct("audioctl"), "apps"]).output
+        #expect(apps.contains("org.kde.phone.dialer (platform)"), "\(apps)")
+    }
+
     // MARK: Bad input and liars
 
     @Test("a call forged by a connection that does not own org.gnome.Calls, a State of the wrong type, an unknown state and a flood: no call, no crash, no stall")
@@ -275,12 +337,15 @@ struct PlatformCallTests {
     // MARK: The microphone switch
 
     @Test("the microphone muted and unmuted under a record session: interrupted, then ended without resume; a call is not interrupted",
-          arguments: [ServerKind.pulseaudio])
+          arguments: ServerKind.allCases)
     func microphoneSwitch(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
         // A microphone that is not a monitor, as the default source.
-        _ = try server.pactl(["load-module", "module-null-source", "source_name=mic"])
+        // pipewire-pulse has no module-null-source: a null sink made a source (its media.class) is one.
+        _ = try server.pactl(kind == .pulseaudio
+            ? ["load-module", "module-null-source", "source_name=mic"]
+            : ["load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual"])
         _ = try server.pactl(["set-default-source", "mic"])
         let d = try Daemon.start(server)
         defer { d.stop() }
