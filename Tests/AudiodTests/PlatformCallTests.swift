@@ -274,6 +274,27 @@ struct PlatformCallTests {
         #expect(apps.contains("org.kde.phone.dialer (platform)"), "\(apps)")
     }
 
+    // MARK: callaudiod: AudioMode 1 is a call, without a ringing phase
+
+    @Test("callaudiod's AudioMode 1 is an active call: the music pauses, and plays again at 0")
+    func callaudiod() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let path = "/org/mobian_project/CallAudio", name = "org.mobian_project.CallAudio"
+        let cad = try mock(server, name: name, path: path, address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
+        defer { cad.stop() }
+        cad.call(path, "org.freedesktop.DBus.Mock", "AddProperty", [.string(name), .string("AudioMode"), .variant(.uint32(0))])
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, music) = try players.mpv(server, heardBy: d)
+        cad.call(path, "org.freedesktop.DBus.Mock", "UpdateProperties", [.string(name), .properties([("AudioMode", .uint32(1))])])
+        #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the call")
+        #expect(callState(d) == "active")
+        cad.call(path, "org.freedesktop.DBus.Mock", "UpdateProperties", [.string(name), .properties([("AudioMode", .uint32(0))])])
+        #expect(waitFor(10) { players.status(server, music) == "Playing" })
+        #expect(callState(d) == "none")
+    }
+
     // MARK: Bad input and liars
 
     @Test("a call forged by a connection that does not own org.gnome.Calls, a State of the wrong type, an unknown state and a flood: no call, no crash, no stall")
