@@ -79,18 +79,47 @@ struct PlatformCallTests {
         ])
     }
 
+    /// A sound server, a private system bus with ModemManager (a modem, no calls) and audiod told of that bus.
+    struct ModemRig {
+        let server: TestServer
+        let system: TestBus
+        let mm: Mock
+        let daemon: Daemon
+
+        init(_ kind: ServerKind, _ t: PlatformCallTests) throws {
+            let server = try TestServer(kind)
+            var system: TestBus?
+            var mm: Mock?
+            do {
+                system = try TestBus()
+                mm = try t.modemManager(server, system!)
+                daemon = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system!.address])
+            } catch {
+                mm?.stop()
+                system?.stop()
+                server.stop()
+                throw error
+            }
+            self.server = server
+            self.system = system!
+            self.mm = mm!
+        }
+
+        func stop() {
+            daemon.stop()
+            mm.stop()
+            system.stop()
+            server.stop()
+        }
+    }
+
     func callState(_ d: Daemon) -> String? { d.client.property(API.managerPath, API.manager.name, "CallState")?.stringValue }
 
     @Test("a modem call rings: the music pauses; answered, then hung up: the music plays again", arguments: ServerKind.allCases)
     func modemCall(kind: ServerKind) throws {
-        let server = try TestServer(kind)
-        defer { server.stop() }
-        let system = try TestBus()
-        defer { system.stop() }
-        let mm = try modemManager(server, system)
-        defer { mm.stop() }
-        let d = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address])
-        defer { d.stop() }
+        let rig = try ModemRig(kind, self)
+        defer { rig.stop() }
+        let (server, mm, d) = (rig.server, rig.mm, rig.daemon)
         let (_, music) = try players.mpv(server, heardBy: d)
         #expect(callState(d) == "none")
         addModemCall(mm, 1, state: 3)  // ringing-in
@@ -109,14 +138,9 @@ struct PlatformCallTests {
 
     @Test("two overlapping modem calls: one platform call, which lasts while either does")
     func overlappingCalls() throws {
-        let server = try TestServer(.pulseaudio)
-        defer { server.stop() }
-        let system = try TestBus()
-        defer { system.stop() }
-        let mm = try modemManager(server, system)
-        defer { mm.stop() }
-        let d = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address])
-        defer { d.stop() }
+        let rig = try ModemRig(.pulseaudio, self)
+        defer { rig.stop() }
+        let (server, mm, d) = (rig.server, rig.mm, rig.daemon)
         let (_, music) = try players.mpv(server, heardBy: d)
         addModemCall(mm, 1, state: 3)
         #expect(waitFor(10) { players.status(server, music) == "Paused" })
@@ -138,14 +162,9 @@ struct PlatformCallTests {
 
     @Test("a recorder that prefers no interruptions from system alerts records through the ring; the answer interrupts it")
     func recorderThroughTheRing() throws {
-        let server = try TestServer(.pulseaudio)
-        defer { server.stop() }
-        let system = try TestBus()
-        defer { system.stop() }
-        let mm = try modemManager(server, system)
-        defer { mm.stop() }
-        let d = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address])
-        defer { d.stop() }
+        let rig = try ModemRig(.pulseaudio, self)
+        defer { rig.stop() }
+        let (server, mm, d) = (rig.server, rig.mm, rig.daemon)
         let recorder = try server.spawn(["parec", "--client-name=recorder", "/dev/null"])
         let s = try d.client.makeSession(pid: recorder.pid, "record")
         let set = d.client.call(s, "org.freedesktop.DBus.Properties", "Set", [
