@@ -91,7 +91,7 @@ final class PlatformCalls {
         let merged = Self.merge(calls, apps: apps)
         guard merged != last else { return }
         last = merged
-        logger.info("platform call: \(merged?.state.rawValue ?? "none")")
+        logger.debug("platform call: \(merged?.state.rawValue ?? "none")")
         host?.handle(.platformCall(merged))
     }
 
