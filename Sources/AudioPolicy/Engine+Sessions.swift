@@ -38,6 +38,9 @@ extension Engine {
             return .accessDenied(
                 "session \(id.rawValue) is an implicit session made by audiod; change it with SetApplicationCategory")
         }
+        if isPlatformCall(id) {
+            return .accessDenied("session \(id.rawValue) is the platform's call: it follows the platform's call services")
+        }
         return nil
     }
 

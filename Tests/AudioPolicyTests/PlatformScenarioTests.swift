@@ -83,6 +83,10 @@ import Testing
         #expect(h.engine.streamView(.playback(5))?.policyMuted == false)
         #expect(h.view(call)?.isImplicit == true)
         #expect(h.view(call)?.identity.source == "platform")
+        // Nobody drives it over the bus: it follows the platform's call services alone.
+        #expect(h.deactivate(call).last == .reply(h.lastRequest, .error(.accessDenied(
+            "session \(call.rawValue) is the platform's call: it follows the platform's call services"))))
+        #expect(h.view(call)?.active == true)
         // Nothing interrupts it: an explicit call is refused while it is not held, allowed beside it when it is.
         let softphone = h.session(pid: 20, "play-and-record", mode: "voice-chat")
         #expect(h.activate(softphone).last == .reply(h.lastRequest, .error(.insufficientPriority(call: call))))
