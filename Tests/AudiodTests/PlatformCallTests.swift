@@ -151,6 +151,11 @@ struct PlatformCallTests {
         #expect(waitFor(5) { callState(d) == "ringing" })
         usleep(500_000)
         #expect(players.status(server, music) == "Paused", "the music came back while a call was still waiting")
+        // A call announced and gone before audiod reads it (its object vanishes mid-read): no call, no crash.
+        mm.call(Self.modem, "org.freedesktop.DBus.Mock", "EmitSignal", [
+            .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("CallAdded"), .string("o"),
+            .array(element: "v", [.variant(.objectPath(Self.callPath(99)))]),
+        ])
         setModemCall(mm, 2, state: 4)
         #expect(waitFor(5) { callState(d) == "active" })
         setModemCall(mm, 2, state: 7)
