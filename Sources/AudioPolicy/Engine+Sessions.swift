@@ -392,7 +392,8 @@ extension Engine {
         published[id] = nil
         out.removed.append(id)
         for sid in owned { streams[sid]?.session = nil }
-        if primary == id { primary = nil }
+        // Primary audio is left to the settle pass (`updatePrimary`): it ends the hint and re-decides the ambient
+        // streams the removed session's primary audio silenced. Cleared here, those stayed muted.
         reassignOwnership(of: owned)
     }
 

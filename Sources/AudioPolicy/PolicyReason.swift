@@ -34,7 +34,10 @@ public enum PolicyReason: Sendable, Hashable {
 extension Engine {
     /// The reasons `policyMute` and `shouldDuck` hold for this stream, in the order they are checked.
     func policyReasons(_ st: StreamState) -> [PolicyReason] {
-        guard let owner = st.session, let s = sessions[owner], !isPlatformCall(owner) else { return [] }
+        guard let owner = st.session, let s = sessions[owner] else { return [] }
+        let ducked = shouldDuck(st) ? activeDuckers.sorted().filter { $0 != owner }.map(PolicyReason.duckedBy) : []
+        // The platform call's streams are never silenced; a ducker still ducks them, as `shouldDuck` decides.
+        if isPlatformCall(owner) { return ducked }
         var reasons: [PolicyReason] = []
         if s.interrupted {
             let by = s.interrupter.flatMap { sessions[$0] }
@@ -52,9 +55,6 @@ extension Engine {
         if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt {
             reasons.append(.secondaryAudio(primary: primary))
         }
-        if shouldDuck(st) {
-            for d in activeDuckers.sorted() where d != owner { reasons.append(.duckedBy(d)) }
-        }
-        return reasons
+        return reasons + ducked
     }
 }

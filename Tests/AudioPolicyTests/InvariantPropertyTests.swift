@@ -34,6 +34,16 @@ import Testing
         }
     }
 
+    /// Found by the reasons' check below: a primary session released while an ambient app played. Its end cleared
+    /// primary audio on the spot, so the settle pass saw no change and the ambient stream stayed muted.
+    @Test func anAmbientAppSilencedByAPrimaryThatIsReleasedPlaysAgain() {
+        var sim = Simulation()
+        for code in [29964, 53481, 17556, 50211, 10983] {
+            sim.run(Simulation.Op(code: code))
+            #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+        }
+    }
+
     /// The checker itself must be able to fail: a deliberately broken world (a mute lost on the server) is caught.
     @Test func theCheckerCatchesALostMute() {
         var sim = Simulation()
@@ -554,6 +564,13 @@ struct Simulation {
             // A live process's stream is policed: only a11y streams (and a dead process's) belong to nobody.
             if sv.session == nil, info.role != "a11y", let pid = info.processChain.first, !exited.contains(pid) {
                 v.append("stream \(id) of live process \(pid) (chain \(info.processChain)) belongs to no session")
+            }
+            // The reasons a person reads (ListStreams' policy-reasons) name the conditions the decision checked
+            // on its own: they must say "silenced" exactly when the stream is, and "ducked" exactly when it is.
+            let silencing = sv.reasons.contains { if case .duckedBy = $0 { false } else { true } }
+            let ducking = sv.reasons.contains { if case .duckedBy = $0 { true } else { false } }
+            if silencing != sv.policyMuted || ducking != (sv.duckFactor < 1) {
+                v.append("stream \(id): reasons \(sv.reasons.map(\.text)) but policy-muted \(sv.policyMuted), duck \(sv.duckFactor)")
             }
             let owner = sv.session.flatMap { engine.session($0) }
             let category = owner?.configuration.category
