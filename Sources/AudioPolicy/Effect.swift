@@ -97,9 +97,11 @@ public enum ManagerProperty: Sendable, Equatable {
     case primaryAudioSession(SessionID?)
     case duckLevel(Double)
     case callState(CallState)
+    case screenLocked(Bool)
 
     public var name: String {
         switch self {
+        case .screenLocked: "ScreenLocked"
         case .callState: "CallState"
         case .silentMode: "SilentMode"
         case .otherAudioPlaying: "OtherAudioPlaying"
@@ -118,11 +120,13 @@ struct ManagerProperties: OptionSet, Sendable, Hashable, CustomStringConvertible
     static let primaryAudioSession = ManagerProperties(rawValue: 1 << 2)
     static let duckLevel = ManagerProperties(rawValue: 1 << 3)
     static let callState = ManagerProperties(rawValue: 1 << 4)
+    static let screenLocked = ManagerProperties(rawValue: 1 << 5)
 
     var description: String {
         let all: [(ManagerProperties, String)] = [
             (.silentMode, "SilentMode"), (.otherAudioPlaying, "OtherAudioPlaying"),
             (.primaryAudioSession, "PrimaryAudioSession"), (.duckLevel, "DuckLevel"), (.callState, "CallState"),
+            (.screenLocked, "ScreenLocked"),
         ]
         return all.filter { contains($0.0) }.map(\.1).joined(separator: ",")
     }

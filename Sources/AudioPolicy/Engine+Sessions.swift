@@ -77,6 +77,7 @@ extension Engine {
         interruptOthers(for: id)
         if config.isMixable && !wasMixable { pendingHintBegin.insert(id) }
         emit(id, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil))
+        if let s = sessions[id], s.active, lockedOut(s) { interruptForPlatform(id, .screenLocked) }
         return nil
     }
 
@@ -121,13 +122,16 @@ extension Engine {
     }
 
     mutating func setSilentMode(_ r: RequestID, _ on: Bool) {
-        if silentMode != on {
-            silentMode = on
-            managerChanged.insert(.silentMode)
-            out.persist = true
-            for id in silentModeSessions.sorted() { markStreamsDirty(of: id, kind: .playback) }
-        }
+        applySilentMode(on)
         reply(r, .ok)
+    }
+
+    mutating func applySilentMode(_ on: Bool) {
+        guard silentMode != on else { return }
+        silentMode = on
+        managerChanged.insert(.silentMode)
+        out.persist = true
+        for id in silentModeSessions.sorted() { markStreamsDirty(of: id, kind: .playback) }
     }
 
     mutating func setDuckLevel(_ r: RequestID, _ level: Double) {
@@ -150,12 +154,14 @@ extension Engine {
                 r, .error(.invalidArgs("duck-level \(new.duckLevel) is out of range: it must be greater than 0 and less than 1")))
         }
         let level = new.duckLevel
+        let lockBefore = screenLocked && settings.followsLockScreen
         var kept = new
         kept.duckLevel = settings.duckLevel
         settings = kept
         configRules = Engine.index(new.configRules)
         applyDuckLevel(level)
         recomputeImplicitCategories()
+        lockRulesChanged(from: lockBefore)
         reply(r, .ok)
     }
 
@@ -214,6 +220,12 @@ extension Engine {
         guard let current = sessions[id] else { return nil }
         if let call = refusingCall(for: current.configuration, excluding: id) {
             return .insufficientPriority(call: call)
+        }
+        // Asleep, or an explicit ambient session behind the lock (SPEC §10): granted, and interrupted at once —
+        // before it takes the audio from anyone.
+        if let reason = heldOffReason(current) {
+            if !current.active { interruptForPlatform(id, reason) }
+            return nil
         }
         liftActivationHolds(id, byOwner: byOwner)
         if current.active { return nil }
@@ -288,6 +300,7 @@ extension Engine {
         s.active = false
         s.interrupted = true
         s.interrupter = interrupter
+        s.interruptionReason = reason
         s.spokenOnly = spokenOnly
         s.awaitingActivation = true
         sessions[id] = s

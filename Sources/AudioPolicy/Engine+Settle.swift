@@ -12,6 +12,7 @@ extension Engine {
         }
         if s.heldSilent || st.routeSilenced { return true }
         if silentMode && s.configuration.category.obeysSilentMode { return true }
+        if s.isImplicit && lockedOut(s) { return true }
         if primary != nil && primary != owner && s.configuration.category == .ambient
             && !s.handlesSecondaryAudio && !s.roleExempt
         {
@@ -230,6 +231,7 @@ extension Engine {
         if changed.contains(.primaryAudioSession) { values.append(.primaryAudioSession(primaryAudioSession)) }
         if changed.contains(.duckLevel) { values.append(.duckLevel(duckLevel)) }
         if changed.contains(.callState) { values.append(.callState(callState)) }
+        if changed.contains(.screenLocked) { values.append(.screenLocked(screenLocked)) }
         return values
     }
 

@@ -52,6 +52,14 @@ public struct Engine: Sendable {
     var platformCall: PlatformCallState?
     /// Sessions interrupted by the microphone switch, by the source muted.
     var micInterrupted: [String: Set<SessionID>] = [:]
+    /// `ScreenLocked`: the user's graphical session is locked (SPEC §10).
+    public internal(set) var screenLocked = false
+    /// Explicit sessions the lock screen interrupted; unlocking ends that with `should_resume = true`.
+    var lockInterrupted: Set<SessionID> = []
+    /// Between `PrepareForSleep(true)` and `(false)`.
+    public internal(set) var sleeping = false
+    /// Sessions interrupted for sleep; waking ends that with `should_resume = false`.
+    var suspendInterrupted: Set<SessionID> = []
     /// Steps whose settle pass did not converge within its round limit: always 0 unless the rules loop.
     public internal(set) var settleOverflows = 0
     /// When each device last appeared, for `new-device-available`.
@@ -182,6 +190,9 @@ public struct Engine: Sendable {
         case .gameModeGames(let pids): gameModeGames(pids)
         case .platformCall(let call): platformCallChanged(call)
         case .microphoneMuted(let source, let muted, let isDefault): microphoneMuted(source, muted, isDefault: isDefault)
+        case .screenLocked(let locked): screenLockChanged(locked)
+        case .prepareForSleep(let sleeping): prepareForSleep(sleeping)
+        case .platformSilentMode(let on): applySilentMode(on)
         }
         settle()
         return finish()

@@ -60,6 +60,13 @@ public enum Event: Sendable, Equatable {
     /// The user muted or unmuted a source that is not a monitor (the microphone switch, SPEC §10). `isDefault`: it
     /// is the default source, which a session with no record stream yet counts as capturing from.
     case microphoneMuted(source: String, muted: Bool, isDefault: Bool)
+    /// The `LockedHint` of the user's graphical session (SPEC §10): ambient sound does not play behind the lock.
+    case screenLocked(Bool)
+    /// logind's `PrepareForSleep`: true before the machine sleeps, false after it woke.
+    case prepareForSleep(Bool)
+    /// The platform's silent switch (feedbackd's profile) set silent mode: as a write of `SilentMode`, without a
+    /// request to answer.
+    case platformSilentMode(Bool)
 }
 
 /// What `CreateSession` asks for, after the shell checked the hints.
@@ -243,6 +250,8 @@ public struct Settings: Sendable, Equatable {
     /// How far a volume the server reports may be from the one audiod set and still count as audiod's (PipeWire
     /// stores volumes as floats and may hand back a neighbouring value).
     public var volumeTolerance: UInt32
+    /// Whether the lock screen silences ambient sound (SPEC §10; `[platform] lock-screen` in the config file).
+    public var followsLockScreen: Bool
 
     public init(
         duckLevel: Double = 0.2,
@@ -251,8 +260,10 @@ public struct Settings: Sendable, Equatable {
         configRules: [ApplicationRule] = [],
         lingerNanoseconds: UInt64 = 2_000_000_000,
         routeMoveWindowNanoseconds: UInt64 = 1_000_000_000,
-        volumeTolerance: UInt32 = 64
+        volumeTolerance: UInt32 = 64,
+        followsLockScreen: Bool = true
     ) {
+        self.followsLockScreen = followsLockScreen
         self.duckLevel = duckLevel
         self.defaultConfiguration = defaultConfiguration
         self.roleConfigurations = roleConfigurations

@@ -4,12 +4,14 @@
 /// same conditions named one by one, so that "why is this quiet?" has the answer the decision had.
 public enum PolicyReason: Sendable, Hashable {
     /// Its session was interrupted by another (nil: by an event nobody will end, e.g. its device went away).
-    case interrupted(by: SessionID?, interrupterIsCall: Bool, interrupterCategory: Category?)
+    case interrupted(by: SessionID?, interrupterIsCall: Bool, interrupterCategory: Category?, reason: InterruptionReason?)
     /// Its session was interrupted and stays silent until it is activated again.
     case awaitingActivation
     /// A record stream stays muted after an interruption until its session is activated again (privacy).
     case recordHeld
     case silentMode
+    /// An implicit ambient or solo-ambient session's stream while the screen is locked.
+    case screenLocked
     /// An ambient session's stream while another session holds primary audio.
     case secondaryAudio(primary: SessionID)
     /// Its device went away while it played; it stays silent until its session is activated again.
@@ -18,9 +20,11 @@ public enum PolicyReason: Sendable, Hashable {
 
     public var text: String {
         switch self {
-        case .interrupted(let by?, let isCall, let category):
+        case .interrupted(let by?, let isCall, let category, _):
             "interrupted by session \(by.rawValue) (\(isCall ? "call" : category?.rawValue ?? "?"))"
-        case .interrupted(nil, _, _): "interrupted"
+        case .interrupted(nil, _, _, let reason?): "interrupted (\(reason.rawValue))"
+        case .interrupted(nil, _, _, nil): "interrupted"
+        case .screenLocked: "the screen is locked"
         case .awaitingActivation: "interrupted earlier; silent until its session is activated again"
         case .recordHeld: "capture held after an interruption until its session is activated again"
         case .silentMode: "silent mode"
@@ -42,7 +46,7 @@ extension Engine {
         if s.interrupted {
             let by = s.interrupter.flatMap { sessions[$0] }
             reasons.append(.interrupted(by: s.interrupter, interrupterIsCall: by?.isCall ?? false,
-                                        interrupterCategory: by?.configuration.category))
+                                        interrupterCategory: by?.configuration.category, reason: s.interruptionReason))
         } else if s.awaitingActivation {
             reasons.append(.awaitingActivation)
         }
@@ -52,6 +56,7 @@ extension Engine {
         }
         if st.routeSilenced { reasons.append(.routeChange) }
         if silentMode && s.configuration.category.obeysSilentMode { reasons.append(.silentMode) }
+        if s.isImplicit && lockedOut(s) { reasons.append(.screenLocked) }
         if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt {
             reasons.append(.secondaryAudio(primary: primary))
         }

@@ -38,6 +38,9 @@ extension Event {
             "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
         case .platformCall(nil): "the platform's last call ended"
         case .microphoneMuted(let source, let muted, _): "the user \(muted ? "muted" : "unmuted") the microphone \(source)"
+        case .screenLocked(let locked): "the screen is \(locked ? "locked" : "unlocked")"
+        case .prepareForSleep(let sleeping): sleeping ? "the machine is going to sleep" : "the machine woke up"
+        case .platformSilentMode(let on): "the phone's ring/silent profile switches silent mode \(on ? "on" : "off")"
         }
     }
 

@@ -33,6 +33,8 @@ enum DeactivationCause: Sendable {
     var interrupted = false
     /// The session this one is tied to (§3); nil for an interruption nobody will end (route-disconnected).
     var interrupter: SessionID?
+    /// Why it was last interrupted (its streams' `policy-reasons` say so).
+    var interruptionReason: InterruptionReason?
     /// Interrupted only because it was in `spoken-audio` mode (§2.3): always told it may resume.
     var spokenOnly = false
     /// Silenced until its next activation: an explicit session's `SetActive(true)`, an implicit one's user

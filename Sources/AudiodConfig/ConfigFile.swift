@@ -55,7 +55,8 @@ public enum ConfigFile {
     }
 
     static let configurationKeys = ["category", "mode", "options"]
-    static let topKeys = ["duck-level", "linger", "default", "roles", "apps"]
+    static let topKeys = ["duck-level", "linger", "default", "roles", "apps", "platform"]
+    static let platformKeys = ["lock-screen"]
 
     /// Parses config text; `file` names it in errors.
     public static func parse(_ text: String, file: String) throws(ConfigError) -> Settings {
@@ -105,6 +106,18 @@ public enum ConfigFile {
                 let c = try configuration(t, key: "apps.\(app)", fail)
                 settings.configRules.append(ApplicationRule(
                     application: app, configuration: c, source: .configFile, file: file, line: lines.line(of: "apps.\(app)")))
+            }
+        }
+        if let v = table["platform"] {
+            guard let t = v.table else { throw fail("platform", "must be a table: [platform] with lock-screen") }
+            for k in t.keys where !platformKeys.contains(k) {
+                throw fail("platform.\(k)", "unknown key; accepted: \(platformKeys.joined(separator: ", "))")
+            }
+            if let b = t["lock-screen"] {
+                guard case .bool(let on) = b else {
+                    throw fail("platform.lock-screen", "must be true (ambient sound stops while the screen is locked) or false")
+                }
+                settings.followsLockScreen = on
             }
         }
         return settings

@@ -137,3 +137,134 @@ import Testing
         #expect(signals(h.send(.microphoneMuted(source: "mic", muted: true, isDefault: true))).isEmpty)
     }
 }
+
+/// SPEC §10: the lock screen and sleep, as events.
+@Suite struct LockAndSleepScenarioTests {
+    static let mpv = PlayerID("org.mpris.MediaPlayer2.mpv.instance100")
+
+    func locked(_ effects: [Effect], _ on: Bool) -> Bool {
+        effects.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.screenLocked(on)) } else { false } }
+    }
+
+    @Test func theLockSilencesImplicitAmbientSoundButNotPlaybackEventsOrA11y() throws {
+        var h = Harness()
+        _ = h.play(1, pid: 10, role: "game")
+        _ = h.play(2, pid: 11)
+        _ = h.play(3, pid: 12, role: "event")
+        _ = h.play(4, pid: 13, role: "a11y")
+        let game = try #require(h.engine.streamView(.playback(1))?.session)
+        #expect(h.view(game)?.configuration.category == .ambient)
+        let lock = h.send(.screenLocked(true))
+        #expect(locked(lock, true))
+        #expect(streamOps(lock) == [.setStreamMute(.playback(1), true)])
+        #expect(h.engine.streamView(.playback(1))?.reasons == [.screenLocked])
+        // An implicit session is silenced, not interrupted: it hears nothing, and nothing it holds ends.
+        #expect(signals(lock).isEmpty)
+        _ = h.echo(lock)
+        let unlock = h.send(.screenLocked(false))
+        #expect(locked(unlock, false))
+        #expect(streamOps(unlock) == [.setStreamMute(.playback(1), false)])
+    }
+
+    @Test func anExplicitAmbientSessionIsInterruptedAndMayResumeAtUnlockUnlessSomeoneHoldsTheAudio() {
+        var h = Harness()
+        let ambient = h.session(pid: 10, "ambient")
+        _ = h.activate(ambient)
+        let solo = h.session(pid: 11, "solo-ambient")
+        _ = h.activate(solo)
+        let lock = h.send(.screenLocked(true))
+        #expect(signals(lock).contains(.signal(ambient, .interruptionBegan(.screenLocked, interrupter: nil))))
+        #expect(signals(lock).contains(.signal(solo, .interruptionBegan(.screenLocked, interrupter: nil))))
+        // Behind the lock an activation is granted and interrupted at once, taking the audio from nobody.
+        let music = h.session(pid: 12, "playback")
+        _ = h.activate(music)
+        let again = h.activate(solo)
+        #expect(again.contains(h.ok))
+        #expect(signals(again) == [.signal(solo, .interruptionBegan(.screenLocked, interrupter: nil))])
+        #expect(h.view(music)?.active == true)
+        // Unlock: the mixable ambient session may resume; the solo-ambient one waits for the music (§3).
+        let unlock = h.send(.screenLocked(false))
+        #expect(signals(unlock) == [.signal(ambient, .interruptionEnded(shouldResume: true))])
+        let end = h.deactivate(music, notify: true)
+        #expect(signals(end) == [.signal(solo, .interruptionEnded(shouldResume: true))])
+    }
+
+    @Test func theConfigSwitchTurnsTheLockOff() throws {
+        var h = Harness(settings: Settings(followsLockScreen: false))
+        _ = h.play(1, pid: 10, role: "game")
+        let lock = h.send(.screenLocked(true))
+        #expect(locked(lock, true), "ScreenLocked still says what logind says")
+        #expect(streamOps(lock).isEmpty)
+        // Turned on by a reload while locked: it applies at once, and off again lifts it.
+        let on = h.send(.configure(h.request(), Settings()))
+        #expect(streamOps(on) == [.setStreamMute(.playback(1), true)])
+        _ = h.echo(on)
+        let off = h.send(.configure(h.request(), Settings(followsLockScreen: false)))
+        #expect(streamOps(off) == [.setStreamMute(.playback(1), false)])
+    }
+
+    @Test func sleepInterruptsEveryonePausesPlayersAndWakeResumesNobody() throws {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        let player = try #require(h.engine.streamView(.playback(1))?.session)
+        _ = h.play(2, pid: 200, role: "production")  // Mixes, and has no MPRIS: it cannot be paused.
+        let mixer = try #require(h.engine.streamView(.playback(2))?.session)
+        let podcast = h.session(pid: 300, "playback", options: ["mix-with-others"])
+        _ = h.activate(podcast)
+        let sleep = h.send(.prepareForSleep(true))
+        for id in [player, mixer, podcast] {
+            #expect(signals(sleep).contains(.signal(id, .interruptionBegan(.suspend, interrupter: nil))), "\(id): \(signals(sleep))")
+        }
+        #expect(sleep.filter { $0 == .mprisPause(Self.mpv) }.count == 1)
+        #expect(streamOps(sleep).count == 2 && streamOps(sleep).contains(.setStreamMute(.playback(1), true)) && streamOps(sleep).contains(.setStreamMute(.playback(2), true)))
+        _ = h.echo(sleep)
+        _ = h.send(.playerStatusChanged(Self.mpv, .paused))
+        // While asleep nothing takes the audio: an activation is granted and interrupted at once.
+        let late = h.session(pid: 400, "playback")
+        let act = h.activate(late)
+        #expect(act.contains(h.ok))
+        #expect(signals(act) == [.signal(late, .interruptionBegan(.suspend, interrupter: nil))])
+        let wake = h.send(.prepareForSleep(false))
+        for id in [player, mixer, podcast, late] {
+            #expect(signals(wake).contains(.signal(id, .interruptionEnded(shouldResume: false))), "\(id): \(signals(wake))")
+        }
+        #expect(!wake.contains(.mprisPlay(Self.mpv)), "a player started again after wake")
+        // The app without MPRIS is heard again (it cannot be paused, §7); the paused player's stream waits for Play.
+        #expect(streamOps(wake).contains(.setStreamMute(.playback(2), false)))
+        #expect(!streamOps(wake).contains(.setStreamMute(.playback(1), false)))
+    }
+
+    @Test func sleepLeavesThePlatformCallAlone() {
+        var h = Harness()
+        let ring = h.send(.platformCall(PlatformScenarioTests.active))
+        let sleep = h.send(.prepareForSleep(true))
+        #expect(signals(sleep).isEmpty, "the platform call was interrupted for sleep: \(signals(sleep)) \(ring.count)")
+        #expect(h.engine.callState == .active)
+    }
+
+    @Test func mpvPlayingIntoSleepIsPausedAndStaysPaused() throws {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        let player = try #require(h.engine.streamView(.playback(1))?.session)
+        #expect(h.view(player)?.active == true)
+        let sleep = h.send(.prepareForSleep(true))
+        #expect(sleep.filter { $0 == .mprisPause(Self.mpv) }.count == 1)
+        #expect(signals(sleep) == [.signal(player, .interruptionBegan(.suspend, interrupter: nil))])
+        _ = h.send(.playerStatusChanged(Self.mpv, .paused))
+        let wake = h.send(.prepareForSleep(false))
+        #expect(signals(wake) == [.signal(player, .interruptionEnded(shouldResume: false))])
+        #expect(!wake.contains(.mprisPlay(Self.mpv)))
+    }
+
+    @Test func thePlatformsSilentSwitchIsSilentModeWithoutARequest() {
+        var h = Harness()
+        _ = h.play(1, pid: 10, role: "game")
+        let on = h.send(.platformSilentMode(true))
+        #expect(h.engine.silentMode)
+        #expect(streamOps(on) == [.setStreamMute(.playback(1), true)])
+        #expect(on.contains { if case .persist = $0 { true } else { false } })
+        #expect(!on.contains { if case .reply = $0 { true } else { false } })
+    }
+}

@@ -34,6 +34,13 @@ import Testing
         #expect(s.configRules.allSatisfy { $0.source == .configFile })
     }
 
+    @Test("[platform] lock-screen turns the lock screen's silencing off (it is on by default)")
+    func lockScreenSwitch() throws {
+        #expect(Settings().followsLockScreen)
+        #expect(try ConfigFile.parse("[platform]\nlock-screen = false", file: "t.toml").followsLockScreen == false)
+        #expect(try ConfigFile.parse("[platform]\nlock-screen = true", file: "t.toml").followsLockScreen)
+    }
+
     @Test("an empty file is the built-in settings")
     func empty() throws {
         #expect(try ConfigFile.parse("", file: "t.toml") == Settings())
@@ -42,7 +49,9 @@ import Testing
     @Test("errors name the file, the line and the key, and say what is accepted",
           arguments: [
             ("duck-level = 2", "t.toml:1: duck-level: must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)"),
-            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, default, roles, apps"),
+            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, default, roles, apps, platform"),
+            ("[platform]\nlock-screen = \"no\"", "t.toml:2: platform.lock-screen: must be true (ambient sound stops while the screen is locked) or false"),
+            ("[platform]\nsleep = true", "t.toml:2: platform.sleep: unknown key; accepted: lock-screen"),
             ("[apps.mpv]\ncategory = \"loud\"",
              "t.toml:2: apps.mpv.category: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"),
             ("[roles.game]\ncategory = \"ambient\"\nvolume = 3", "t.toml:3: roles.game.volume: unknown key; accepted: category, mode, options"),

@@ -1,0 +1,114 @@
+// The lock screen and sleep (SPEC §10): what the platform knows about "the background".
+
+extension Engine {
+    /// Whether the lock screen takes this session's sound now: the screen is locked, the config follows it, and the
+    /// session is ambient or solo-ambient — not an `event`/`animation`/`test` role (ringtones, alarms) and never
+    /// the platform call. (a11y streams belong to no session.)
+    func lockedOut(_ s: SessionState) -> Bool {
+        screenLocked && settings.followsLockScreen && s.configuration.category.obeysSilentMode && !s.roleExempt
+            && !isPlatformCall(s.id)
+    }
+
+    /// Why an activation is granted and interrupted at once, if it is: the machine is going to sleep, or an explicit
+    /// ambient session activates behind the lock. (An implicit one's streams are silenced instead.)
+    func heldOffReason(_ s: SessionState) -> InterruptionReason? {
+        if isPlatformCall(s.id) { return nil }
+        if sleeping { return .suspend }
+        if !s.isImplicit && lockedOut(s) { return .screenLocked }
+        return nil
+    }
+
+    /// An interruption nobody will end but the platform: unlocking, or waking.
+    mutating func interruptForPlatform(_ id: SessionID, _ reason: InterruptionReason) {
+        interrupt(id, reason: reason, by: nil)
+        guard sessions[id]?.interrupted == true else { return }
+        if reason == .suspend { suspendInterrupted.insert(id) } else { lockInterrupted.insert(id) }
+    }
+
+    mutating func screenLockChanged(_ locked: Bool) {
+        guard locked != screenLocked else { return }
+        let before = screenLocked && settings.followsLockScreen
+        screenLocked = locked
+        managerChanged.insert(.screenLocked)
+        lockRulesChanged(from: before)
+    }
+
+    /// The lock's rules start or stop applying (the screen was locked or unlocked, or the config changed).
+    mutating func lockRulesChanged(from before: Bool) {
+        let now = screenLocked && settings.followsLockScreen
+        guard now != before else { return }
+        // Implicit ambient and solo-ambient sessions are silenced while it holds, and heard again after it.
+        for id in silentModeSessions.sorted() {
+            guard let s = sessions[id] else { continue }
+            if s.isImplicit {
+                markStreamsDirty(of: id, kind: .playback)
+            } else if now, s.active, lockedOut(s) {
+                interruptForPlatform(id, .screenLocked)
+            }
+        }
+        guard !now else { return }
+        for id in lockInterrupted.sorted() {
+            guard var o = sessions[id], o.interrupted, o.interrupter == nil, o.interruptionReason == .screenLocked
+            else { continue }
+            // §3: someone else holds the audio now and would have interrupted it too — it waits for them.
+            if let h = holder(excluding: id), let hs = sessions[h], hs.isCall || !o.mixable {
+                o.interrupter = h
+                sessions[id] = o
+                tiedTo[h, default: []].insert(id)
+                continue
+            }
+            endInterruption(id, shouldResume: true)
+        }
+        lockInterrupted = []
+    }
+
+    /// `PrepareForSleep`: before sleep every active session but the platform call is interrupted and the players
+    /// that play are paused; after waking that ends without resuming — nobody's music starts by itself in a new
+    /// place.
+    mutating func prepareForSleep(_ going: Bool) {
+        guard going != sleeping else { return }
+        sleeping = going
+        if going {
+            for id in activeSessions.sorted() where !isPlatformCall(id) { interruptForPlatform(id, .suspend) }
+            // Players of explicit sessions, and players whose app has no active session: every one that plays.
+            for pid in players.keys.sorted() {
+                guard var p = players[pid], p.info.status == .playing, !p.pauseInFlight, !playsForPlatformCall(p)
+                else { continue }
+                p.pauseInFlight = true
+                players[pid] = p
+                out.mpris.append(.mprisPause(pid))
+            }
+            return
+        }
+        for id in suspendInterrupted.sorted() {
+            guard let o = sessions[id], o.interrupted, o.interrupter == nil, o.interruptionReason == .suspend
+            else { continue }
+            endInterruption(id, shouldResume: false)
+        }
+        suspendInterrupted = []
+    }
+
+    private func playsForPlatformCall(_ p: PlayerState) -> Bool {
+        guard let pc = platformCall else { return false }
+        return (streamsByAncestor[p.info.pid] ?? []).contains { streams[$0]?.session == pc.session }
+    }
+
+    /// Ends an interruption that has no interrupter to end it. An implicit session without MPRIS is unsilenced
+    /// even without resume (it cannot be paused, §7); one with players plays again only on `should_resume`.
+    mutating func endInterruption(_ id: SessionID, shouldResume: Bool) {
+        guard var o = sessions[id], o.interrupted else { return }
+        if o.isImplicit {
+            if shouldResume || players(ofImplicit: o).isEmpty { o.awaitingActivation = false }
+        }
+        o.interrupted = false
+        o.interrupter = nil
+        o.spokenOnly = false
+        sessions[id] = o
+        if o.isImplicit {
+            if shouldResume { resumePlayers(of: id) } else { forgetPausedPlayers(of: id) }
+        }
+        markStreamsDirty(of: id)
+        touch(id)
+        emit(id, .interruptionEnded(shouldResume: shouldResume))
+    }
+}
