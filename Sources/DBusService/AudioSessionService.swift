@@ -80,6 +80,12 @@ public final class AudioSessionService {
     /// Call sources on the session bus (GNOME Calls, callaudiod) and on the system bus (ModemManager).
     private var sessionCallSources: [CallSource] = []
     private var systemCallSources: [CallSource] = []
+    private var lockAndSleep: LockAndSleep?
+    private var feedbackd: Feedbackd?
+    /// `Pause` calls sent to players and not yet answered, and who waits for them (sleep waits to release logind's
+    /// inhibitor until the players have paused).
+    private var pausesInFlight = 0
+    private var pauseWaiters: [() -> Void] = []
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -115,21 +121,30 @@ public final class AudioSessionService {
         platformCalls = calls
         sessionCallSources = [CallSource.Kind.gnomeCalls, .plasma, .callaudiod].map { CallSource($0, bus: bus, calls: calls, logger: logger) }
         for s in sessionCallSources { s.start() }
+        let fb = Feedbackd(bus: bus, host: host, logger: logger)
+        feedbackd = fb
+        fb.start()
         do {
             let system = try DBusConnection(address: systemBusAddress ?? LogindWatcher.systemBusAddress, loop: bus.loop)
             systemBus = system
             let w = LogindWatcher(bus: system, logger: logger)
             logind = w
             systemCallSources = [CallSource(.modemManager, bus: system, calls: calls, logger: logger)]
+            let ls = LockAndSleep(bus: system, host: host, logger: logger) { [weak self] within, then in
+                self?.afterPauses(within: within, then)
+            }
+            lockAndSleep = ls
             system.onMessage = { [weak self] m in
                 guard let self, m.kind == .signal else { return }
                 for s in self.systemCallSources where s.received(m) { return }
                 self.logind?.received(m)
+                self.lockAndSleep?.received(m)
             }
             w.start()
+            ls.start()
             for s in systemCallSources { s.start() }
         } catch {
-            logger.info("no system bus (\(error.message)): modem calls are off, and session leaders are not checked")
+            logger.info("no system bus (\(error.message)): modem calls, the lock screen and sleep are not followed, and session leaders are not checked")
         }
     }
 
@@ -152,6 +167,9 @@ public final class AudioSessionService {
         mpris = nil
         gameMode = nil
         logind = nil
+        lockAndSleep = nil
+        feedbackd = nil
+        pauseWaiters = []
         systemCallSources = []
         sessionCallSources = []
         platformCalls = nil
@@ -201,12 +219,17 @@ public final class AudioSessionService {
                 }
                 mpris?.nameOwnerChanged(name: name, old: old, new: new)
                 gameMode?.nameOwnerChanged(name: name, old: old, new: new)
+                feedbackd?.nameOwnerChanged(name: name, new: new)
                 for s in sessionCallSources { _ = s.received(m) }
             } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
                 m.path == MPRISWatcher.path, m.signature == "sa{sv}as", let sender = m.sender,
                 mpris?.follows(sender) == true
             {
                 mpris?.propertiesChanged(sender: sender, m.arguments)
+            } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
+                m.path == Feedbackd.path, m.signature == "sa{sv}as", let sender = m.sender, feedbackd?.follows(sender) == true
+            {
+                feedbackd?.propertiesChanged(m.arguments)
             } else if m.interface == GameModeWatcher.name, m.path == GameModeWatcher.path, m.signature == "io",
                 let sender = m.sender, gameMode?.follows(sender) == true, let member = m.member
             {
@@ -403,10 +426,13 @@ public final class AudioSessionService {
                     .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
                 ])
             case .mprisPause(let player):
-                mpris?.send("Pause", to: player)
+                guard let mpris else { continue }
+                pausesInFlight += 1
+                mpris.send("Pause", to: player) { [weak self] in self?.pauseAnswered() }
             case .mprisPlay(let player):
                 mpris?.send("Play", to: player)
             case .managerPropertiesChanged(let props):
+                for case .silentMode(let on) in props { feedbackd?.silentModeChanged(on) }
                 let changed = props.map(Self.value)
                 emit(API.managerPath, API.properties.name, "PropertiesChanged", [
                     .string(API.manager.name), .properties(changed), .strings([]),
@@ -414,6 +440,58 @@ public final class AudioSessionService {
             default:
                 continue
             }
+        }
+    }
+
+    private func pauseAnswered() {
+        pausesInFlight -= 1
+        guard pausesInFlight == 0 else { return }
+        let waiters = pauseWaiters
+        pauseWaiters = []
+        for w in waiters { w() }
+    }
+
+    /// Runs `then` once every `Pause` sent so far is answered, or after `within` at most — once.
+    func afterPauses(within: UInt64, _ then: @escaping () -> Void) {
+        guard pausesInFlight > 0 else { return then() }
+        final class Once {
+            var done = false
+            var timer: (any DBusLoopTimer)?
+        }
+        let once = Once()
+        let run = {
+            guard !once.done else { return }
+            once.done = true
+            once.timer?.cancel()
+            once.timer = nil
+            then()
+        }
+        pauseWaiters.append(run)
+        once.timer = bus.loop.dbusTimer(afterNanoseconds: within, run)
+    }
+
+    /// What audiod follows of the platform (`ListPlatformSources`, `audioctl status`).
+    func platformSources() -> [DBusValue] {
+        var rows: [(String, String, Bool, String)] = []
+        if let l = lockAndSleep {
+            let st = l.status
+            rows.append(("logind", "system", st.found, st.detail))
+        } else {
+            rows.append(("logind", "system", false, systemBus == nil ? "no system bus" : "not followed"))
+        }
+        if let f = feedbackd {
+            let st = f.status
+            rows.append(("feedbackd", "session", st.found, st.detail))
+        }
+        for s in sessionCallSources + systemCallSources {
+            rows.append((s.kind.rawValue, s.kind == .modemManager ? "system" : "session", s.owner != nil,
+                         s.owner != nil ? "its calls interrupt others" : "not running"))
+        }
+        if let g = gameMode {
+            rows.append(("GameMode", "session", g.owner != nil, g.owner != nil ? "its games count as games" : "not running"))
+        }
+        return rows.map { name, bus, found, detail in
+            .properties([("name", .string(name)), ("bus", .string(bus)), ("found", .bool(found)), ("detail", .string(detail))])
         }
     }
 
@@ -482,6 +560,7 @@ public final class AudioSessionService {
         case .primaryAudioSession(let s): (p.name, .objectPath(s.map(sessionPath) ?? "/"))
         case .duckLevel(let d): (p.name, .double(d))
         case .callState(let c): (p.name, .string(c.rawValue))
+        case .screenLocked(let b): (p.name, .bool(b))
         }
     }
 
@@ -508,6 +587,7 @@ public final class AudioSessionService {
             Self.value(.duckLevel(e.duckLevel)),
             ("Version", .string(Self.version)),
             Self.value(.callState(e.callState)),
+            Self.value(.screenLocked(e.screenLocked)),
         ]
     }
 
@@ -652,6 +732,8 @@ public final class AudioSessionService {
                 if let line = r.line { entry.append(("line", .uint32(UInt32(clamping: line)))) }
                 return .properties(entry)
             })])
+        case "ListPlatformSources":
+            reply(m, [.array(element: "a{sv}", platformSources())])
         case "ListApplicationCategories":
             reply(m, [.array(element: "(sssas)", host.engine.applicationRules.map { r in
                 .structure([

@@ -131,6 +131,7 @@ public enum API {
             .init(name: "ListApplicationCategories", inputs: [], outputs: [arg("rules", "a(sssas)")]),
             .init(name: "ListApplicationRules", inputs: [], outputs: [arg("rules", "aa{sv}")]),
             .init(name: "Reload", inputs: [], outputs: [], access: .user),
+            .init(name: "ListPlatformSources", inputs: [], outputs: [arg("sources", "aa{sv}")]),
         ],
         properties: [
             .init(name: "SilentMode", type: "b", writable: .user),
@@ -141,6 +142,7 @@ public enum API {
             .init(name: "DuckLevel", type: "d", writable: .user),
             .init(name: "Version", type: "s"),
             .init(name: "CallState", type: "s"),
+            .init(name: "ScreenLocked", type: "b"),
         ],
         signals: [])
 

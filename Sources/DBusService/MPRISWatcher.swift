@@ -192,12 +192,14 @@ final class MPRISWatcher {
     // MARK: Effects
 
     /// MPRIS `Pause` or `Play` (never `Stop` or `PlayPause`: POLICY §8).
-    func send(_ method: String, to player: PlayerID) {
+    /// `done` runs when the player answered (or did not within the timeout).
+    func send(_ method: String, to player: PlayerID, done: @escaping () -> Void = {}) {
         logger.debug("MPRIS \(method)", metadata: ["player": "\(player.busName)"])
         guard method == "Pause" || method == "Play",
             let m = DBusMessage.methodCall(destination: player.busName, path: Self.path, interface: Self.playerInterface, member: method)
-        else { return }
+        else { return done() }
         bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
+            done()
             if r == nil || r?.kind == .error {
                 self?.logger.warning("MPRIS \(method) failed", metadata: [
                     "player": "\(player.busName)", "error": "\(r?.errorName ?? "no reply")",

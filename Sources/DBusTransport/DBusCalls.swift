@@ -172,6 +172,21 @@ public final class DBusMessage: @unchecked Sendable {
         return out
     }
 
+    /// The descriptor that is the message's only argument (signature `h`), which the caller then owns; nil for any
+    /// other message. `arguments` closes every descriptor a message carries: this is the one way to keep one, and
+    /// only audiod's own logind inhibitor uses it (docs/API.md "Trust").
+    public func takeOnlyUnixFD() -> Int32? {
+        guard signature == "h" else { return nil }
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0, dbus_message_iter_get_arg_type(&iter) == TypeCode.unixFD else {
+            return nil
+        }
+        // libdbus hands out a duplicate (close-on-exec); the message's own copy goes with the message.
+        var fd: Int32 = -1
+        dbus_message_iter_get_basic(&iter, &fd)
+        return fd >= 0 ? fd : nil
+    }
+
     /// Appends arguments; false if libdbus refused one (out of memory, or a value that does not fit).
     @discardableResult
     public func append(_ args: [DBusValue]) -> Bool {

@@ -182,6 +182,14 @@ func sessions(_ c: AudiodConnection) async throws(AudiodError) -> [SessionInfo] 
     }.sorted { (UInt64($0.id) ?? 0) < (UInt64($1.id) ?? 0) }
 }
 
+/// ListPlatformSources: what audiod follows of the platform (empty from an audiod that predates it).
+func platformSources(_ c: AudiodConnection) async -> [[String: DBusValue]] {
+    guard let out = try? await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListPlatformSources"),
+        case .array(_, let items)? = out.first
+    else { return [] }
+    return items.compactMap(\.propertyMap)
+}
+
 /// ListStreams; nil while audiod is not connected to the sound server.
 func streams(_ c: AudiodConnection) async throws(AudiodError) -> [[String: DBusValue]]? {
     do {
@@ -241,8 +249,10 @@ extension Audioctl {
                 let m = try await c.properties(AudiodConnection.managerPath, AudiodConnection.managerInterface)
                 let list = try await sessions(c)
                 let st = try await streams(c)
+                let platform = await platformSources(c)
                 if json {
                     var o = kebabObject(m)
+                    o["platform"] = platform.map { $0.mapValues(plain) }
                     o["sessions"] = list.map(sessionJSON)
                     o["streams"] = st.map { $0.map { s in s.mapValues(plain) } } ?? NSNull()
                     printJSON(o)
@@ -255,6 +265,14 @@ extension Audioctl {
                 print("primary:  \(primary)")
                 print("duck:     \(m["DuckLevel"]?.doubleValue.map { String(format: "%.2f", $0) } ?? "?")")
                 print("call:     \(m["CallState"]?.stringValue ?? "?")")
+                print("screen:   \(m["ScreenLocked"]?.boolValue == true ? "locked" : "unlocked")")
+                // What audiod follows: "why did my game go quiet?" may be the lock screen or the phone's profile.
+                let found = platform.filter { $0["found"]?.boolValue == true }
+                print("follows:  \(found.isEmpty ? "nothing of the platform" : found.compactMap { $0["name"]?.stringValue }.joined(separator: ", "))")
+                for p in platform {
+                    let name = p["name"]?.stringValue ?? "?"
+                    print("  \(name) (\(p["bus"]?.stringValue ?? "?") bus): \(p["detail"]?.stringValue ?? "")")
+                }
                 print("sessions: \(list.count)")
                 for s in list { print("  " + describe(s)) }
                 if let st {
