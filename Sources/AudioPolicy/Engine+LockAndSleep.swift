@@ -37,14 +37,12 @@ extension Engine {
     mutating func lockRulesChanged(from before: Bool) {
         let now = screenLocked && settings.followsLockScreen
         guard now != before else { return }
-        // Implicit ambient and solo-ambient sessions are silenced while it holds, and heard again after it.
+        // Ambient and solo-ambient sound is silenced while it holds, and heard again after it (an explicit session's
+        // once it is activated again); an explicit session that holds the audio is interrupted.
         for id in silentModeSessions.sorted() {
             guard let s = sessions[id] else { continue }
-            if s.isImplicit {
-                markStreamsDirty(of: id, kind: .playback)
-            } else if now, s.active, lockedOut(s) {
-                interruptForPlatform(id, .screenLocked)
-            }
+            markStreamsDirty(of: id, kind: .playback)
+            if now, !s.isImplicit, s.active, lockedOut(s) { interruptForPlatform(id, .screenLocked) }
         }
         guard !now else { return }
         for id in lockInterrupted.sorted() {

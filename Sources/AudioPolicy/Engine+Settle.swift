@@ -12,7 +12,7 @@ extension Engine {
         }
         if s.heldSilent || st.routeSilenced { return true }
         if silentMode && s.configuration.category.obeysSilentMode { return true }
-        if s.isImplicit && lockedOut(s) { return true }
+        if lockedOut(s) { return true }
         if primary != nil && primary != owner && s.configuration.category == .ambient
             && !s.handlesSecondaryAudio && !s.roleExempt
         {

@@ -10,7 +10,7 @@ public enum PolicyReason: Sendable, Hashable {
     /// A record stream stays muted after an interruption until its session is activated again (privacy).
     case recordHeld
     case silentMode
-    /// An implicit ambient or solo-ambient session's stream while the screen is locked.
+    /// An ambient or solo-ambient session's stream while the screen is locked.
     case screenLocked
     /// An ambient session's stream while another session holds primary audio.
     case secondaryAudio(primary: SessionID)
@@ -56,7 +56,7 @@ extension Engine {
         }
         if st.routeSilenced { reasons.append(.routeChange) }
         if silentMode && s.configuration.category.obeysSilentMode { reasons.append(.silentMode) }
-        if s.isImplicit && lockedOut(s) { reasons.append(.screenLocked) }
+        if lockedOut(s) { reasons.append(.screenLocked) }
         if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt {
             reasons.append(.secondaryAudio(primary: primary))
         }

@@ -96,6 +96,9 @@ struct Simulation {
         case prefersNoInterruptions(session: Int)
         /// The microphone switch on the default source or another one.
         case microphone(source: String, muted: Bool)
+        case lock(Bool)
+        case sleep(Bool)
+        case platformSilent(Bool)
 
         static let explicitPids: [UInt32] = [10, 11, 12, 13]
         static let implicitPids: [UInt32] = [100, 101, 102, 103]
@@ -155,6 +158,10 @@ struct Simulation {
                 }
             case 20:
                 switch p % 3 {
+                case 0 where (p / 3) % 2 == 1:
+                    // The lock screen, sleep and feedbackd's profile (SPEC §10).
+                    let on = (p / 6) % 2 == 0
+                    self = [Op.lock(on), .sleep(on), .platformSilent(on)][(p / 12) % 3]
                 case 0: self = .newMonitorRecord(pid: anyPid)
                 default:
                     // Which of the implicit apps' pids are registered: the bits of the code, so a case replays.
@@ -206,6 +213,9 @@ struct Simulation {
                     ?? "platform call ends"
             case .prefersNoInterruptions(let s): return "session#\(s) toggles PrefersNoInterruptionsFromSystemAlerts"
             case .microphone(let source, let muted): return "the user \(muted ? "mutes" : "unmutes") source \(source)"
+            case .lock(let on): return on ? "the screen locks" : "the screen unlocks"
+            case .sleep(let on): return on ? "PrepareForSleep(true)" : "PrepareForSleep(false)"
+            case .platformSilent(let on): return "feedbackd's profile \(on ? "quiet" : "full")"
             case .newMonitorRecord(let pid): return "new monitor capture pid \(pid)"
             case .gameMode(let pids): return "GameMode games \(pids.sorted())"
             case .newAppStream(let pid, let e): return "new stream pid \(pid) of an app whose entry says \(Op.entries[e])"
@@ -422,6 +432,9 @@ struct Simulation {
             step(.setPrefersNoInterruptions(nextRequest(), id, !v.prefersNoInterruptionsFromSystemAlerts))
         case .microphone(let source, let muted):
             step(.microphoneMuted(source: source, muted: muted, isDefault: source == "default"))
+        case .lock(let on): step(.screenLocked(on))
+        case .sleep(let on): step(.prepareForSleep(on))
+        case .platformSilent(let on): step(.platformSilentMode(on))
         }
     }
 
@@ -523,6 +536,8 @@ struct Simulation {
         // The platform's last call ended: it deactivates with notify (SPEC §10); or the call app's streams went to
         // the platform call, ending the app's own implicit call with notify, as a stream taken by a session does.
         case .platformCall: return true
+        // Unlocking lets the sessions the lock interrupted resume (SPEC §10).
+        case .screenLocked(false): return true
         // An implicit call ends with notify when its linger runs out or its last stream is taken or gone.
         case .timerFired, .streamRemoved, .createSession, .playerRemoved, .streamChanged, .setApplicationCategory,
             .removeApplicationCategory:
@@ -549,6 +564,11 @@ struct Simulation {
         let beside = engine.platformCall.flatMap { $0.info.state == .held || $0.onlyRings ? $0.session : nil }
         let activeNonMixable = views.filter { $0.active && !$0.mixable && $0.id != beside }
         if activeNonMixable.count > 1 { v.append("invariant 1: active non-mixable \(activeNonMixable.map(\.id))") }
+        // Sleep (SPEC §10): nobody but the platform call is active between PrepareForSleep(true) and (false).
+        if engine.sleeping {
+            let awake = views.filter { $0.active && $0.id != engine.platformCall?.session }
+            if !awake.isEmpty { v.append("sleep: sessions \(awake.map(\.id)) active while the machine sleeps") }
+        }
         let primary = engine.primaryAudioSession
         let duckers = Set(views.filter { $0.active && $0.configuration.ducksOthers }.map(\.id))
         // Bounded: an exited pid is remembered only while a stream the engine tracks has it in its chain.
@@ -577,6 +597,12 @@ struct Simulation {
             // 2. Silent mode.
             if engine.silentMode && audible(info) && category?.obeysSilentMode == true {
                 v.append("invariant 2: \(id) of a \(category!) session audible in silent mode")
+            }
+            // The lock screen (SPEC §10): no ambient or solo-ambient sound behind it, but events, a11y and the call.
+            if engine.screenLocked, audible(info), category?.obeysSilentMode == true, let owner,
+                engine.sessions[owner.id]?.roleExempt != true, engine.platformCall?.session != owner.id
+            {
+                v.append("lock screen: \(id) of a \(category!) session audible behind the lock")
             }
             // 3. Secondary audio.
             if let primary, audible(info), category == .ambient, let owner, owner.id != primary,
