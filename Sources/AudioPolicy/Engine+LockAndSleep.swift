@@ -68,9 +68,11 @@ extension Engine {
         sleeping = going
         if going {
             for id in activeSessions.sorted() where !isPlatformCall(id) { interruptForPlatform(id, .suspend) }
-            // Players of explicit sessions, and players whose app has no active session: every one that plays.
+            // Players of explicit sessions, and players whose app has no active session: every one that plays (and
+            // was not paused with its session just now).
             for pid in players.keys.sorted() {
-                guard var p = players[pid], p.info.status == .playing, !p.pauseInFlight, !playsForPlatformCall(p)
+                guard var p = players[pid], p.info.status == .playing, !out.mpris.contains(.mprisPause(pid)),
+                    !playsForPlatformCall(p)
                 else { continue }
                 p.pauseInFlight = true
                 players[pid] = p

@@ -9,7 +9,7 @@ func nowNs() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 /// An independent client of the sound server that records, for every playback stream, its mute and volume and
 /// when it learnt them. It is how every latency here is read: "seen by another client", as a user would hear it.
 final class Observer: @unchecked Sendable {
-    struct Seen { var muted: Bool; var volume: UInt32; var role: String?; var at: UInt64 }
+    struct Seen { var muted: Bool; var volume: UInt32; var role: String?; var corked: Bool; var at: UInt64 }
     let loop: MainLoop
     let backend: PulseBackend
     private let seen = Mutex<[UInt32: Seen]>([:])
@@ -31,7 +31,7 @@ final class Observer: @unchecked Sendable {
                 switch ev {
                 case .streamAppeared(let i), .streamChanged(let i):
                     guard i.id.kind == .playback else { return }
-                    seen.withLock { $0[i.id.index] = Seen(muted: i.muted, volume: i.volume.channels.max() ?? 0, role: i.role, at: t) }
+                    seen.withLock { $0[i.id.index] = Seen(muted: i.muted, volume: i.volume.channels.max() ?? 0, role: i.role, corked: i.corked, at: t) }
                     if i.muted { firstMuted.withLock { if $0[i.id.index] == nil { $0[i.id.index] = t } } }
                     firstSeen.withLock { if $0[i.id.index] == nil { $0[i.id.index] = t } }
                     signal.signal()

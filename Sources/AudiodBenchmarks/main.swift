@@ -8,7 +8,8 @@
 // prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
 // to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,500,1000,5000),
 // BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
-// churned stream), BENCH_ONLY=memory,activation,phone,ring,churn,calls,identity (only these parts; start-up always).
+// churned stream), BENCH_ONLY=memory,activation,phone,ring,sleep,churn,calls,identity (only these parts; start-up
+// always).
 
 import AudioPolicy
 import AudiodCore
@@ -22,7 +23,7 @@ import Synchronization
 let args = Array(CommandLine.arguments.dropFirst())
 let journalOnDisk = ProcessInfo.processInfo.environment["BENCH_JOURNAL"] == "disk"
 /// BENCH_ONLY=activation: start-up and the activation rows only (scripts/bench's run with the journal on disk).
-/// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, ring, churn, calls, identity — for
+/// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, ring, sleep, churn, calls, identity — for
 /// working on one figure; start-up is always measured.
 let only: Set<String>? = ProcessInfo.processInfo.environment["BENCH_ONLY"].map { Set($0.split(separator: ",").map(String.init)) }
 let onlyActivation = only == ["activation"]
@@ -45,6 +46,8 @@ struct Results {
     var roleCork = Latency()  // audiod vs module-role-cork (floor = the module)
     /// A platform call's first signal (GNOME Calls' InterfacesAdded, incoming) → the music stream muted.
     var ring: [UInt64] = []
+    /// `PrepareForSleep(true)` → three players paused and the inhibitor released.
+    var sleep: [SleepRound] = []
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
     /// audiod's CPU time per call, in µs.
     var setActiveCPUus = 0.0, pingCPUus = 0.0
@@ -319,6 +322,12 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         music.kill()
     }
 
+    // Sleep: logind's PrepareForSleep → three mpv players paused and audiod's inhibitor let go (its own audiod, with
+    // a system bus).
+    if wants("sleep") {
+        r.sleep = try sleeps(kind, players: 3, rounds: max(10, iterations / 4))
+    }
+
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
     if wants("churn") {
         try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
@@ -473,6 +482,15 @@ if all.contains(where: { !$0.1.ring.isEmpty }) {
     print("|---|---:|---:|---:|")
     for (kind, r) in all where !r.ring.isEmpty {
         print("| \(kind) | \(r.ring.count) | \(ms(percentile(r.ring, 0.5))) | \(ms(percentile(r.ring, 0.99))) |")
+    }
+}
+if all.contains(where: { !$0.1.sleep.isEmpty }) {
+    print("\n### PrepareForSleep → three mpv players paused (streams corked) and the sleep inhibitor released\n")
+    print("| server | rounds | paused p50 | paused p99 | released p50 | released p99 | both p50 | both p99 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for (kind, r) in all where !r.sleep.isEmpty {
+        let p = r.sleep.map(\.paused), q = r.sleep.map(\.released), b = r.sleep.map(\.both)
+        print("| \(kind) | \(r.sleep.count) | \(ms(percentile(p, 0.5))) | \(ms(percentile(p, 0.99))) | \(ms(percentile(q, 0.5))) | \(ms(percentile(q, 0.99))) | \(ms(percentile(b, 0.5))) | \(ms(percentile(b, 0.99))) |")
     }
 }
 print("\n### Calls, memory, idle\n")
