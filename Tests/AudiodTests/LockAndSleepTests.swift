@@ -138,6 +138,9 @@ struct LockAndSleepTests {
         #expect(muted(server, radio) == false, "the lock silenced mixable playback")
         let why = streamReasons(d, pid: g.pid)
         #expect(why.contains("the screen is locked"), "\(why)")
+        let status = try server.runStatus([TestServer.builtProduct("audioctl"), "status"])
+        #expect(status.output.contains("screen:   locked"), "\(status.output)")
+        #expect(status.output.contains("logind (system bus): screen locked (session c1, from User.Display); sleep inhibitor held"), "\(status.output)")
         // A ringtone (feedbackd plays it as an event stream) rings through the lock.
         let ring = try playback(server, name: "ringtone", role: "event")
         _ = try server.waitForPlaybackStream(pid: ring.pid)
@@ -295,6 +298,73 @@ struct LockAndSleepTests {
         #expect(d.child.wait(timeout: 0) == nil, "audiod exited")
     }
 
+    @Test("logind comes and goes: its lock and its inhibitor go with it, and both come back with it; a logind that refuses the inhibitor still has players paused before sleep")
+    func logindComesAndGoes() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        var l = try logind(server)
+        let d = try daemon(server, l)
+        defer { d.stop() }
+        #expect(waitFor(10) { l.inhibitors().count == 1 })
+        l.lock(true)
+        #expect(waitFor(10) { screenLocked(d) == true })
+        let held = openDescriptors(d.child.pid)
+        // logind stops (its name loses its owner): unlocked, and the inhibitor's descriptor is closed.
+        l.child.kill()
+        #expect(waitFor(10) { screenLocked(d) == false }, "a logind that went away left the screen locked")
+        #expect(waitFor(10) { openDescriptors(d.child.pid) == held - 1 }, "the inhibitor was kept: \(held) → \(openDescriptors(d.child.pid))")
+        #expect(waitFor(10) { platform(d, "logind") == "not on the system bus" }, "\(platform(d, "logind"))")
+        l.bus.close()
+        l.system.stop()
+        // A logind on the same bus address again is not possible here; a new bus means a new audiod, so this one
+        // refuses the inhibitor: sleep still pauses the player, and one line says so.
+        d.stop()
+        l = try logind(server)
+        defer { l.stop() }
+        _ = l.call(Self.managerPath, Self.mock, "AddMethod", [
+            .string("org.freedesktop.login1.Manager"), .string("Inhibit"), .string("ssss"), .string("h"),
+            .string("raise dbus.exceptions.DBusException('not for you', name='org.freedesktop.DBus.Error.AccessDenied')"),
+        ])
+        let again = try daemon(server, l, environment: [:])
+        defer { again.stop() }
+        #expect(waitFor(10) { platform(again, "logind").contains("no sleep inhibitor (org.freedesktop.DBus.Error.AccessDenied)") },
+                "\(platform(again, "logind"))")
+        #expect(server.file("audiod.log").contains("logind gave no sleep inhibitor (org.freedesktop.DBus.Error.AccessDenied)"))
+        let (_, mpv) = try players.mpv(server, heardBy: again)
+        l.prepareForSleep(true)
+        #expect(waitFor(10) { players.status(server, mpv) == "Paused" }, "without an inhibitor, sleep did not pause mpv")
+    }
+
+    @Test("a feedbackd whose Profile is of the wrong type (a stand-in: the real one always answers a string) leaves SilentMode alone")
+    func feedbackdOfTheWrongType() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let f = try server.spawn(["/usr/bin/python3", "-m", "dbusmock", "--session", "org.sigxcpu.Feedback", "/org/sigxcpu/Feedback", "org.sigxcpu.Feedback"],
+                                 log: "feedback-mock.log")
+        defer { f.kill() }
+        let bus = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "")
+        defer { bus.close() }
+        // Called only once the stand-in owns the name: a call before would start the real feedbackd (bus activation).
+        #expect(waitFor(10) { hasOwner(d, "org.sigxcpu.Feedback") })
+        #expect(waitFor(10) {
+            if case .success = bus.callAny(destination: "org.sigxcpu.Feedback", "/org/sigxcpu/Feedback", Self.mock, "AddProperty",
+                                           [.string("org.sigxcpu.Feedback"), .string("Profile"), .variant(.int32(2))]) { return true }
+            return false
+        })
+        // feedbackd announces its profile: here as an int.
+        #expect(waitFor(10) {
+            if case .success = bus.callAny(destination: "org.sigxcpu.Feedback", "/org/sigxcpu/Feedback", Self.mock, "UpdateProperties",
+                                           [.string("org.sigxcpu.Feedback"), .properties([("Profile", .variant(.int32(3)))])]) { return true }
+            return false
+        })
+        #expect(waitFor(10) { server.file("audiod.log").contains("feedbackd has a Profile of type i, not full, quiet or silent") })
+        #expect(platform(d, "feedbackd") == "profile unknown")
+        #expect(silentMode(d) == false)
+        #expect(d.child.wait(timeout: 0) == nil)
+    }
+
     // MARK: feedbackd
 
     func feedbackd(_ server: TestServer) throws -> Child {
@@ -318,6 +388,11 @@ struct LockAndSleepTests {
                             "org.sigxcpu.Feedback", "Profile", "s", p])
     }
 
+    func hasOwner(_ d: Daemon, _ name: String) -> Bool {
+        if case .success(let out) = d.client.callBus("NameHasOwner", [.string(name)]), case .bool(true)? = out.first { return true }
+        return false
+    }
+
     func silentMode(_ d: Daemon) -> Bool? { d.client.property(API.managerPath, API.manager.name, "SilentMode")?.boolValue }
 
     @Test("feedbackd's profile is the silent switch: quiet silences the game, audioctl silent off sets full, each change once",
@@ -331,6 +406,9 @@ struct LockAndSleepTests {
         guard case .success = d.client.call(API.managerPath, API.properties.name, "Set",
                                             [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
         else { throw TestKitError("SilentMode was refused") }
+        // feedbackd is bus-activatable (its package installs a service file): audiod must not have started it.
+        Thread.sleep(forTimeInterval: 1)
+        #expect(!hasOwner(d, "org.sigxcpu.Feedback"), "audiod started feedbackd")
         let f = try feedbackd(server)
         defer { f.kill() }
         #expect(waitFor(10) { silentMode(d) == false }, "feedbackd's profile full did not win at discovery")
@@ -361,6 +439,15 @@ struct LockAndSleepTests {
         let changes = d.client.received(API.managerPath, "PropertiesChanged").filter { ($0.dropFirst().first?.propertyMap?["SilentMode"]) != nil }
         #expect(changes.count == 4, "SilentMode changed \(changes.count) times for 4 changes (on, full at discovery, quiet, off)")
 
+        // A peer that speaks as feedbackd is not feedbackd.
+        let liar = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "")
+        defer { liar.close() }
+        if let m = DBusMessage.signal(path: "/org/sigxcpu/Feedback", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged") {
+            m.append([.string("org.sigxcpu.Feedback"), .properties([("Profile", .variant(.string("quiet")))]), .strings([])])
+            liar.send(m)
+        }
+        Thread.sleep(forTimeInterval: 1)
+        #expect(silentMode(d) == false, "a peer's Profile set SilentMode")
         // Not a profile: one line, SilentMode stays.
         try setProfile(server, "bogus")
         Thread.sleep(forTimeInterval: 1)
