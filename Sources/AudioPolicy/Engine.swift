@@ -124,6 +124,14 @@ public struct Engine: Sendable {
             userVolume: s.userVolume, audible: s.audible, reasons: policyReasons(s))
     }
 
+    /// Whether a player still plays after audiod paused it: it has not said Paused, and a playback stream of its
+    /// process is still running on the server. Either ends it — the server's cork is what a person hears, and
+    /// comes first (mpv-mpris announces Paused ~100 ms after its stream corks, measured).
+    public func playerStillPlays(_ id: PlayerID) -> Bool {
+        guard let p = players[id], p.info.status == .playing else { return false }
+        return (streamsByAncestor[p.info.pid] ?? []).contains { streams[$0].map { $0.kind == .playback && !$0.info.corked } ?? false }
+    }
+
     /// Every app rule: config-file rules first, then D-Bus rules, each in application order.
     public var applicationRules: [ApplicationRule] {
         settings.configRules.sorted { $0.application < $1.application }

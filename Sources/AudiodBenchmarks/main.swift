@@ -492,6 +492,12 @@ if all.contains(where: { !$0.1.sleep.isEmpty }) {
         let p = r.sleep.map(\.paused), q = r.sleep.map(\.released), b = r.sleep.map(\.both)
         print("| \(kind) | \(r.sleep.count) | \(ms(percentile(p, 0.5))) | \(ms(percentile(p, 0.99))) | \(ms(percentile(q, 0.5))) | \(ms(percentile(q, 0.99))) | \(ms(percentile(b, 0.5))) | \(ms(percentile(b, 0.99))) |")
     }
+    for (kind, r) in all where !r.sleep.isEmpty {
+        // audiod sees the cork through the server, the observer too: a release a little before the observer's
+        // cork is the same moment seen by two clients, not a release before the pause.
+        let early = r.sleep.filter { $0.released + 1_000_000 < $0.paused }.count
+        print("\(kind): released more than 1 ms before the observer saw every player's stream corked in \(early) of \(r.sleep.count) rounds")
+    }
 }
 print("\n### Calls, memory, idle\n")
 print("| server | SetActive/s (8 clients) | Peer.Ping/s | ratio | RSS idle | PSS idle | RSS 1,000 sessions + 200 streams | PSS loaded | idle wake-ups/s (10 s) | start → name p50 (max of 5) |")

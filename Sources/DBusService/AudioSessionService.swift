@@ -85,7 +85,7 @@ public final class AudioSessionService {
     /// `Pause` calls sent to players and not yet answered, and who waits for them (sleep waits to release logind's
     /// inhibitor until the players have paused).
     private var pausesInFlight = 0
-    private var pauseWaiters: [() -> Void] = []
+    private var pauseWaiters: [(players: [PlayerID], run: () -> Void)] = []
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -130,8 +130,8 @@ public final class AudioSessionService {
             let w = LogindWatcher(bus: system, logger: logger)
             logind = w
             systemCallSources = [CallSource(.modemManager, bus: system, calls: calls, logger: logger)]
-            let ls = LockAndSleep(bus: system, host: host, logger: logger) { [weak self] within, then in
-                self?.afterPauses(within: within, then)
+            let ls = LockAndSleep(bus: system, host: host, logger: logger) { [weak self] players, within, then in
+                self?.afterPauses(of: players, within: within, then)
             }
             lockAndSleep = ls
             system.onMessage = { [weak self] m in
@@ -393,6 +393,8 @@ public final class AudioSessionService {
     /// Carries out the engine's effects on the bus: replies, signals, objects and property changes. Call with every
     /// step's effects, in order.
     public func publish(_ effects: [Effect]) {
+        // A player's Paused (a step of its own) may be what a sleep waits for.
+        defer { if !pauseWaiters.isEmpty { checkPauseWaiters() } }
         for e in effects {
             switch e {
             case .reply(let r, let answer):
@@ -445,15 +447,23 @@ public final class AudioSessionService {
 
     private func pauseAnswered() {
         pausesInFlight -= 1
-        guard pausesInFlight == 0 else { return }
-        let waiters = pauseWaiters
-        pauseWaiters = []
-        for w in waiters { w() }
+        checkPauseWaiters()
     }
 
-    /// Runs `then` once every `Pause` sent so far is answered, or after `within` at most — once.
-    func afterPauses(within: UInt64, _ then: @escaping () -> Void) {
-        guard pausesInFlight > 0 else { return then() }
+    /// Sleep waits on these: every `Pause` answered, and every player it paused paused (`Engine.playerStillPlays`).
+    private func checkPauseWaiters() {
+        guard !pauseWaiters.isEmpty, pausesInFlight == 0, let host else { return }
+        let engine = host.engine
+        var waiting: [(players: [PlayerID], run: () -> Void)] = []
+        for w in pauseWaiters {
+            if w.players.contains(where: engine.playerStillPlays) { waiting.append(w) } else { w.run() }
+        }
+        pauseWaiters = waiting
+    }
+
+    /// Runs `then` once every `Pause` sent so far is answered and `players` have paused, or after
+    /// `within` at most — once.
+    func afterPauses(of players: [PlayerID], within: UInt64, _ then: @escaping () -> Void) {
         final class Once {
             var done = false
             var timer: (any DBusLoopTimer)?
@@ -466,8 +476,9 @@ public final class AudioSessionService {
             once.timer = nil
             then()
         }
-        pauseWaiters.append(run)
+        pauseWaiters.append((players, run))
         once.timer = bus.loop.dbusTimer(afterNanoseconds: within, run)
+        checkPauseWaiters()
     }
 
     /// What audiod follows of the platform (`ListPlatformSources`, `audioctl status`).

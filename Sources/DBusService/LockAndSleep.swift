@@ -30,8 +30,9 @@ final class LockAndSleep {
     private weak var host: PolicyHost?
     private var logger: Logger
     private let uid = getuid()
-    /// Runs its second argument once the `Pause` calls audiod sent have been answered, or after the first at most.
-    private let afterPauses: (UInt64, @escaping () -> Void) -> Void
+    /// Runs its last argument once the `Pause` calls audiod sent have been answered and the players paused say so,
+    /// or after the time given at most.
+    private let afterPauses: ([PlayerID], UInt64, @escaping () -> Void) -> Void
     private(set) var owner: String?
     /// Bumped when the owner changes or the lock is looked up again: older answers are dropped.
     private var generation = 0
@@ -48,7 +49,8 @@ final class LockAndSleep {
     private var sleepCycle = 0
     private(set) var preparingForSleep = false
 
-    init(bus: DBusConnection, host: PolicyHost, logger: Logger, afterPauses: @escaping (UInt64, @escaping () -> Void) -> Void) {
+    init(bus: DBusConnection, host: PolicyHost, logger: Logger,
+         afterPauses: @escaping ([PlayerID], UInt64, @escaping () -> Void) -> Void) {
         self.bus = bus
         self.host = host
         self.logger = logger
@@ -290,10 +292,11 @@ final class LockAndSleep {
         preparingForSleep = going
         sleepCycle += 1
         logger.info(going ? "the machine is going to sleep: interrupting and pausing" : "the machine woke up")
-        host?.handle(.prepareForSleep(going))
+        let effects = host?.handle(.prepareForSleep(going)) ?? []
         if going {
             let cycle = sleepCycle
-            afterPauses(Self.releaseWithinNanoseconds) { [weak self] in
+            let paused = effects.compactMap { if case .mprisPause(let p) = $0 { p } else { nil } }
+            afterPauses(paused, Self.releaseWithinNanoseconds) { [weak self] in
                 guard let self, self.sleepCycle == cycle else { return }
                 self.releaseInhibitor()
                 self.logger.debug("logind: sleep inhibitor released")

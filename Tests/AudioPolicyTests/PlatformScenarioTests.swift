@@ -258,6 +258,21 @@ import Testing
         #expect(!wake.contains(.mprisPlay(Self.mpv)))
     }
 
+    /// Sleep lets logind go once every player it paused has paused: the server corked its stream, or it said Paused.
+    @Test func aPausedPlayerHasPausedWhenItsStreamCorksOrItSaysSo() {
+        var h = Harness()
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv, pid: 100, status: .playing)))
+        _ = h.play(1, pid: 100)
+        _ = h.send(.prepareForSleep(true))
+        #expect(h.engine.playerStillPlays(Self.mpv))
+        _ = h.change(.playback(1)) { $0.corked = true }
+        #expect(!h.engine.playerStillPlays(Self.mpv), "its stream corked")
+        _ = h.change(.playback(1)) { $0.corked = false }
+        #expect(h.engine.playerStillPlays(Self.mpv))
+        _ = h.send(.playerStatusChanged(Self.mpv, .paused))
+        #expect(!h.engine.playerStillPlays(Self.mpv), "it said Paused")
+    }
+
     @Test func thePlatformsSilentSwitchIsSilentModeWithoutARequest() {
         var h = Harness()
         _ = h.play(1, pid: 10, role: "game")
