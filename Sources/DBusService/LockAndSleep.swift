@@ -36,6 +36,8 @@ final class LockAndSleep {
     private(set) var owner: String?
     /// Bumped when the owner changes or the lock is looked up again: older answers are dropped.
     private var generation = 0
+    /// Bumped only when the owner changes: an inhibitor asked of an earlier logind is not this one's.
+    private var ownerGeneration = 0
     private var userPath: String?
     /// The session whose `LockedHint` is the lock screen, and how it was found.
     private(set) var lockSession: (path: String, how: String)?
@@ -63,9 +65,9 @@ final class LockAndSleep {
         // The manager's signals and the owner's changes are matched by LogindWatcher; property changes here.
         bus.addMatch("type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged'")
         bus.nameOwner(of: Self.name) { [weak self] unique in
-            guard let self, let unique, self.owner == nil else {
-                self?.logger.info("logind is not on the system bus: the lock screen and sleep are not followed")
-                return
+            guard let self, self.owner == nil else { return }
+            guard let unique else {
+                return self.logger.info("logind is not on the system bus: the lock screen and sleep are not followed")
             }
             self.appeared(unique)
         }
@@ -132,6 +134,7 @@ final class LockAndSleep {
     private func appeared(_ unique: String) {
         owner = unique
         generation += 1
+        ownerGeneration += 1
         inhibitRefused = nil
         findLockSession()
         takeInhibitor()
@@ -140,6 +143,7 @@ final class LockAndSleep {
     private func vanished() {
         owner = nil
         generation += 1
+        ownerGeneration += 1
         userPath = nil
         lockSession = nil
         releaseInhibitor()
@@ -252,13 +256,13 @@ final class LockAndSleep {
     private func takeInhibitor() {
         guard owner != nil, inhibitor < 0, !inhibitRequested else { return }
         inhibitRequested = true
-        let mine = generation
+        let mine = ownerGeneration
         let args: [DBusValue] = [.string("sleep"), .string("audiod"), .string("Pausing media players before sleep"), .string("delay")]
         call(Self.managerPath, Self.manager, "Inhibit", args) { [weak self] r in
             guard let self else { return }
             // The descriptor is taken before anything else: whatever happens next, it is closed or kept, never leaked.
             let fd = r?.kind == .methodReturn && r?.sender == self.owner ? r?.takeOnlyUnixFD() : nil
-            guard self.generation == mine, self.owner != nil else {
+            guard self.ownerGeneration == mine, self.owner != nil else {
                 if let fd { close(fd) }
                 return
             }
