@@ -5,9 +5,11 @@ extension Engine {
     /// session is ambient or solo-ambient — not an `event`/`animation`/`test` role (ringtones, alarms) and never
     /// the platform call. (a11y streams belong to no session.)
     func lockedOut(_ s: SessionState) -> Bool {
-        screenLocked && settings.followsLockScreen && s.configuration.category.obeysSilentMode && !s.roleExempt
-            && !isPlatformCall(s.id)
+        lockApplies && s.configuration.category.obeysSilentMode && !s.roleExempt && !isPlatformCall(s.id)
     }
+
+    /// The screen is locked and the config follows it.
+    var lockApplies: Bool { screenLocked && settings.followsLockScreen }
 
     /// Why an activation is granted and interrupted at once, if it is: the machine is going to sleep, or an explicit
     /// ambient session activates behind the lock. (An implicit one's streams are silenced instead.)
@@ -27,7 +29,7 @@ extension Engine {
 
     mutating func screenLockChanged(_ locked: Bool) {
         guard locked != screenLocked else { return }
-        let before = screenLocked && settings.followsLockScreen
+        let before = lockApplies
         screenLocked = locked
         managerChanged.insert(.screenLocked)
         lockRulesChanged(from: before)
@@ -35,7 +37,7 @@ extension Engine {
 
     /// The lock's rules start or stop applying (the screen was locked or unlocked, or the config changed).
     mutating func lockRulesChanged(from before: Bool) {
-        let now = screenLocked && settings.followsLockScreen
+        let now = lockApplies
         guard now != before else { return }
         // Ambient and solo-ambient sound is silenced while it holds, and heard again after it (an explicit session's
         // once it is activated again); an explicit session that holds the audio is interrupted.
@@ -46,16 +48,10 @@ extension Engine {
         }
         guard !now else { return }
         for id in lockInterrupted.sorted() {
-            guard var o = sessions[id], o.interrupted, o.interrupter == nil, o.interruptionReason == .screenLocked
+            guard let o = sessions[id], o.interrupted, o.interrupter == nil, o.interruptionReason == .screenLocked,
+                !waitsForHolder(id)
             else { continue }
-            // §3: someone else holds the audio now and would have interrupted it too — it waits for them.
-            if let h = holder(excluding: id), let hs = sessions[h], hs.isCall || !o.mixable {
-                o.interrupter = h
-                sessions[id] = o
-                tiedTo[h, default: []].insert(id)
-                continue
-            }
-            endInterruption(id, shouldResume: true)
+            endInterruption(id, shouldResume: true, playPlayers: true)
         }
         lockInterrupted = []
     }
@@ -83,7 +79,7 @@ extension Engine {
         for id in suspendInterrupted.sorted() {
             guard let o = sessions[id], o.interrupted, o.interrupter == nil, o.interruptionReason == .suspend
             else { continue }
-            endInterruption(id, shouldResume: false)
+            endInterruption(id, shouldResume: false, playPlayers: false)
         }
         suspendInterrupted = []
     }
@@ -91,24 +87,5 @@ extension Engine {
     private func playsForPlatformCall(_ p: PlayerState) -> Bool {
         guard let pc = platformCall else { return false }
         return (streamsByAncestor[p.info.pid] ?? []).contains { streams[$0]?.session == pc.session }
-    }
-
-    /// Ends an interruption that has no interrupter to end it. An implicit session without MPRIS is unsilenced
-    /// even without resume (it cannot be paused, §7); one with players plays again only on `should_resume`.
-    mutating func endInterruption(_ id: SessionID, shouldResume: Bool) {
-        guard var o = sessions[id], o.interrupted else { return }
-        if o.isImplicit {
-            if shouldResume || players(ofImplicit: o).isEmpty { o.awaitingActivation = false }
-        }
-        o.interrupted = false
-        o.interrupter = nil
-        o.spokenOnly = false
-        sessions[id] = o
-        if o.isImplicit {
-            if shouldResume { resumePlayers(of: id) } else { forgetPausedPlayers(of: id) }
-        }
-        markStreamsDirty(of: id)
-        touch(id)
-        emit(id, .interruptionEnded(shouldResume: shouldResume))
     }
 }

@@ -154,7 +154,7 @@ extension Engine {
                 r, .error(.invalidArgs("duck-level \(new.duckLevel) is out of range: it must be greater than 0 and less than 1")))
         }
         let level = new.duckLevel
-        let lockBefore = screenLocked && settings.followsLockScreen
+        let lockBefore = lockApplies
         var kept = new
         kept.duckLevel = settings.duckLevel
         settings = kept
@@ -354,31 +354,41 @@ extension Engine {
     mutating func resolveTies(of id: SessionID, notify: Bool, cause: DeactivationCause, interrupterWasCall: Bool) {
         guard let tied = tiedTo.removeValue(forKey: id) else { return }
         for other in tied.sorted() {
-            guard var o = sessions[other], o.interrupter == id else { continue }
-            // Someone else holds the audio and would have interrupted this session too: it waits for them.
-            if let h = holder(excluding: other), h != id, let hs = sessions[h], hs.isCall || !o.mixable {
-                o.interrupter = h
-                sessions[other] = o
-                tiedTo[h, default: []].insert(other)
-                continue
-            }
+            guard sessions[other]?.interrupter == id else { continue }
+            if waitsForHolder(other, otherThan: id) { continue }
+            guard let o = sessions[other] else { continue }
             let shouldResume = notify || o.spokenOnly
-            if o.isImplicit {
-                // An explicit session stays silenced until its SetActive(true); an implicit one is resumed here,
-                // and apps without MPRIS are unsilenced even without resume: they cannot be paused, and keeping
-                // them muted would be silence the user cannot undo (§7).
-                if shouldResume || players(ofImplicit: o).isEmpty { o.awaitingActivation = false }
-                let mayPlay = o.spokenOnly || (notify && (cause != .ownerVanished || interrupterWasCall))
-                if shouldResume && mayPlay { resumePlayers(of: other) } else { forgetPausedPlayers(of: other) }
-            }
-            o.interrupted = false
-            o.interrupter = nil
-            o.spokenOnly = false
-            sessions[other] = o
-            markStreamsDirty(of: other)
-            touch(other)
-            emit(other, .interruptionEnded(shouldResume: shouldResume))
+            let mayPlay = o.spokenOnly || (notify && (cause != .ownerVanished || interrupterWasCall))
+            endInterruption(other, shouldResume: shouldResume, playPlayers: shouldResume && mayPlay)
         }
+    }
+
+    /// Ends an interruption. An explicit session stays silenced until its SetActive(true); an implicit one is
+    /// heard again on `should_resume`, and one without MPRIS even without it: it cannot be paused, and keeping it
+    /// muted would be silence the user cannot undo (§7). `playPlayers`: the players audiod paused are played again.
+    mutating func endInterruption(_ id: SessionID, shouldResume: Bool, playPlayers: Bool) {
+        guard var o = sessions[id], o.interrupted else { return }
+        if o.isImplicit, shouldResume || players(ofImplicit: o).isEmpty { o.awaitingActivation = false }
+        o.interrupted = false
+        o.interrupter = nil
+        o.spokenOnly = false
+        sessions[id] = o
+        if o.isImplicit {
+            if playPlayers { resumePlayers(of: id) } else { forgetPausedPlayers(of: id) }
+        }
+        markStreamsDirty(of: id)
+        touch(id)
+        emit(id, .interruptionEnded(shouldResume: shouldResume))
+    }
+
+    /// §3: someone other than `gone` holds the audio now and would have interrupted this session too — it is tied
+    /// to them and waits, instead of hearing that its interruption ended.
+    mutating func waitsForHolder(_ id: SessionID, otherThan gone: SessionID? = nil) -> Bool {
+        guard let o = sessions[id], let h = holder(excluding: id), h != gone, let hs = sessions[h], hs.isCall || !o.mixable
+        else { return false }
+        sessions[id]?.interrupter = h
+        tiedTo[h, default: []].insert(id)
+        return true
     }
 
     /// Removes a session: its streams go to whoever owns them now (and lose the silencing it caused).
