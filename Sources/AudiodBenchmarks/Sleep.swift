@@ -164,12 +164,3 @@ func sleeps(_ kind: ServerKind, players count: Int, rounds: Int) throws -> [Slee
     return out
 }
 
-/// The MPRIS name mpv-mpris took for this process.
-func mprisName(_ server: TestServer, pid: pid_t) -> String? {
-    let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
-    for line in out.split(separator: "\n") {
-        let f = line.split(separator: " ", omittingEmptySubsequences: true)
-        if f.count > 1, f[0].hasPrefix("org.mpris.MediaPlayer2."), f[1] == "\(pid)" { return String(f[0]) }
-    }
-    return nil
-}

@@ -389,6 +389,16 @@ public struct Child: Sendable {
     }
 }
 
+/// The MPRIS name a player process took on the test's session bus (mpv-mpris adds `.instancePID` after the first).
+public func mprisName(_ server: TestServer, pid: pid_t) -> String? {
+    let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
+    for line in out.split(separator: "\n") {
+        let f = line.split(separator: " ", omittingEmptySubsequences: true)
+        if f.count > 1, f[0].hasPrefix("org.mpris.MediaPlayer2."), f[1] == "\(pid)" { return String(f[0]) }
+    }
+    return nil
+}
+
 /// A playback stream that plays silence for as long as it runs (`pacat /dev/zero`), with an optional client name
 /// (`application.name`), media role and further pacat arguments.
 @discardableResult

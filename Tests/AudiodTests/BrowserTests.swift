@@ -23,7 +23,7 @@ struct BrowserTests {
     func mprisOwner(_ server: TestServer, of streamPID: UInt32) -> (String, UInt32)? {
         var pid = streamPID
         for _ in 0..<8 {
-            if let n = players.mprisName(server, pid: pid_t(pid)) { return (n, pid) }
+            if let n = mprisName(server, pid: pid_t(pid)) { return (n, pid) }
             guard let parent = ProcessTable.parent(of: pid), parent > 1 else { return nil }
             pid = parent
         }

@@ -47,15 +47,6 @@ struct MediaPlayerTests {
         return (p, name)
     }
 
-    func mprisName(_ server: TestServer, pid: pid_t) -> String? {
-        let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
-        for line in out.split(separator: "\n") {
-            let f = line.split(separator: " ", omittingEmptySubsequences: true)
-            if f.count > 1, f[0].hasPrefix("org.mpris.MediaPlayer2."), f[1] == "\(pid)" { return String(f[0]) }
-        }
-        return nil
-    }
-
     func status(_ server: TestServer, _ name: String) -> String? {
         let out = try? server.run(["busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
                                    "org.mpris.MediaPlayer2.Player", "PlaybackStatus"])
