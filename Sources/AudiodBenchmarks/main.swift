@@ -8,8 +8,9 @@
 // prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
 // to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,500,1000,5000),
 // BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
-// churned stream), BENCH_ONLY=memory,activation,phone,ring,sleep,churn,calls,identity (only these parts; start-up
-// always).
+// churned stream), BENCH_ONLY=memory,activation,phone,ring,sleep,overlap,churn,calls,identity (only these parts;
+// start-up always), BENCH_OVERLAP_DEBUG=1 (per overlap round: what the recording held), BENCH_OVERLAP_DUMP=PATH (and
+// each round's samples, raw s16le mono, in PATH.1, PATH.2, …).
 
 import AudioPolicy
 import AudiodCore
@@ -48,6 +49,8 @@ struct Results {
     var ring: [UInt64] = []
     /// `PrepareForSleep(true)` → three players paused and the inhibitor released.
     var sleep: [SleepRound] = []
+    /// Two sounds that must not mix, as the sink's monitor records them.
+    var overlap: OverlapResults?
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
     /// audiod's CPU time per call, in µs.
     var setActiveCPUus = 0.0, pingCPUus = 0.0
@@ -82,11 +85,12 @@ func listedStreams(_ bus: BusClient) -> Int {
     return items.count
 }
 
-func startAudiod(_ server: TestServer, config: String, client: BusClient) throws -> (Child, Double) {
+/// `part`: a part that runs its own audiod beside the main one names its own journal.
+func startAudiod(_ server: TestServer, config: String, client: BusClient, part: String = "") throws -> (Child, Double) {
     let t0 = nowNs()
     // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop; BENCH_JOURNAL=disk puts it in this run's
     // directory, on disk.
-    let journal = journalOnDisk ? "\(server.directory)/journal" : "/dev/shm/audiod-bench-\(getpid())/journal"
+    let journal = journalOnDisk ? "\(server.directory)/journal" : "/dev/shm/audiod-bench-\(getpid())\(part)/journal"
     let child = try server.spawn([TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"], log: "audiod.log")
     while nowNs() - t0 < 10_000_000_000 {
         if case .success = client.call(API.managerPath, API.peer.name, "Ping") {
@@ -328,6 +332,13 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         r.sleep = try sleeps(kind, players: 3, rounds: max(10, iterations / 4))
     }
 
+    // What a person hears: how long two sounds that must not mix sound together (its own server and audiod).
+    if wants("overlap") {
+        // At most 100 rounds per row, ~0.5 s each: a full run (200 iterations) gives 100, the test command's brief
+        // run 20.
+        r.overlap = try overlaps(kind, rounds: min(iterations, 100))
+    }
+
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
     if wants("churn") {
         try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
@@ -430,6 +441,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         }
     }
     try? FileManager.default.removeItem(atPath: "/dev/shm/audiod-bench-\(getpid())")
+    try? FileManager.default.removeItem(atPath: "/dev/shm/audiod-bench-\(getpid())-overlap")
     return r
 }
 
@@ -443,7 +455,7 @@ for kind in kinds {
     let version = (try? TestServer.runCapturing([kind == .pulseaudio ? "pulseaudio" : "pipewire", "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
     print("\(kind): \(version.split(separator: "\n").filter { !$0.isEmpty }.joined(separator: "; "))")
     do {
-        print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, calls, churn, memory, peer)…")
+        print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, what is heard together, calls, churn, memory, peer)…")
         fflush(nil)  // progress shows as it happens when piped to a file
         all.append((kind, try run(kind)))
     } catch {
@@ -497,6 +509,30 @@ if all.contains(where: { !$0.1.sleep.isEmpty }) {
         // cork is the same moment seen by two clients, not a release before the pause.
         let early = r.sleep.filter { $0.released + 1_000_000 < $0.paused }.count
         print("\(kind): released more than 1 ms before the observer saw every player's stream corked in \(early) of \(r.sleep.count) rounds")
+    }
+}
+if all.contains(where: { $0.1.overlap != nil }) {
+    print("\n### Two sounds that must not mix: how long both are heard (the null sink's monitor, 2 ms windows; old 1 kHz, new 3 kHz)\n")
+    print("| server | transition | by | rounds | both heard p50 | p99 | p99 in periods | new's first → old's last p50 | p99 | trigger → old's last p50 | p99 | goal (p99) | met |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    for (kind, r) in all {
+        guard let o = r.overlap else { continue }
+        for row in o.rows {
+            let (goal, limit) = overlapGoal(kind, row, periodMs: o.periodMs)
+            let p99 = dpercentile(row.overlapMs, 0.99) ?? .infinity
+            let met = row.by != "audiod" ? "reference" : limit == .infinity ? (row.unarbitrated == 0 ? "reported" : "not met")
+                : (row.unarbitrated == 0 && p99 <= limit + 1e-9 ? "met" : "not met")
+            print("| \(kind) | \(row.transition) | \(row.by) | \(row.rounds)\(row.unarbitrated > 0 ? " (+\(row.unarbitrated) never quiet)" : "") "
+                + "| \(dms(dpercentile(row.overlapMs, 0.5))) | \(dms(dpercentile(row.overlapMs, 0.99))) | \(o.periodMs > 0 && !row.overlapMs.isEmpty ? String(format: "%.2f", p99 / o.periodMs) : "—") "
+                + "| \(dms(dpercentile(row.spanMs, 0.5))) | \(dms(dpercentile(row.spanMs, 0.99))) "
+                + "| \(dms(dpercentile(row.triggerMs, 0.5))) | \(dms(dpercentile(row.triggerMs, 0.99))) | \(goal) | \(met) |")
+        }
+    }
+    for (kind, r) in all {
+        guard let o = r.overlap else { continue }
+        print("\(kind): \(o.rate) Hz; period \(String(format: "%.2f", o.periodMs)) ms (\(kind == .pipewire ? "the driver's quantum" : "the null sink's latency")), capture block \(String(format: "%.2f", o.captureBlockMs)) ms; "
+            + "the method: two tones started together heard together \(dms(dpercentile(o.together, 0.5))) p50 (of a 250 ms burst), "
+            + "a tone muted before the other starts \(dms(dpercentile(o.mutedFirst, 0.99))) p99")
     }
 }
 print("\n### Calls, memory, idle\n")
