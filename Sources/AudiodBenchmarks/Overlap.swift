@@ -145,7 +145,7 @@ private let windowMs = 2.0
 nonisolated(unsafe) private var dumps = 0
 
 /// What one round's recording says, from the sample at `start` on.
-private struct Heard { var overlapMs: Double; var spanMs: Double?; var oldLastEnd: Int?; var quieted: Bool }
+private struct Heard { var overlapMs: Double; var spanMs: Double?; var oldLastEnd: Int?; var newFirst: Int?; var quieted: Bool }
 
 private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) -> Heard {
     let window = Int(recorder.rate) / 500
@@ -177,7 +177,7 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
     var span: Double?
     if let firstNew, let quietAt { span = Double(quietAt - firstNew) * windowMs }
     return Heard(overlapMs: Double(both) * windowMs, spanMs: span, oldLastEnd: quietAt.map { start + $0 * window },
-                 quieted: quietAt != nil)
+                 newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
 }
 
 /// Waits until the recording holds what the server rendered up to now (and a margin of `extraMs`).
@@ -189,6 +189,12 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     var out = OverlapResults()
     let server = try TestServer(kind)
     defer { server.stop() }
+    // BENCH_LOG: audiod's log of this part is kept beside the others', to lay beside BENCH_OVERLAP_TRACE's rounds.
+    defer {
+        if ProcessInfo.processInfo.environment["BENCH_LOG"] != nil {
+            try? server.file("audiod.log").write(toFile: "\(NSTemporaryDirectory())/audiod-bench-\(kind)-overlap.log", atomically: true, encoding: .utf8)
+        }
+    }
     let sinks = try server.pactl(["list", "short", "sinks"])
     guard let line = sinks.split(separator: "\n").first(where: { $0.contains("null") }),
         let hz = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).first(where: { $0.hasSuffix("Hz") }),
@@ -317,6 +323,13 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             if newSound, let s = h.spanMs { row.spanMs.append(s) }
             row.rounds += 1
             if let end = h.oldLastEnd, let at = r.time(ofSample: end) { row.triggerMs.append((Double(at) - Double(t)) / 1e6) }
+            // BENCH_OVERLAP_TRACE: each round's times (CLOCK_MONOTONIC ns, as audiod's trace log dates its events),
+            // to lay the recording beside `--log-level trace`: the trigger, the new sound's first window, the old
+            // one's end, the overlap.
+            if ProcessInfo.processInfo.environment["BENCH_OVERLAP_TRACE"] != nil {
+                let first = h.newFirst.flatMap { r.time(ofSample: $0) }, last = h.oldLastEnd.flatMap { r.time(ofSample: $0) }
+                print("overlap-trace \(kind) \(row.by) \(row.transition.replacingOccurrences(of: " ", with: "_")) trigger=\(t) first=\(first.map(String.init) ?? "-") last=\(last.map(String.init) ?? "-") both=\(h.overlapMs)")
+            }
         }
     }
 

@@ -10,7 +10,9 @@
 // BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
 // churned stream), BENCH_ONLY=memory,activation,phone,ring,sleep,overlap,churn,calls,identity (only these parts;
 // start-up always), BENCH_OVERLAP_DEBUG=1 (per overlap round: what the recording held), BENCH_OVERLAP_DUMP=PATH (and
-// each round's samples, raw s16le mono, in PATH.1, PATH.2, …).
+// each round's samples, raw s16le mono, in PATH.1, PATH.2, …), BENCH_OVERLAP_TRACE=1 (per overlap round: the
+// trigger, the new sound's first window and the old one's end, on the clock of audiod's trace; with BENCH_LOG the
+// overlap part's audiod log is kept as $TMPDIR/audiod-bench-KIND-overlap.log to lay beside them).
 
 import AudioPolicy
 import AudiodCore
