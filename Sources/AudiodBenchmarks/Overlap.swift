@@ -180,9 +180,9 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
                  newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
 }
 
-/// Waits until the recording holds what the server rendered up to now (and a margin of `extraMs`).
-private func settle(_ recorder: MonitorRecorder, extraMs: Double = 60) {
-    usleep(useconds_t(extraMs * 1000))
+/// Waits `ms` for what the server rendered up to now to reach the recording (a capture block or two, and margin).
+private func settle(ms: Double) {
+    usleep(useconds_t(ms * 1000))
 }
 
 func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
@@ -214,15 +214,18 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     let oldLong = try toneFile("old", oldTone, seconds: 600), newLong = try toneFile("new", newTone, seconds: 600)
     let oldBurst = try toneFile("old-burst", oldTone, seconds: Double(burst) / 1e6)
     let newBurst = try toneFile("new-burst", newTone, seconds: Double(burst) / 1e6)
-    func play(_ app: String, _ file: String, _ properties: [String] = []) throws -> (child: Child, index: UInt32) {
-        let c = try server.spawn(["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=\(app)"]
+    /// A pacat of its own playing `file` (started, not waited for).
+    func pacat(_ app: String, _ file: String, _ properties: [String] = []) throws -> Child {
+        try server.spawn(["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=\(app)"]
             + properties.map { "--property=\($0)" } + [file])
+    }
+    func play(_ app: String, _ file: String, _ properties: [String] = []) throws -> (child: Child, index: UInt32) {
+        let c = try pacat(app, file, properties)
         return (c, try server.waitForPlaybackStream(pid: c.pid).index)
     }
     /// A burst: played to its end (pacat drains what it was given, then exits).
     func burstOf(_ app: String, _ file: String, _ properties: [String] = []) throws {
-        let c = try server.spawn(["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=\(app)"]
-            + properties.map { "--property=\($0)" } + [file])
+        let c = try pacat(app, file, properties)
         guard c.wait(timeout: 10) != nil else { throw BenchFailure("a \(app) burst did not end") }
     }
 
@@ -241,10 +244,10 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     try record { r in
         for _ in 0..<validation {
             let start = r.count
-            let a = try server.spawn(["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=validation-a", oldBurst])
+            let a = try pacat("validation-a", oldBurst)
             try burstOf("validation-b", newBurst)
             _ = a.wait(timeout: 10)
-            settle(r, extraMs: 100)
+            settle(ms: 100)
             out.together.append(analyse(r, from: start, to: r.count).overlapMs)
         }
         for _ in 0..<validation {
@@ -253,10 +256,10 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             usleep(100_000)
             _ = try server.pactl(["set-sink-input-mute", "\(a.index)", "1"])
             guard observer.wait([a.index], muted: true) != nil else { throw BenchFailure("validation: the muted tone is not muted") }
-            settle(r, extraMs: 30)
+            settle(ms: 30)
             try burstOf("validation-b", newBurst)
             a.child.kill()
-            settle(r, extraMs: 100)
+            settle(ms: 100)
             out.mutedFirst.append(analyse(r, from: start, to: r.count).overlapMs)
         }
     }
@@ -270,7 +273,7 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             usleep(100_000)
             let start = r.count
             try burstOf("phone-app", newBurst, ["media.role=phone"])
-            settle(r, extraMs: 100)
+            settle(ms: 100)
             let h = analyse(r, from: start, to: r.count)
             // Nobody silences the music: the burst is heard over it from start to end.
             nothing.overlapMs.append(h.overlapMs)
@@ -312,7 +315,7 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             if kind == .pulseaudio, out.periodMs == 0 { out.periodMs = try pulseSinkLatencyMs(server) }
             let quiet = observer.wait([old], timeout: 5) { $0.muted || $0.corked }
             try restore()
-            settle(r, extraMs: 100)
+            settle(ms: 100)
             let h = analyse(r, from: start, to: r.count)
             guard quiet != nil, h.quieted else {
                 row.unarbitrated += 1
@@ -363,8 +366,7 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             var phone: Child?
             try each(&row, old: music.index, r: r, trigger: {
                 let t = nowNs()
-                phone = try server.spawn(["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=phone-app",
-                                          "--property=media.role=phone", newBurst])
+                phone = try pacat("phone-app", newBurst, ["media.role=phone"])
                 return t
             }, restore: {
                 _ = phone?.wait(timeout: 10)
