@@ -270,7 +270,7 @@ extension Engine {
     /// did), unmute what it muted once no reason holds, duck and unduck from the user's own volume.
     mutating func streamOperations(_ sid: StreamID, into effects: inout [Effect]) {
         guard var st = streams[sid] else { return }
-        let wantMute = st.policyMute && !st.userMuted
+        let wantMute = (st.policyMute || silencedAhead(sid) != nil) && !st.userMuted
         if wantMute && !st.appliedMute {
             effects.append(.setStreamMute(sid, true))
             st.appliedMute = true

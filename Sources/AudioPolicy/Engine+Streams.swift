@@ -114,6 +114,7 @@ extension Engine {
     // MARK: Stream events
 
     mutating func streamAppeared(_ info: StreamInfo) {
+        withdrawAnnouncement(info.id)
         if streams[info.id] != nil { return streamChanged(info) }
         // A dead process makes no new streams: one that appears at a pid that exited is a new process the kernel
         // gave the pid again, and it is policed like any other.
@@ -129,6 +130,49 @@ extension Engine {
         if let owner = streams[info.id]?.session, wouldBeAudible(info.id) {
             autoActivate(owner)
         }
+    }
+
+    /// docs/POLICY.md §7 "A call about to sound". PipeWire lists a new stream ~1.5 ms after the app asks for it, and
+    /// mixes its first samples only once WirePlumber has linked it, ~5 ms later; deciding at the link leaves the
+    /// call and the music heard together for a graph cycle whenever the link lands late in one. Until the link the
+    /// stream shows corked, silent and on no device whatever the app asked, so nothing is decided on it: no session
+    /// is made, activated or interrupted and nobody is told. Only the streams it would silence if it played are
+    /// muted now — found by deciding on a copy of the engine as if it did — and only for a call's stream: a
+    /// softphone creates its stream to play at once, while media libraries create theirs corked and start them
+    /// later or never (cubeb does), which would silence the music for nothing. The link brings the real decision
+    /// (`streamAppeared`), which keeps the mutes or lifts them; so do the stream's end and `callLinkOverdue`.
+    mutating func streamAnnounced(_ info: StreamInfo) {
+        guard streams[info.id] == nil, info.id.kind == .playback, callsAboutToSound[info.id] == nil else { return }
+        var probe = self
+        var playing = info
+        playing.corked = false
+        playing.muted = false
+        playing.volume = .normal
+        playing.leftByPolicy = nil
+        _ = probe.handle(.streamAppeared(playing), at: now)
+        guard let owner = probe.streams[info.id]?.session, probe.sessions[owner]?.isCall == true else { return }
+        let ahead = Set(probe.streams.compactMap { sid, st -> StreamID? in
+            // Sounds that must not mix: a capture the call would hold is decided at the link.
+            guard sid != info.id, sid.kind == .playback, st.policyMute, let mine = streams[sid], !mine.policyMute else { return nil }
+            return sid
+        })
+        guard !ahead.isEmpty else { return }
+        callsAboutToSound[info.id] = ahead
+        for sid in ahead { markDirty(sid) }
+        out.timers.append(.scheduleTimer(.callLinkOverdue(info.id), afterNanoseconds: settings.callLinkWaitNanoseconds))
+    }
+
+    /// The announced call stream whose link the stream is muted ahead of, if any.
+    func silencedAhead(_ sid: StreamID) -> StreamID? {
+        guard !callsAboutToSound.isEmpty else { return nil }
+        return callsAboutToSound.first { $0.value.contains(sid) }?.key
+    }
+
+    /// The announced call stream linked, ended or overdue: its own decision, if any, takes over from the mutes ahead.
+    mutating func withdrawAnnouncement(_ call: StreamID) {
+        guard let ahead = callsAboutToSound.removeValue(forKey: call) else { return }
+        for sid in ahead { markDirty(sid) }
+        out.timers.append(.cancelTimer(.callLinkOverdue(call)))
     }
 
     mutating func streamChanged(_ info: StreamInfo) {
@@ -226,6 +270,8 @@ extension Engine {
     }
 
     mutating func streamRemoved(_ id: StreamID) {
+        withdrawAnnouncement(id)
+        for (call, ahead) in callsAboutToSound where ahead.contains(id) { callsAboutToSound[call]?.remove(id) }
         guard let st = streams[id] else { return }
         if let owner = st.session { detach(id, from: owner) }
         if st.audible { adjustAudible(nil, -1) }
@@ -475,6 +521,8 @@ extension Engine {
             {
                 userActivate(id)
             }
+        case .callLinkOverdue(let call):
+            withdrawAnnouncement(call)
         case .linger(let id):
             guard let s = sessions[id], s.lingerScheduled else { return }
             sessions[id]?.lingerScheduled = false

@@ -62,6 +62,9 @@ public struct Engine: Sendable {
     var suspendInterrupted: Set<SessionID> = []
     /// Steps whose settle pass did not converge within its round limit: always 0 unless the rules loop.
     public internal(set) var settleOverflows = 0
+    /// Call streams listed before they can be heard (`Event.streamAnnounced`), each with the streams it will silence
+    /// once it plays, muted ahead of it.
+    var callsAboutToSound: [StreamID: Set<StreamID>] = [:]
     /// When each device last appeared, for `new-device-available`.
     var deviceAppearedAt: [String: Instant] = [:]
 
@@ -120,7 +123,7 @@ public struct Engine: Sendable {
     public func streamView(_ id: StreamID) -> StreamView? {
         guard let s = streams[id] else { return nil }
         return StreamView(
-            info: s.info, session: s.session, policyMuted: s.policyMute, duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
+            info: s.info, session: s.session, policyMuted: s.policyMute || silencedAhead(id) != nil, duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
             userVolume: s.userVolume, audible: s.audible, reasons: policyReasons(s))
     }
 
@@ -187,6 +190,7 @@ public struct Engine: Sendable {
         case .ownerVanished(let id): ownerVanished(id)
         case .processExited(let pid): processExited(pid)
         case .streamAppeared(let info): streamAppeared(info)
+        case .streamAnnounced(let info): streamAnnounced(info)
         case .streamChanged(let info): streamChanged(info)
         case .streamRemoved(let id): streamRemoved(id)
         case .playerAppeared(let p): playerAppeared(p)

@@ -36,6 +36,11 @@ public enum Event: Sendable, Equatable {
     case processExited(pid: UInt32)
     /// A playback or record stream appeared on the server.
     case streamAppeared(StreamInfo)
+    /// The server lists a playback stream it has not yet connected to a device — PipeWire, until WirePlumber links
+    /// it — so nothing of it can be heard yet, and its cork state, mute and volume are not yet its own. If it is a
+    /// call's, what it will silence is muted ahead of its first sample (docs/POLICY.md §7); nothing else is decided.
+    /// `streamAppeared` follows at the link, `streamRemoved` if it ends first.
+    case streamAnnounced(StreamInfo)
     /// Something about a stream changed; the info is the whole current state as the server reports it.
     case streamChanged(StreamInfo)
     /// A stream went away.
@@ -252,6 +257,10 @@ public struct Settings: Sendable, Equatable {
     public var volumeTolerance: UInt32
     /// Whether the lock screen silences ambient sound (SPEC §10; `[platform] lock-screen` in the config file).
     public var followsLockScreen: Bool
+    /// How long a call's stream listed before its link (`Event.streamAnnounced`) keeps what it silenced ahead of
+    /// it muted if the link does not come. Links take 2–15 ms (measured on PipeWire); one that never comes (no
+    /// device, WirePlumber gone) must not keep the music muted.
+    public var callLinkWaitNanoseconds: UInt64 = 500_000_000
 
     public init(
         duckLevel: Double = 0.2,

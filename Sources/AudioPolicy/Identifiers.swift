@@ -48,6 +48,9 @@ public enum TimerID: Hashable, Sendable {
     /// An implicit call found by the voice-call rule (SPEC §7 step 3): it stops being a call when it has not both
     /// captured and played for the linger.
     case voiceCallEnd(SessionID)
+    /// A call's stream announced before its link (`Event.streamAnnounced`) that has not linked in time: what it
+    /// silenced ahead of it comes back.
+    case callLinkOverdue(StreamID)
 }
 
 /// A point in time, in nanoseconds on a monotonic clock of the shell's choosing. The engine never reads a clock.

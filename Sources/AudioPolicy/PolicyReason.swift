@@ -17,6 +17,8 @@ public enum PolicyReason: Sendable, Hashable {
     /// Its device went away while it played; it stays silent until its session is activated again.
     case routeChange
     case duckedBy(SessionID)
+    /// A call's stream is listed but not yet linked (PipeWire): what it will silence is muted before it sounds.
+    case callAboutToSound(StreamID)
 
     public var text: String {
         switch self {
@@ -31,6 +33,7 @@ public enum PolicyReason: Sendable, Hashable {
         case .secondaryAudio(let p): "secondary audio while session \(p.rawValue) plays"
         case .routeChange: "route change"
         case .duckedBy(let d): "ducked by session \(d.rawValue)"
+        case .callAboutToSound(let call): "a call is about to sound (stream \(call.index), not yet linked)"
         }
     }
 }
@@ -60,6 +63,7 @@ extension Engine {
         if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt {
             reasons.append(.secondaryAudio(primary: primary))
         }
+        if let call = silencedAhead(st.info.id) { reasons.append(.callAboutToSound(call)) }
         return reasons + ducked
     }
 }

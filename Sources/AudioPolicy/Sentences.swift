@@ -23,6 +23,7 @@ extension Event {
         case .ownerVanished(let id): "the bus connection that owned \(id) is gone"
         case .processExited(let pid): "pid \(pid) exited"
         case .streamAppeared(let i): "\(Self.words(i)) appeared"
+        case .streamAnnounced(let i): "\(Self.words(i)) is listed, not yet linked"
         case .streamChanged(let i):
             "\(Self.words(i)) changed: \(i.corked ? "paused" : "running"), \(i.muted ? "muted" : "unmuted"), volume \(i.volume)"
         case .streamRemoved(let id): "\(Self.words(id)) went away"
@@ -33,6 +34,7 @@ extension Event {
         case .deviceRemoved(let d): "device \(d) went away"
         case .timerFired(.linger(let id)): "\(id) has had no audible stream for the linger"
         case .timerFired(.voiceCallEnd(let id)): "\(id) has not both captured and played for the linger"
+        case .timerFired(.callLinkOverdue(let id)): "\(Self.words(id)) was announced but not linked in time"
         case .gameModeGames(let pids): "GameMode lists \(pids.count) game\(pids.count == 1 ? "" : "s")"
         case .platformCall(let call?):
             "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
@@ -92,6 +94,7 @@ extension Effect {
         switch t {
         case .linger(let id): "\(id)'s linger"
         case .voiceCallEnd(let id): "\(id)'s end-of-call wait"
+        case .callLinkOverdue(let id): "the wait for \(Event.words(id))'s link"
         }
     }
 }

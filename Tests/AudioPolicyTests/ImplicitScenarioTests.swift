@@ -265,3 +265,108 @@ import Testing
         #expect(h.engine.duckLevel == 0.3)
     }
 }
+
+/// docs/POLICY.md §7 "A call about to sound": PipeWire lists a stream before WirePlumber links it. A call's stream
+/// silences what it will interrupt before its first sample is mixed, and decides nothing else until the link.
+@Suite struct AnnouncedCallScenarioTests {
+    static let unlinkedCall = StreamInfo(
+        id: .playback(2), processChain: [300], applicationName: "softphone", role: "phone", corked: true,
+        volume: Volume(uniform: 0), device: "")
+
+    /// Music plays; a call's stream is announced; returns the harness and the announcement's effects.
+    func musicThenAnnouncedCall(_ call: StreamInfo = unlinkedCall, userMutedMusic: Bool = false) -> (Harness, [Effect]) {
+        var h = Harness()
+        _ = h.play(1, pid: 100, name: "music", muted: userMutedMusic)
+        let e = h.send(.streamAnnounced(call))
+        return (h, e)
+    }
+
+    @Test func theMusicIsMutedAheadAndNobodyIsToldAnything() {
+        let (h, e) = musicThenAnnouncedCall()
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), true)])
+        #expect(e.contains(.scheduleTimer(.callLinkOverdue(.playback(2)), afterNanoseconds: 500_000_000)))
+        #expect(e.count == 2, "no session made, activated or interrupted, no signal, no MPRIS: \(e)")
+        #expect(h.engine.streamView(.playback(2)) == nil, "the call's stream is not the engine's until it links")
+        let music = h.engine.streamView(.playback(1))
+        #expect(music?.policyMuted == true)
+        #expect(music?.reasons == [.callAboutToSound(.playback(2))])
+        #expect(music?.reasons.first?.text == "a call is about to sound (stream 2, not yet linked)")
+        #expect(h.engine.sessionIDs.count == 1, "only the music's session")
+    }
+
+    @Test func theLinkBringsTheInterruptionAndKeepsTheMute() throws {
+        var (h, e) = musicThenAnnouncedCall()
+        _ = h.echo(e)
+        var playing = Self.unlinkedCall
+        playing.corked = false
+        playing.volume = .normal
+        playing.device = "speakers"
+        let link = h.send(.streamAppeared(playing))
+        #expect(streamOps(link).isEmpty, "the music was muted ahead: \(link)")
+        #expect(link.contains(.cancelTimer(.callLinkOverdue(.playback(2)))))
+        let music = try #require(h.engine.streamView(.playback(1)))
+        let call = try #require(h.engine.streamView(.playback(2))?.session)
+        #expect(h.view(call)?.configuration.isCall == true)
+        #expect(h.view(try #require(music.session))?.interrupted == true)
+        #expect(music.reasons.count == 1)
+        if case .interrupted(by: call, interrupterIsCall: true, _, _)? = music.reasons.first {} else {
+            Issue.record("the music's reason after the link: \(music.reasons)")
+        }
+    }
+
+    @Test func aCallThatLinksCorkedGivesTheMusicBack() {
+        var (h, e) = musicThenAnnouncedCall()
+        _ = h.echo(e)
+        var corked = Self.unlinkedCall
+        corked.volume = .normal
+        corked.device = "speakers"
+        let link = h.send(.streamAppeared(corked))
+        #expect(streamOps(link) == [.setStreamMute(.playback(1), false)])
+        #expect(signals(link).isEmpty, "nobody was interrupted: \(link)")
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == false)
+    }
+
+    @Test func aCallThatEndsUnlinkedOrNeverLinksGivesTheMusicBack() {
+        var (h, e) = musicThenAnnouncedCall()
+        _ = h.echo(e)
+        let gone = h.send(.streamRemoved(.playback(2)))
+        #expect(streamOps(gone) == [.setStreamMute(.playback(1), false)])
+        #expect(gone.contains(.cancelTimer(.callLinkOverdue(.playback(2)))))
+
+        var (h2, e2) = musicThenAnnouncedCall()
+        _ = h2.echo(e2)
+        let overdue = h2.send(.timerFired(.callLinkOverdue(.playback(2))))
+        #expect(streamOps(overdue) == [.setStreamMute(.playback(1), false)])
+        #expect(h2.engine.streamView(.playback(1))?.reasons == [])
+    }
+
+    /// cubeb and the like create their streams corked: a stream that is not a call's is decided at its link only.
+    @Test func aStreamThatIsNotACallsMutesNothingAhead() {
+        for role in [nil, "music", "video", "game", "event"] as [String?] {
+            var other = Self.unlinkedCall
+            other.role = role
+            let (h, e) = musicThenAnnouncedCall(other)
+            #expect(e.isEmpty, "role \(role ?? "-"): \(e)")
+            #expect(h.engine.streamView(.playback(1))?.policyMuted == false)
+        }
+    }
+
+    /// The user's own mute is theirs: nothing is written ahead of a call to a stream the user muted, and nothing is
+    /// undone after.
+    @Test func theUsersMuteIsLeftAlone() {
+        var (h, e) = musicThenAnnouncedCall(userMutedMusic: true)
+        #expect(streamOps(e).isEmpty)
+        #expect(streamOps(h.send(.streamRemoved(.playback(2)))).isEmpty)
+        #expect(h.engine.streamView(.playback(1))?.userMuted == true)
+    }
+
+    /// Music that ends while a call is announced leaves nothing behind in the announcement.
+    @Test func aSilencedStreamThatEndsIsForgotten() {
+        var (h, e) = musicThenAnnouncedCall()
+        _ = h.echo(e)
+        _ = h.send(.streamRemoved(.playback(1)))
+        #expect(h.engine.callsAboutToSound[.playback(2)] == [])
+        #expect(streamOps(h.send(.timerFired(.callLinkOverdue(.playback(2))))).isEmpty)
+        #expect(h.engine.callsAboutToSound.isEmpty)
+    }
+}

@@ -70,7 +70,9 @@ struct Simulation {
         case deactivate(session: Int, notify: Bool)
         case release(session: Int)
         case ownerVanished(session: Int)
-        case newStream(pid: UInt32, role: String?, corked: Bool, muted: Bool)
+        /// `unlinked`: listed before it can be heard (PipeWire, until WirePlumber links it); it links, as `corked`
+        /// says, `linkAfter` operations later, or ends before (`vanish`).
+        case newStream(pid: UInt32, role: String?, corked: Bool, muted: Bool, unlinked: Bool = false, linkAfter: Int = 0, vanish: Bool = false)
         case newRecord(pid: UInt32)
         case userToggleMute(stream: Int)
         case userVolume(stream: Int, volume: UInt32)
@@ -132,7 +134,7 @@ struct Simulation {
                 // Now and then the stream is an ancestor's own (a pid that may have exited and been taken again).
                 self = .newStream(
                     pid: (p / 512) % 3 == 0 ? Op.ancestorPids[p % Op.ancestorPids.count] : anyPid, role: Op.roles[(p / 8) % Op.roles.count], corked: (p / 64) % 4 == 0,
-                    muted: (p / 256) % 5 == 0)
+                    muted: (p / 256) % 5 == 0, unlinked: (p / 24) % 7 == 6, linkAfter: 1 + p % 3, vanish: (p / 2) % 5 == 0)
             case 9: self = .newRecord(pid: anyPid)
             case 10: self = .userToggleMute(stream: p % 8)
             case 11: self = .userVolume(stream: p % 8, volume: [0, 30000, 65536, 50000][(p / 8) % 4])
@@ -192,8 +194,9 @@ struct Simulation {
             case .deactivate(let s, let n): return "session#\(s).SetActive(false\(n ? ", notify" : ""))"
             case .release(let s): return "session#\(s).Release()"
             case .ownerVanished(let s): return "session#\(s) owner vanished"
-            case .newStream(let pid, let role, let corked, let muted):
+            case .newStream(let pid, let role, let corked, let muted, let unlinked, let after, let vanish):
                 return "new playback stream pid \(pid) role \(role ?? "-")\(corked ? " corked" : "")\(muted ? " muted" : "")"
+                    + (unlinked ? ", listed unlinked, \(vanish ? "ends" : "links") after \(after) operations" : "")
             case .newRecord(let pid): return "new record stream pid \(pid)"
             case .userToggleMute(let s): return "user toggles mute of stream#\(s)"
             case .userVolume(let s, let v): return "user sets volume of stream#\(s) to \(v)"
@@ -244,6 +247,10 @@ struct Simulation {
     ]
     /// Pids whose process exited and that no new process has taken yet.
     var exited: Set<UInt32> = []
+    /// Streams listed before they are linked: the operation count at which each links (or ends), and what it shows
+    /// then.
+    var unlinked: [(id: StreamID, at: Int, info: StreamInfo, vanish: Bool)] = []
+    var operations = 0
     /// Interruption bookkeeping for invariant 6.
     var openInterruptions: [SessionID: (spokenOnly: Bool, count: Int)] = [:]
     var problems: [String] = []
@@ -271,6 +278,18 @@ struct Simulation {
     }
 
     mutating func run(_ op: Op) {
+        operations += 1
+        while let due = unlinked.firstIndex(where: { $0.at <= operations }) {
+            let link = unlinked.remove(at: due)
+            if link.vanish {
+                step(.streamRemoved(link.id))
+            } else {
+                server[link.id] = link.info
+                userMuted[link.id] = link.info.muted
+                userVolume[link.id] = .normal
+                step(.streamAppeared(link.info))
+            }
+        }
         switch op {
         case .create(let pid, let lifetime):
             guard !exited.contains(pid) else { return }
@@ -292,13 +311,24 @@ struct Simulation {
         case .ownerVanished(let k):
             guard let id = session(k) else { return }
             step(.ownerVanished(id))
-        case .newStream(let pid, let role, let corked, let muted):
+        case .newStream(let pid, let role, let corked, let muted, let isUnlinked, let after, let vanish):
             guard !exited.contains(pid) else { return }
             let id = StreamID.playback(nextIndex)
             nextIndex += 1
             let info = StreamInfo(
                 id: id, processChain: chain(of: pid), applicationName: "app\(pid)", role: role, corked: corked, muted: muted,
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
+            if isUnlinked {
+                // As pipewire-pulse shows it before the link: corked, silent, on no device.
+                var shown = info
+                shown.corked = true
+                shown.muted = false
+                shown.volume = Volume(uniform: 0)
+                shown.device = ""
+                unlinked.append((id, operations + after, info, vanish))
+                step(.streamAnnounced(shown))
+                return
+            }
             server[id] = info
             userMuted[id] = muted
             userVolume[id] = .normal
@@ -557,6 +587,14 @@ struct Simulation {
     /// Every invariant of docs/POLICY.md §9, checked against the simulated server.
     func violations() -> [String] {
         var v = problems
+        // A stream not yet linked is nobody's: nothing is decided on it before the link.
+        for link in unlinked where engine.streamView(link.id) != nil || engine.sessionIDs.contains(where: { engine.session($0)?.streams.contains(link.id.index) == true }) {
+            v.append("unlinked \(link.id) decided on before its link")
+        }
+        // Mutes ahead of a call are held only for a call that is still unlinked, and are the call's own.
+        for (call, ahead) in engine.callsAboutToSound {
+            if !unlinked.contains(where: { $0.id == call }) { v.append("\(call) still mutes \(ahead.sorted()) ahead after its link or end") }
+        }
         let views = engine.sessionIDs.compactMap { engine.session($0) }
         // 1. At most one non-mixable session active (and so uninterrupted) — besides the platform call while it is
         // held (a call may activate beside it) or only rings (a session that prefers no interruptions from system
