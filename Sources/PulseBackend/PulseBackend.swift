@@ -91,6 +91,8 @@ public final class PulseBackend: @unchecked Sendable {
         var preexisting = false
         /// Reads made while it was not yet linked (PipeWire), to find its link when no event announces it.
         var unlinkedReads = 0
+        /// The engine was told of it before its link (`Event.streamAnnounced`).
+        var announced = false
     }
 
     /// The mute and volume audiod last wrote to a stream (nil: never).
@@ -418,7 +420,15 @@ public final class PulseBackend: @unchecked Sendable {
             // it is.
             if t.unlinkedReads < Self.unlinkedReadLimit {
                 t.unlinkedReads += 1
+                // Its first sample is mixed a graph cycle after the link, ~5 ms from now: a call's stream silences
+                // what it will interrupt before then (the engine decides whether it is a call's).
+                var announce: StreamInfo?
+                if !t.announced, id.kind == .playback {
+                    t.announced = true
+                    announce = info(id, &t, mergedProperties(t.raw))
+                }
                 streams[id] = t
+                if let announce { onEvent?(.policy(.streamAnnounced(announce))) }
                 if unlinkedReadTimers[id] == nil {
                     unlinkedReadTimers[id] = loop.timer(afterNanoseconds: 50_000_000) { [weak self] in
                         self?.unlinkedReadTimers[id] = nil
@@ -429,27 +439,11 @@ public final class PulseBackend: @unchecked Sendable {
             }
         }
         let props = mergedProperties(t.raw)
-        // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
-        // where the kernel or the host vouches for it.
-        let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
-        if t.identity == nil || source != t.identitySource {
-            let (host, chain, app) = hostOf(props, client: t.raw.client)
-            t.identity = StreamIdentity.of(host, client: t.raw.client)
-            t.identitySource = source
-            t.chain = chain
-            t.app = app
-        }
         if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
         let left = t.recovered ?? leakShown(id, &t)
         t.recovered = nil
-        var info = StreamInfo(
-            id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
-            applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
-            role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
-            corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
-            device: deviceName(t.raw), identity: t.identity?.identity,
-            fromMonitor: t.raw.isRecord && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
+        var info = info(id, &t, props)
         let first = t.fed == nil
         let changed = t.fed != info || left != nil
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
@@ -472,6 +466,27 @@ public final class PulseBackend: @unchecked Sendable {
         } else if changed {
             onEvent?(.policy(.streamChanged(info)))
         }
+    }
+
+    /// The stream as the engine sees it, from what the server shows now.
+    private func info(_ id: StreamID, _ t: inout Tracked, _ props: [String: String]) -> StreamInfo {
+        // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
+        // where the kernel or the host vouches for it.
+        let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
+        if t.identity == nil || source != t.identitySource {
+            let (host, chain, app) = hostOf(props, client: t.raw.client)
+            t.identity = StreamIdentity.of(host, client: t.raw.client)
+            t.identitySource = source
+            t.chain = chain
+            t.app = app
+        }
+        return StreamInfo(
+            id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
+            applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
+            role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
+            corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
+            device: deviceName(t.raw), identity: t.identity?.identity,
+            fromMonitor: t.raw.isRecord && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
     }
 
     /// Who plays, from what a stream says of it, with its process chain. A burst of streams from one process (a
@@ -670,7 +685,7 @@ public final class PulseBackend: @unchecked Sendable {
             }
         }
         lifted[id] = nil
-        if t.fed != nil { onEvent?(.policy(.streamRemoved(id))) }
+        if t.fed != nil || t.announced { onEvent?(.policy(.streamRemoved(id))) }
     }
 
     private func deviceChanged(source: Bool, index: UInt32, _ change: Change) {

@@ -201,3 +201,86 @@ struct DeviceAndTagTests {
         #expect(waitFor(5) { live.streamView(s.index)?.info.device == "null" || live.streamView(s.index) == nil })
     }
 }
+
+/// PipeWire lists a new stream ~5 ms before WirePlumber links it, and mixes nothing of it before the link. A call's
+/// stream silences the music in that time, so that the two are never heard together; nothing else is decided before
+/// the link. The streams here ask not to be linked (`node.autoconnect=false`, which WirePlumber honours) and are
+/// linked by hand (`pw-link`) when the test is ready.
+@Suite(.serialized)
+struct AnnouncedCallTests {
+    func unlinked(_ server: TestServer, _ role: String) throws -> Child {
+        try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=\(role)", "--property=node.autoconnect=false",
+                          "--property=node.name=audiod-test-\(role)"])
+    }
+
+    func link(_ server: TestServer, _ role: String) throws {
+        for channel in ["FL", "FR"] { _ = try server.run(["pw-link", "audiod-test-\(role):output_\(channel)", "null:playback_\(channel)"]) }
+    }
+
+    @Test("PipeWire: a call's stream mutes the music before it is linked; the link brings the interruption")
+    func mutedBeforeTheLink() throws {
+        let server = try TestServer(.pipewire)
+        defer { server.stop() }
+        var settings = Settings()
+        settings.callLinkWaitNanoseconds = 60_000_000_000
+        let live = try LiveArbiter(server, settings: settings)
+        defer { live.shutdown() }
+        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=music"])
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        #expect(waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with")
+
+        // A game's stream, unlinked, is not a call's: nothing is muted for it.
+        let game = try unlinked(server, "game")
+        #expect(waitFor(10) { server.playbackStream(pid: game.pid) != nil })
+        usleep(300_000)
+        #expect(server.playbackStream(pid: music.pid)?.muted == false, "the music was muted for an unlinked game")
+        game.kill()
+
+        let phone = try unlinked(server, "phone")
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted before the call was linked")
+        #expect(live.playbackView(pid: phone.pid) == nil, "the unlinked call was decided on before its link")
+        #expect(live.playbackView(pid: music.pid)?.reasons.map(\.text).first?.hasPrefix("a call is about to sound") == true,
+                "reasons: \(String(describing: live.playbackView(pid: music.pid)?.reasons))")
+        #expect(live.playbackView(pid: music.pid)?.userMuted == false, "audiod took its own mute for the user's")
+
+        try link(server, "phone")
+        #expect(waitFor(10) { live.playbackView(pid: phone.pid)?.session != nil }, "the call's link was not seen")
+        let call = live.playbackView(pid: phone.pid)?.session
+        #expect(waitFor(5) {
+            if case .interrupted(by: call, interrupterIsCall: true, _, _)? = live.playbackView(pid: music.pid)?.reasons.first { return true }
+            return false
+        }, "the music is not interrupted by the call: \(String(describing: live.playbackView(pid: music.pid)?.reasons))")
+        #expect(server.playbackStream(pid: music.pid)?.muted == true, "the music sounds during the call")
+        #expect(server.playbackStream(pid: phone.pid)?.muted == false, "the call was muted")
+
+        phone.kill()
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false }, "the music did not come back after the call")
+    }
+
+    @Test("PipeWire: a call's stream that ends before its link, or never links, gives the music back")
+    func aCallThatNeverSoundsGivesTheMusicBack() throws {
+        let server = try TestServer(.pipewire)
+        defer { server.stop() }
+        var settings = Settings()
+        settings.callLinkWaitNanoseconds = 1_000_000_000
+        let live = try LiveArbiter(server, settings: settings)
+        defer { live.shutdown() }
+        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=music"])
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        #expect(waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with")
+
+        let ended = try unlinked(server, "phone")
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted ahead of the call")
+        ended.kill()
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false }, "the music stayed muted after the call ended unlinked")
+
+        let never = try unlinked(server, "phone")
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted ahead of the second call")
+        // Muted ahead, then back once the link is a second overdue — while the call's stream is still listed.
+        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false && live.playbackView(pid: music.pid)?.reasons.isEmpty == true },
+                "the music stayed muted for a call that never linked")
+        #expect(server.playbackStream(pid: never.pid) != nil)
+        #expect(live.playbackView(pid: music.pid)?.userMuted == false)
+        never.kill()
+    }
+}

@@ -88,6 +88,12 @@ final class LiveArbiter: @unchecked Sendable {
         #expect(r == .ok, "SetActive(false): \(String(describing: r))")
     }
 
+    /// The engine's view of a process's first playback stream.
+    func playbackView(pid: pid_t) -> StreamView? {
+        let a = arbiter
+        return loop.sync { a.engine.streamViews.first { $0.info.id.kind == .playback && $0.info.pid == UInt32(pid) } }
+    }
+
     /// The engine's view of a stream.
     func streamView(_ index: UInt32, record: Bool = false) -> StreamView? {
         let a = arbiter
