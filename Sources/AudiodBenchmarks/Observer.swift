@@ -2,6 +2,7 @@ import AudioPolicy
 import Foundation
 import Logging
 import PulseBackend
+import PulseLoop
 import Synchronization
 
 func nowNs() -> UInt64 { DispatchTime.now().uptimeNanoseconds }

@@ -123,6 +123,9 @@ struct OverlapRow {
     var by: String
     var overlapMs: [Double] = []
     var spanMs: [Double] = []
+    /// The new sound's first sample to the old one's last at 0.25 ms (negative: a gap); `max(0, edge)` is how long
+    /// both are heard, the figure the goal is held to.
+    var edgeMs: [Double] = []
     var triggerMs: [Double] = []
     /// Rounds in which the old sound never went quiet, and rounds measured.
     var unarbitrated = 0, rounds = 0
@@ -137,6 +140,8 @@ struct OverlapResults {
     /// The method on known cases: two tones started together (overlap ≈ their length), one muted before the other
     /// starts (none).
     var together: [Double] = [], mutedFirst: [Double] = []
+    /// The same, at the edges: started together ≈ the burst's length; muted first, negative (a gap).
+    var togetherEdge: [Double] = [], mutedFirstEdge: [Double] = []
 }
 
 private let oldTone = 1000.0, newTone = 3000.0
@@ -145,7 +150,62 @@ private let windowMs = 2.0
 nonisolated(unsafe) private var dumps = 0
 
 /// What one round's recording says, from the sample at `start` on.
-private struct Heard { var overlapMs: Double; var spanMs: Double?; var oldLastEnd: Int?; var newFirst: Int?; var quieted: Bool }
+private struct Heard {
+    var overlapMs: Double
+    var spanMs: Double?
+    /// From the new sound's first sample to the old one's last, found at 0.25 ms steps (see `edges`).
+    var edgeMs: Double?
+    var oldLastEnd: Int?
+    var newFirst: Int?
+    var quieted: Bool
+}
+
+/// The Goertzel magnitude of `frequency` over `samples[from..<from + n]`.
+private func magnitude(_ samples: [Int16], from: Int, n: Int, coefficient c: Double) -> Double {
+    var s1 = 0.0, s2 = 0.0
+    for i in from..<(from + n) {
+        let s0 = Double(samples[i]) + c * s1 - s2
+        s2 = s1
+        s1 = s0
+    }
+    return (s1 * s1 + s2 * s2 - c * s1 * s2).squareRoot()
+}
+
+/// Where the new sound starts and the old one ends, to a quarter of a millisecond rather than a whole window: a
+/// 2 ms window slid in 0.25 ms steps, and an edge where a tone's magnitude crosses half of its level alone (a
+/// tone's magnitude grows with the part of the window it fills, so half is where the window's middle is). Both
+/// servers switch a stream's mute between two samples, without a ramp.
+private func edges(_ samples: [Int16], rate: Double, window: Int, rows: [[Bool]], firstNew: Int, quietAt: Int)
+    -> (newStart: Int, oldEnd: Int)?
+{
+    let step = max(1, Int(rate) / 4000)
+    let cOld = 2 * cos(2 * Double.pi * oldTone / rate), cNew = 2 * cos(2 * Double.pi * newTone / rate)
+    func median(_ xs: [Double]) -> Double? { xs.isEmpty ? nil : xs.sorted()[xs.count / 2] }
+    // Each tone's level in the windows it sounds in (Goertzel hears one frequency: the other tone barely counts).
+    guard let oldLevel = median((0..<quietAt).filter { rows[$0][0] }.map { magnitude(samples, from: $0 * window, n: window, coefficient: cOld) }),
+          let newLevel = median((firstNew..<rows.count).filter { rows[$0][1] }.map { magnitude(samples, from: $0 * window, n: window, coefficient: cNew) })
+    else { return nil }
+    var newStart: Int?
+    var pos = max(0, (firstNew - 2) * window)
+    while pos + window <= samples.count {
+        if magnitude(samples, from: pos, n: window, coefficient: cNew) >= newLevel / 2 {
+            newStart = pos + window / 2
+            break
+        }
+        pos += step
+    }
+    var oldEnd: Int?
+    pos = min(samples.count - window, quietAt * window)
+    while pos >= 0 {
+        if magnitude(samples, from: pos, n: window, coefficient: cOld) >= oldLevel / 2 {
+            oldEnd = pos + window / 2
+            break
+        }
+        pos -= step
+    }
+    guard let newStart, let oldEnd else { return nil }
+    return (newStart, oldEnd)
+}
 
 private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) -> Heard {
     let window = Int(recorder.rate) / 500
@@ -174,9 +234,14 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
     let firstNew = rows.indices.first { rows[$0][1] && $0 < (quietAt ?? rows.count) + 50 }
     let upTo = quietAt ?? rows.count
     let both = rows[0..<upTo].filter { $0[0] && $0[1] }.count
-    var span: Double?
-    if let firstNew, let quietAt { span = Double(quietAt - firstNew) * windowMs }
-    return Heard(overlapMs: Double(both) * windowMs, spanMs: span, oldLastEnd: quietAt.map { start + $0 * window },
+    var span: Double?, edge: Double?
+    if let firstNew, let quietAt {
+        span = Double(quietAt - firstNew) * windowMs
+        if let e = edges(samples, rate: Double(recorder.rate), window: window, rows: rows, firstNew: firstNew, quietAt: quietAt) {
+            edge = Double(e.oldEnd - e.newStart) * 1000 / Double(recorder.rate)
+        }
+    }
+    return Heard(overlapMs: Double(both) * windowMs, spanMs: span, edgeMs: edge, oldLastEnd: quietAt.map { start + $0 * window },
                  newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
 }
 
@@ -248,7 +313,9 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             try burstOf("validation-b", newBurst)
             _ = a.wait(timeout: 10)
             settle(ms: 100)
-            out.together.append(analyse(r, from: start, to: r.count).overlapMs)
+            let h = analyse(r, from: start, to: r.count)
+            out.together.append(h.overlapMs)
+            if let e = h.edgeMs { out.togetherEdge.append(e) }
         }
         for _ in 0..<validation {
             let start = r.count
@@ -260,7 +327,9 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             try burstOf("validation-b", newBurst)
             a.child.kill()
             settle(ms: 100)
-            out.mutedFirst.append(analyse(r, from: start, to: r.count).overlapMs)
+            let h = analyse(r, from: start, to: r.count)
+            out.mutedFirst.append(h.overlapMs)
+            if let e = h.edgeMs { out.mutedFirstEdge.append(e) }
         }
     }
 
@@ -324,6 +393,7 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             // Without a new sound there is nothing to hear together (a window where the old tone stops may splash).
             if newSound { row.overlapMs.append(h.overlapMs) }
             if newSound, let s = h.spanMs { row.spanMs.append(s) }
+            if newSound, let e = h.edgeMs { row.edgeMs.append(e) }
             row.rounds += 1
             if let end = h.oldLastEnd, let at = r.time(ofSample: end) { row.triggerMs.append((Double(at) - Double(t)) / 1e6) }
             // BENCH_OVERLAP_TRACE: each round's times (CLOCK_MONOTONIC ns, as audiod's trace log dates its events),

@@ -4,6 +4,7 @@ import DBusTransport
 import Foundation
 import Glibc
 import PulseBackend
+import PulseLoop
 import Synchronization
 
 /// logind, as far as sleep goes, on a private system bus: it owns `org.freedesktop.login1`, answers `Inhibit` with
