@@ -28,7 +28,7 @@ let package = Package(
             dependencies: ["AudioVocabulary"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The thread, cross-thread work and start/stop that MainLoop (PulseBackend) and PollLoop (DBusService) share.
+        // The thread, cross-thread work and start/stop that MainLoop (PulseLoop) and PollLoop (DBusTransport) share.
         .target(
             name: "LoopThread",
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -37,6 +37,15 @@ let package = Package(
         // (STYLE.md §1–§2). No pkgConfig: libpulse.pc's `-D_REENTRANT -pthread` are flags SwiftPM refuses with a
         // warning, and the headers live in /usr/include anyway; the modulemap links `pulse`.
         .systemLibrary(name: "CPulse"),
+        // Linux calls Swift's Glibc module does not export (timerfd, eventfd, pidfd): headers only, nothing to link.
+        .systemLibrary(name: "CSystem"),
+        // The daemon's one loop: a pa_mainloop on its own thread, its fd watches, monotonic timers and process-exit
+        // watches. The sound-server connection, the bus connections and the process watches all run on it.
+        .target(
+            name: "PulseLoop",
+            dependencies: ["CPulse", "CSystem", "LoopThread"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         // libdbus-1 (Debian: libdbus-1-dev). Never a product; only DBusTransport imports it.
         .systemLibrary(name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
         // The only importer of CDBus: bus connections joined to a loop (the daemon's, or a PollLoop of their own
@@ -72,7 +81,7 @@ let package = Package(
         .target(
             name: "PulseBackend",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "CPulse", "LoopThread", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AppIdentity", "CPulse", "PulseLoop", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -80,7 +89,7 @@ let package = Package(
         .target(
             name: "AudiodCore",
             dependencies: [
-                "AudioPolicy", "PulseBackend", "DBusService", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "DBusService", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -95,7 +104,7 @@ let package = Package(
         .executableTarget(
             name: "audiod",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "DBusService", "AudiodConfig",
+                "AudioPolicy", "AudiodCore", "PulseBackend", "PulseLoop", "DBusService", "AudiodConfig",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -113,7 +122,7 @@ let package = Package(
         // Test support (no product): a private bus and sound server per test run, client processes, an observer.
         .target(
             name: "AudiodTestKit",
-            dependencies: ["AudiodCore", "DBusService", "PulseBackend", "CPulse"],
+            dependencies: ["AudiodCore", "DBusService", "PulseBackend", "PulseLoop", "CPulse"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
@@ -125,7 +134,7 @@ let package = Package(
         .executableTarget(
             name: "AudiodBenchmarks",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "DBusService", "AudiodTestKit",
+                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "PulseLoop", "DBusService", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -141,7 +150,7 @@ let package = Package(
         .testTarget(
             name: "PulseBackendTests",
             dependencies: [
-                "AudioPolicy", "PulseBackend", "AudiodCore", "AudiodTestKit",
+                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "AudiodCore", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -150,14 +159,14 @@ let package = Package(
         .testTarget(
             name: "AudiodTests",
             dependencies: [
-                "AudiodTestKit", "AudioPolicy", "DBusService", "AudiodCore", "PulseBackend", "AudiodClient",
+                "AudiodTestKit", "AudioPolicy", "AppIdentity", "DBusService", "AudiodCore", "PulseBackend", "PulseLoop", "AudiodClient",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
             name: "DBusServiceTests",
-            dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "AudiodTestKit"],
+            dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "PulseLoop", "AudiodTestKit"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

@@ -1,5 +1,3 @@
-import AppIdentity
-import CPulse
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -12,7 +10,7 @@ public enum ProcessTable {
     public static func chain(_ pid: UInt32) -> [UInt32] { chainAndStart(pid).chain }
 
     /// The chain, and the start time of `pid` itself (nil when it is gone), read in the same walk.
-    static func chainAndStart(_ pid: UInt32) -> (chain: [UInt32], start: UInt64?) {
+    package static func chainAndStart(_ pid: UInt32) -> (chain: [UInt32], start: UInt64?) {
         var out: [UInt32] = []
         var start: UInt64?
         var p = pid
@@ -30,7 +28,7 @@ public enum ProcessTable {
 
     /// The parent and the start time (in clock ticks since boot: with the pid, it names one process for good) from
     /// `/proc/<pid>/stat`.
-    static func stat(_ pid: UInt32) -> (parent: UInt32, start: UInt64)? {
+    package static func stat(_ pid: UInt32) -> (parent: UInt32, start: UInt64)? {
         guard let bytes = read("/proc/\(pid)/stat") else { return nil }
         // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
         guard let close = bytes.lastIndex(of: UInt8(ascii: ")")) else { return nil }
@@ -194,7 +192,7 @@ public struct StreamIdentity: Equatable, Sendable {
     public var flatpakApp: String?
 
     /// The properties an identity is settled from.
-    static let sourceKeys = [
+    package static let sourceKeys = [
         "application.process.id", "application.process.binary", "pipewire.sec.pid", "pipewire.access.portal.app_id",
         "pipewire.access.portal.instance_id",
     ]
@@ -250,35 +248,4 @@ public struct StreamIdentity: Equatable, Sendable {
         }
         return StreamIdentity(pid: host.pid, identity: identity, flatpakApp: host.app)
     }
-}
-
-/// Watches a process for its exit with a pidfd on the loop: the handler runs once, on the loop thread, as soon as
-/// the process exits (or at once if it is already gone). Dropping the watch stops it.
-public final class ProcessExitWatch {
-    private var watch: IOWatch?
-    private var fd: Int32
-
-    public init(pid: UInt32, loop: MainLoop, _ handler: @escaping () -> Void) {
-        fd = pid <= UInt32(Int32.max) ? pidfd_open(pid_t(pid), 0) : -1
-        guard fd >= 0 else {
-            // No such process (or no pidfd support): it counts as gone.
-            loop.soon(handler)
-            return
-        }
-        watch = loop.watch(fd: fd, events: .input) { [weak self] _ in
-            self?.stop()
-            handler()
-        }
-    }
-
-    private func stop() {
-        watch?.cancel()
-        watch = nil
-        if fd >= 0 {
-            close(fd)
-            fd = -1
-        }
-    }
-
-    deinit { stop() }
 }

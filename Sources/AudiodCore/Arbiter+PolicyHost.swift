@@ -1,6 +1,8 @@
+import AppIdentity
 import AudioPolicy
 import DBusService
 import PulseBackend
+import PulseLoop
 
 extension Arbiter: PolicyHost {
     public var connectedServerName: String? { serverInfo?.name }
@@ -26,6 +28,7 @@ extension Arbiter: PolicyHost {
         for case .reply(r, .error(let e)) in handle(.configure(r, settings)) {
             return .invalid("\(loaded?.file ?? "the built-in settings"): \(e.message)")
         }
+        backend.volumeTolerance = settings.volumeTolerance
         return .reloaded(file: loaded?.file)
     }
 

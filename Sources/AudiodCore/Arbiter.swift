@@ -4,6 +4,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import PulseBackend
+import PulseLoop
 
 /// The engine, run against the real sound server: feeds it what the backend sees, carries out its stream
 /// effects and timers, and hands every step's effects to whoever listens (the D-Bus service, tests).
@@ -59,7 +60,7 @@ public final class Arbiter: @unchecked Sendable {
         self.statePath = statePath
         self.engine = Engine(settings: settings)
         self.logger = logger
-        self.backend = PulseBackend(loop: loop, options: options, logger: logger)
+        self.backend = PulseBackend(loop: loop, options: options, volumeTolerance: settings.volumeTolerance, logger: logger)
     }
 
     /// Restores the saved state and connects to the server. Call on the loop thread.

@@ -4,6 +4,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import PulseBackend
+import PulseLoop
 
 /// `audiod --restore`: undoes what a previous run's journal records — mutes and volumes on streams that still
 /// exist, policy values left in the restore database — without serving on the bus, and exits. The user unit runs

@@ -1,5 +1,6 @@
 import DBusService
 import PulseBackend
+import PulseLoop
 
 // libdbus joins the pa_mainloop that already runs libpulse (STYLE.md §4): one thread, one poll, no polling.
 

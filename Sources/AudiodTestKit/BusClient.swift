@@ -2,6 +2,7 @@ import AudiodCore
 import DBusService
 import Foundation
 import PulseBackend
+import PulseLoop
 import Synchronization
 
 /// A D-Bus client of audiod for tests: its own loop thread and bus connection, calls that wait for their reply,

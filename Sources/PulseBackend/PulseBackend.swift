@@ -4,6 +4,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
+import PulseLoop
 
 /// What the backend tells its owner, on the loop thread.
 public enum BackendEvent: Sendable, Equatable {
@@ -38,8 +39,6 @@ public final class PulseBackend: @unchecked Sendable {
         /// First reconnect delay, doubled up to `maximumBackoff`.
         public var initialBackoffNanoseconds: UInt64
         public var maximumBackoffNanoseconds: UInt64
-        /// How far a volume may be from the one audiod set and still count as audiod's.
-        public var volumeTolerance: UInt32
         /// How long after a stream appears a leaked policy value on it is still put back.
         public var leakWindowNanoseconds: UInt64
         /// On a server that confirms changes late (pipewire-pulse): how long audiod's own value stands against
@@ -52,7 +51,7 @@ public final class PulseBackend: @unchecked Sendable {
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
             initialBackoffNanoseconds: UInt64 = 50_000_000, maximumBackoffNanoseconds: UInt64 = 1_000_000_000,
-            volumeTolerance: UInt32 = 64, leakWindowNanoseconds: UInt64 = 2_000_000_000,
+            leakWindowNanoseconds: UInt64 = 2_000_000_000,
             confirmationNanoseconds: UInt64 = 1_000_000_000, restoreSettleNanoseconds: UInt64 = 2_000_000_000
         ) {
             self.server = server
@@ -60,7 +59,6 @@ public final class PulseBackend: @unchecked Sendable {
             self.clientName = clientName
             self.initialBackoffNanoseconds = initialBackoffNanoseconds
             self.maximumBackoffNanoseconds = maximumBackoffNanoseconds
-            self.volumeTolerance = volumeTolerance
             self.leakWindowNanoseconds = leakWindowNanoseconds
             self.confirmationNanoseconds = confirmationNanoseconds
             self.restoreSettleNanoseconds = restoreSettleNanoseconds
@@ -176,13 +174,20 @@ public final class PulseBackend: @unchecked Sendable {
     private var pendingOperations = 0
     private var flushWaiters: [() -> Void] = []
 
-    public init(loop: MainLoop, options: Options, logger: Logger) {
+    /// How far a volume the server shows may be from the one audiod set and still count as audiod's: the engine's
+    /// `Settings.volumeTolerance` (`volume-tolerance` in the config file), which the arbiter hands on at start and
+    /// at every reload, so that the backend and the engine never judge one reading two ways.
+    public var volumeTolerance: UInt32 {
+        didSet { tracker.volumeTolerance = volumeTolerance }
+    }
+
+    public init(loop: MainLoop, options: Options, volumeTolerance: UInt32 = Settings().volumeTolerance, logger: Logger) {
         self.loop = loop
         self.options = options
+        self.volumeTolerance = volumeTolerance
         self.logger = logger
         self.backoff = options.initialBackoffNanoseconds
-        self.tracker = StreamTracker(
-            volumeTolerance: options.volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds)
+        self.tracker = StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds)
         if let path = options.journalPath {
             do {
                 recovery = try Journal.load(from: path)
@@ -453,7 +458,7 @@ public final class PulseBackend: @unchecked Sendable {
             if leaks.removeValue(forKey: key) != nil { journalLeak(key) }
             // A change audiod did not write — the user's, in a mixer — was saved after every policy value audiod
             // set before it: those are no longer in the entry, and the next stream's values are the user's.
-            if !t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: options.volumeTolerance) {
+            if !t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: volumeTolerance) {
                 recentByKey[key] = nil
                 for (other, s) in streams where s.restoreKey == key { lifted[other] = nil }
             }
@@ -652,7 +657,7 @@ public final class PulseBackend: @unchecked Sendable {
             let shown = Volume(channels: t.raw.volume)
             for leak in sources {
                 guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == t.raw.volume.count,
-                    shown.isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+                    shown.isClose(to: Volume(channels: a), tolerance: volumeTolerance)
                 else { continue }
                 values.volume = Volume(channels: a)
                 values.userVolume = Volume(channels: r)
@@ -851,7 +856,7 @@ public final class PulseBackend: @unchecked Sendable {
         let shown = Volume(channels: entry.volume)
         for leak in sources {
             guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == entry.volume.count,
-                shown.isClose(to: Volume(channels: a), tolerance: options.volumeTolerance)
+                shown.isClose(to: Volume(channels: a), tolerance: volumeTolerance)
             else { continue }
             entry.volume = r
             break
@@ -946,7 +951,7 @@ public final class PulseBackend: @unchecked Sendable {
                 guard let e = entries?.first(where: { $0.name == w.name }), e.muted == w.muted else { continue }
                 if !w.volume.isEmpty {
                     guard e.volume.count == w.volume.count,
-                        Volume(channels: e.volume).isClose(to: Volume(channels: w.volume), tolerance: self.options.volumeTolerance)
+                        Volume(channels: e.volume).isClose(to: Volume(channels: w.volume), tolerance: self.volumeTolerance)
                     else { continue }
                 }
                 confirmed.insert(w.name)

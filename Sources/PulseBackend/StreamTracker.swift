@@ -49,7 +49,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     private struct Expected: Equatable { var mute: Bool?; var volume: [UInt32]?; var until: UInt64 }
     private var expected: [StreamID: Expected] = [:]
 
-    public init(volumeTolerance: UInt32 = 64, confirmationNanoseconds: UInt64 = 1_000_000_000) {
+    public init(volumeTolerance: UInt32, confirmationNanoseconds: UInt64 = 1_000_000_000) {
         self.volumeTolerance = volumeTolerance
         self.confirmationNanoseconds = confirmationNanoseconds
     }

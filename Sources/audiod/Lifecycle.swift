@@ -7,6 +7,7 @@ import FoundationEssentials
 import Glibc
 import Logging
 import PulseBackend
+import PulseLoop
 
 /// audiod's life: the arbiter (engine + sound server) and its D-Bus API on one loop thread, and the main thread
 /// waiting for signals with `sigwait`.

@@ -1,3 +1,4 @@
+import AppIdentity
 import AudiodTestKit
 import DBusService
 import Foundation

@@ -5,6 +5,7 @@ import DBusService
 import Foundation
 import Logging
 import PulseBackend
+import PulseLoop
 import Synchronization
 import Testing
 

@@ -3,6 +3,7 @@ import AudiodTestKit
 import DBusService
 import Foundation
 import PulseBackend
+import PulseLoop
 import Testing
 
 /// libdbus joined to the audiod loop, on a real private dbus-daemon: calls, replies, errors and every value shape

@@ -1,3 +1,4 @@
+import AppIdentity
 import AudioPolicy
 import AudiodTestKit
 import Foundation

@@ -4,6 +4,7 @@ import AudiodTestKit
 import Foundation
 import Logging
 import PulseBackend
+import PulseLoop
 import Synchronization
 import Testing
 

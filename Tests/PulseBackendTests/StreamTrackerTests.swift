@@ -22,7 +22,7 @@ struct StreamTrackerTests {
     }
 
     @Test func aReplyIssuedBeforeOurOperationArrivingAfterItIsStale() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         // The user touches the stream: a read goes out. Then audiod mutes it; then the read's answer comes.
         let before = t.noticed(Self.a)
@@ -39,7 +39,7 @@ struct StreamTrackerTests {
     }
 
     @Test func anOlderReplyAfterANewerOneIsDropped() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         let first = t.noticed(Self.a)!
         // A list read issued after the first read answers before it.
@@ -50,7 +50,7 @@ struct StreamTrackerTests {
     }
 
     @Test func oneReadInFlightPerStreamAndOneMoreAfterIt() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         let r = t.noticed(Self.a)
         #expect(r != nil)
@@ -62,7 +62,7 @@ struct StreamTrackerTests {
     }
 
     @Test func pipeWireAcknowledgesBeforeApplying() {
-        var t = StreamTracker<Value>(confirmationNanoseconds: 1_000 * Self.ms)
+        var t = StreamTracker<Value>(volumeTolerance: 64, confirmationNanoseconds: 1_000 * Self.ms)
         t.holdsUnconfirmed = true
         Self.known(&t)
         t.sent(Self.a, mute: true, now: 0)
@@ -78,7 +78,7 @@ struct StreamTrackerTests {
     }
 
     @Test func anUnconfirmedValueGivesWayAfterTheWindow() {
-        var t = StreamTracker<Value>(confirmationNanoseconds: 1_000 * Self.ms)
+        var t = StreamTracker<Value>(volumeTolerance: 64, confirmationNanoseconds: 1_000 * Self.ms)
         t.holdsUnconfirmed = true
         Self.known(&t)
         t.sent(Self.a, volume: [20000, 20000], now: 0)
@@ -91,7 +91,7 @@ struct StreamTrackerTests {
     }
 
     @Test func withoutLateConfirmationTheReplyIsTheTruth() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         t.sent(Self.a, mute: true, now: 0)
         let r = t.noticed(Self.a)!
@@ -100,7 +100,7 @@ struct StreamTrackerTests {
     }
 
     @Test func theServerRestartsMidRead() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         let r = t.noticed(Self.a)!
         let list = t.listIssued()
@@ -115,7 +115,7 @@ struct StreamTrackerTests {
     }
 
     @Test func aStreamIndexReappears() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         let old = t.noticed(Self.a)!
         t.removed(Self.a)
@@ -128,7 +128,7 @@ struct StreamTrackerTests {
     }
 
     @Test func aReadOfAStreamThatWentIsNotRepeated() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)
         let r = t.noticed(Self.a)!
         #expect(t.noticed(Self.a) == nil)
@@ -138,7 +138,7 @@ struct StreamTrackerTests {
     }
 
     @Test func aRefusedChangeIsReadAgain() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         t.holdsUnconfirmed = true
         Self.known(&t)
         t.sent(Self.a, mute: true, now: 0)
@@ -149,7 +149,7 @@ struct StreamTrackerTests {
 
     /// Nothing grows with the streams that ever existed: entries last while the stream does, or a read is out.
     @Test func stateIsBoundedByWhatExists() {
-        var t = StreamTracker<Value>()
+        var t = StreamTracker<Value>(volumeTolerance: 64)
         t.holdsUnconfirmed = true
         for i in 0..<100_000 {
             let id = StreamID.playback(UInt32(i))

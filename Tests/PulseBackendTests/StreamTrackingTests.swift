@@ -3,6 +3,7 @@ import AudiodTestKit
 import Foundation
 import Logging
 import PulseBackend
+import PulseLoop
 import Synchronization
 import Testing
 
