@@ -55,7 +55,7 @@ public enum ConfigFile {
     }
 
     static let configurationKeys = ["category", "mode", "options"]
-    static let topKeys = ["duck-level", "linger", "default", "roles", "apps", "platform"]
+    static let topKeys = ["duck-level", "linger", "volume-tolerance", "default", "roles", "apps", "platform"]
     static let platformKeys = ["lock-screen"]
 
     /// Parses config text; `file` names it in errors.
@@ -86,6 +86,14 @@ public enum ConfigFile {
                 throw fail("linger", "must be a number of seconds from 0 to 3600 (e.g. 2)")
             }
             settings.lingerNanoseconds = UInt64(d * 1e9)
+        }
+        if let v = table["volume-tolerance"] {
+            // A tenth of full volume is far beyond any rounding a server does: past it, a user's change would be
+            // taken for audiod's own.
+            guard let n = v.int, n >= 0, n <= 6553 else {
+                throw fail("volume-tolerance", "must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)")
+            }
+            settings.volumeTolerance = UInt32(n)
         }
         if let v = table["default"] {
             guard let t = v.table else { throw fail("default", "must be a table: [default] with category, mode, options") }

@@ -10,6 +10,7 @@ import Testing
             # audiod.toml
             duck-level = 0.3
             linger = 1.5
+            volume-tolerance = 200
 
             [default]
             category = "ambient"
@@ -27,6 +28,7 @@ import Testing
             """, file: "t.toml")
         #expect(s.duckLevel == 0.3)
         #expect(s.lingerNanoseconds == 1_500_000_000)
+        #expect(s.volumeTolerance == 200)
         #expect(s.defaultConfiguration == Configuration(category: .ambient))
         #expect(s.roleConfigurations["music"] == Configuration(category: .playback, options: [.mixWithOthers]))
         #expect(s.configRules.map(\.application) == ["mpv", "org.mozilla.firefox"])
@@ -49,7 +51,7 @@ import Testing
     @Test("errors name the file, the line and the key, and say what is accepted",
           arguments: [
             ("duck-level = 2", "t.toml:1: duck-level: must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)"),
-            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, default, roles, apps, platform"),
+            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, volume-tolerance, default, roles, apps, platform"),
             ("[platform]\nlock-screen = \"no\"", "t.toml:2: platform.lock-screen: must be true (ambient sound stops while the screen is locked) or false"),
             ("[platform]\nsleep = true", "t.toml:2: platform.sleep: unknown key; accepted: lock-screen"),
             ("[apps.mpv]\ncategory = \"loud\"",
@@ -57,6 +59,8 @@ import Testing
             ("[roles.game]\ncategory = \"ambient\"\nvolume = 3", "t.toml:3: roles.game.volume: unknown key; accepted: category, mode, options"),
             ("[default]\nmode = \"default\"", "t.toml:1: default.category: is required and must be a string: one of ambient, solo-ambient, playback, record, play-and-record"),
             ("linger = \"long\"", "t.toml:1: linger: must be a number of seconds from 0 to 3600 (e.g. 2)"),
+            ("volume-tolerance = 0.5", "t.toml:1: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"),
+            ("\nvolume-tolerance = 10000", "t.toml:2: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"),
           ])
     func errors(text: String, expected: String) {
         #expect(throws: (any Error).self) { try ConfigFile.parse(text, file: "t.toml") }
