@@ -1,6 +1,7 @@
 import ArgumentParser
 import AudiodClient
 import Foundation
+import Synchronization
 
 extension Audioctl {
     struct Run: AsyncParsableCommand {
@@ -253,7 +254,7 @@ final class ForegroundChild: @unchecked Sendable {
         // Taken over before the child exists, so that none of these can kill audioctl between the two; one that
         // arrives meanwhile is passed on once the child exists. (A plain handler: libdispatch's signal sources on
         // Linux see a signal only on the thread that made them.)
-        forwardTo = -1
+        forwardTo.store(-1, ordering: .sequentiallyConsistent)
         for sig in Self.forwarded { installForwarding(sig) }
         let interactive = isatty(0) != 0 && tcgetpgrp(0) == getpgrp()
         var attr = posix_spawnattr_t()
@@ -280,7 +281,7 @@ final class ForegroundChild: @unchecked Sendable {
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, path, nil, &attr, cArgs, cEnv)
         guard rc == 0 else {
-            forwardTo = 0
+            forwardTo.store(0, ordering: .sequentiallyConsistent)
             for sig in Self.forwarded { signal(sig, SIG_DFL) }
             throw Failure.daemon(AudiodError(
                 name: "org.freedesktop.DBus.Error.Failed", message: "cannot run \(argv[0]): \(String(cString: strerror(rc)))"))
@@ -295,8 +296,9 @@ final class ForegroundChild: @unchecked Sendable {
         } else {
             terminal = nil
         }
-        forwardTo = pid
-        if pendingSignal != 0 { kill(pid, pendingSignal) }
+        forwardTo.store(pid, ordering: .sequentiallyConsistent)
+        let pending = pendingSignal.load(ordering: .sequentiallyConsistent)
+        if pending != 0 { kill(pid, pending) }
     }
 
     /// Waits for the command; its exit status, or 128 + signal as a shell reports it. Gives the terminal back.
@@ -316,15 +318,17 @@ final class ForegroundChild: @unchecked Sendable {
     }
 }
 
-// What the signal handler needs: only these two words, written before the handler can run for them.
-nonisolated(unsafe) private var forwardTo: pid_t = 0
-nonisolated(unsafe) private var pendingSignal: Int32 = 0
+// What the signal handler needs: two words, atomics so that the handler (on whichever thread the kernel picks)
+// and the thread that starts the command see each other's stores. Lock-free, so async-signal-safe.
+private let forwardTo = Atomic<pid_t>(0)
+private let pendingSignal = Atomic<Int32>(0)
 
 private func installForwarding(_ sig: Int32) {
     var action = sigaction()
     action.__sigaction_handler.sa_handler = { sig in
         // Async-signal-safe: a store and kill(2).
-        if forwardTo > 0 { kill(forwardTo, sig) } else if forwardTo < 0 { pendingSignal = sig }
+        let to = forwardTo.load(ordering: .sequentiallyConsistent)
+        if to > 0 { kill(to, sig) } else if to < 0 { pendingSignal.store(sig, ordering: .sequentiallyConsistent) }
     }
     sigemptyset(&action.sa_mask)
     action.sa_flags = SA_RESTART
