@@ -163,8 +163,12 @@ extension Engine {
     }
 
     /// The announced call stream whose link the stream is muted ahead of, if any.
+    /// Only while the stream belongs to a session that policy may silence: one that has since gone to the
+    /// platform's call, or to no session, is never silenced (`policyMute`), ahead of a call or otherwise.
     func silencedAhead(_ sid: StreamID) -> StreamID? {
-        guard !callsAboutToSound.isEmpty else { return nil }
+        guard !callsAboutToSound.isEmpty, let owner = streams[sid]?.session, sessions[owner] != nil,
+            !isPlatformCall(owner)
+        else { return nil }
         return callsAboutToSound.first { $0.value.contains(sid) }?.key
     }
 

@@ -44,6 +44,16 @@ import Testing
         }
     }
 
+    /// Found by the property above: music muted ahead of an unlinked call is taken by the platform's ringing call,
+    /// whose streams are never silenced — it must not stay muted ahead either.
+    @Test func aStreamMutedAheadThatJoinsThePlatformCallPlays() {
+        var sim = Simulation()
+        for code in [50291, 44183, 41863] {
+            sim.run(Simulation.Op(code: code))
+            #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+        }
+    }
+
     /// The checker itself must be able to fail: a deliberately broken world (a mute lost on the server) is caught.
     @Test func theCheckerCatchesALostMute() {
         var sim = Simulation()
