@@ -218,17 +218,27 @@ struct AnnouncedCallTests {
         for channel in ["FL", "FR"] { _ = try server.run(["pw-link", "audiod-test-\(role):output_\(channel)", "null:playback_\(channel)"]) }
     }
 
+    static func settings(callLinkWait ns: UInt64) -> Settings {
+        var settings = Settings()
+        settings.callLinkWaitNanoseconds = ns
+        return settings
+    }
+
+    /// A music-role stream that audiod hears playing.
+    func playingMusic(_ server: TestServer, _ live: LiveArbiter) throws -> Child {
+        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=music"])
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        #expect(waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with")
+        return music
+    }
+
     @Test("PipeWire: a call's stream mutes the music before it is linked; the link brings the interruption")
     func mutedBeforeTheLink() throws {
         let server = try TestServer(.pipewire)
         defer { server.stop() }
-        var settings = Settings()
-        settings.callLinkWaitNanoseconds = 60_000_000_000
-        let live = try LiveArbiter(server, settings: settings)
+        let live = try LiveArbiter(server, settings: Self.settings(callLinkWait: 60_000_000_000))
         defer { live.shutdown() }
-        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=music"])
-        _ = try server.waitForPlaybackStream(pid: music.pid)
-        #expect(waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with")
+        let music = try playingMusic(server, live)
 
         // A game's stream, unlinked, is not a call's: nothing is muted for it.
         let game = try unlinked(server, "game")
@@ -262,13 +272,9 @@ struct AnnouncedCallTests {
     func aCallThatNeverSoundsGivesTheMusicBack() throws {
         let server = try TestServer(.pipewire)
         defer { server.stop() }
-        var settings = Settings()
-        settings.callLinkWaitNanoseconds = 1_000_000_000
-        let live = try LiveArbiter(server, settings: settings)
+        let live = try LiveArbiter(server, settings: Self.settings(callLinkWait: 1_000_000_000))
         defer { live.shutdown() }
-        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=music"])
-        _ = try server.waitForPlaybackStream(pid: music.pid)
-        #expect(waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with")
+        let music = try playingMusic(server, live)
 
         let ended = try unlinked(server, "phone")
         #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted ahead of the call")
