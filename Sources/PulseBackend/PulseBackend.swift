@@ -75,11 +75,6 @@ public final class PulseBackend: @unchecked Sendable {
         var app: AppProfile?
         /// What the identity was settled from (its client's properties may arrive after the stream).
         var identitySource: [String?] = []
-        var restoreKey: String?
-        /// A leaked policy value to undo if the stream shows it, until a deadline (monotonic ns).
-        /// Every policy value the stream's entry may hold (the entry keeps whichever of its streams the server saved
-        /// last: one's mute, another's duck), to undo if the stream shows one, until a deadline.
-        var correction: (leaks: [Journal.Leak], until: UInt64)?
         /// What an earlier run's journal says audiod left on this stream, for its first report.
         var recovered: PolicyValues?
         /// What audiod last wrote to the stream, to tell its own changes from the user's.
@@ -150,22 +145,9 @@ public final class PulseBackend: @unchecked Sendable {
     /// Device names the engine has been told are available.
     private var availableDevices: Set<String> = []
 
-    /// What audiod applied, as the engine last said (`updateApplied(_:)`).
-    private var applied: [StreamID: AppliedChange] = [:]
-    /// Restore-database entries that may hold a policy value, by entry name. The database keeps one entry per
-    /// role (or app), written by whichever of its streams changed last: an entry is clean again only when one of
-    /// its streams changes (or starts) with non-policy values — a sibling ending unsilenced writes nothing.
-    private var leaks: [String: Journal.Leak] = [:]
-    /// When audiod last lifted a policy value from a stream: WirePlumber saves a change only after reading the
-    /// node back, so a stream that ends just after the lift can leave the policy value behind.
-    private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
-    /// The policy values audiod set on streams of each restore key lately (at most `recentPerKey`, none older than
-    /// `restoreSettleNanoseconds`): the server saves every one of them into the key's entry, in an order audiod
-    /// cannot see, so a new stream of the key may start with any of them.
-    private var recentByKey: [String: [(leak: Journal.Leak, at: UInt64)]] = [:]
-    private static let recentPerKey = 8
-    /// Leaked keys that streams found at connection showed: cleared once every listed stream is reported.
-    private var leaksMatchedAtConnect: Set<String> = []
+    /// What audiod applied and where its policy values may sit in the restore database (the pure part, tested
+    /// without a server: `RestoreLedger`).
+    private var ledger: RestoreLedger
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
     private var journalLog: JournalLog?
@@ -178,7 +160,10 @@ public final class PulseBackend: @unchecked Sendable {
     /// `Settings.volumeTolerance` (`volume-tolerance` in the config file), which the arbiter hands on at start and
     /// at every reload, so that the backend and the engine never judge one reading two ways.
     public var volumeTolerance: UInt32 {
-        didSet { tracker.volumeTolerance = volumeTolerance }
+        didSet {
+            tracker.volumeTolerance = volumeTolerance
+            ledger.volumeTolerance = volumeTolerance
+        }
     }
 
     public init(loop: MainLoop, options: Options, volumeTolerance: UInt32 = Settings().volumeTolerance, logger: Logger) {
@@ -188,11 +173,17 @@ public final class PulseBackend: @unchecked Sendable {
         self.logger = logger
         self.backoff = options.initialBackoffNanoseconds
         self.tracker = StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds)
+        self.ledger = RestoreLedger(
+            volumeTolerance: volumeTolerance, leakWindowNanoseconds: options.leakWindowNanoseconds,
+            restoreSettleNanoseconds: options.restoreSettleNanoseconds)
         if let path = options.journalPath {
             do {
                 recovery = try Journal.load(from: path)
                 if let r = recovery {
-                    leaks = r.leaks
+                    ledger = RestoreLedger(
+                        leaks: r.leaks, volumeTolerance: volumeTolerance,
+                        leakWindowNanoseconds: options.leakWindowNanoseconds,
+                        restoreSettleNanoseconds: options.restoreSettleNanoseconds)
                     logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
                 }
             } catch {
@@ -250,8 +241,7 @@ public final class PulseBackend: @unchecked Sendable {
         streams.removeAll()
         unlinkedReadTimers.removeAll()
         tracker.reset()
-        lifted.removeAll()
-        recentByKey.removeAll()
+        ledger.connectionDropped()
         expiryTimer?.cancel()
         expiryTimer = nil
         confirmTimer?.cancel()
@@ -331,6 +321,7 @@ public final class PulseBackend: @unchecked Sendable {
             hasRestoreDatabase = false
             onPipeWire = true
             tracker.holdsUnconfirmed = true
+            ledger.savesLate = true
         }
         logger.info("connected to the sound server", metadata: [
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
@@ -350,8 +341,7 @@ public final class PulseBackend: @unchecked Sendable {
         holdingJournal = false
         // The live streams that showed a leaked value are being put back, and the server saves that as the key's
         // value: the entry is the user's again.
-        for key in leaksMatchedAtConnect { leaks[key] = nil }
-        leaksMatchedAtConnect.removeAll()
+        ledger.connectionListReported()
         writeJournal()
         onEvent?(.connected(server))
     }
@@ -373,7 +363,7 @@ public final class PulseBackend: @unchecked Sendable {
                     userVolume: e.restoreVolume.map(Volume.init(channels:)))
                 found += 1
             } else if let key = e.restoreKey {
-                leaks[key] = Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume)
+                ledger.recorded(Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume), for: key)
             }
         }
         if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; the engine decides on them") }
@@ -444,24 +434,17 @@ public final class PulseBackend: @unchecked Sendable {
             }
         }
         let props = mergedProperties(t.raw)
-        if t.fed == nil { t.restoreKey = RestoreKey.of(props, record: id.kind == .record) }
+        if t.fed == nil { ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
-        let left = t.recovered ?? leakShown(id, &t)
+        let left = t.recovered ?? leakShown(id, t)
         t.recovered = nil
         var info = info(id, &t, props)
         let first = t.fed == nil
         let changed = t.fed != info || left != nil
-        if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume, applied[id] == nil,
-            let key = t.restoreKey
-        {
+        if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
             // The server saved this change in the stream's entry: it holds non-policy values again.
-            if leaks.removeValue(forKey: key) != nil { journalLeak(key) }
-            // A change audiod did not write — the user's, in a mixer — was saved after every policy value audiod
-            // set before it: those are no longer in the entry, and the next stream's values are the user's.
-            if !t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: volumeTolerance) {
-                recentByKey[key] = nil
-                for (other, s) in streams where s.restoreKey == key { lifted[other] = nil }
-            }
+            let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: volumeTolerance)
+            for key in ledger.changed(id, byAudiod: byAudiod) { journalLeak(key) }
         }
         t.fed = info
         streams[id] = t
@@ -618,57 +601,17 @@ public final class PulseBackend: @unchecked Sendable {
     /// A new stream that starts with a policy value audiod left in the server's restore database (on a stream
     /// of the same app that ended while silenced, or that is silenced now): the value is reported as audiod's
     /// (`StreamInfo.leftByPolicy`), or the engine would take it for the user's; the engine then puts the user's
-    /// back, or keeps it if its policy still wants it. WirePlumber applies its saved state a moment *after* the
-    /// stream appears, so there the watch lasts a short window — until a value has been handed over, or audiod's
-    /// policy has touched the stream: after either, a mute is the user's or audiod's own (a mixer's mute in that
-    /// window is taken for a leak).
-    private func leakShown(_ id: StreamID, _ t: inout Tracked) -> PolicyValues? {
-        let first = t.fed == nil
-        if first, let key = t.restoreKey {
-            var sources: [Journal.Leak] = []
-            if t.preexisting, let leak = leaks[key] {
-                // Streams found at connection that show a leaked value of their key are all put back; the leak is
-                // cleared once the whole list is reported (`enumerated`).
-                sources.append(leak)
-                leaksMatchedAtConnect.insert(key)
-            } else if let leak = leaks.removeValue(forKey: key) {
-                sources.append(leak)
-                journalLeak(key)
-            }
-            if !t.preexisting {
-                // Siblings of the same key that hold a policy value, or had one set or lifted so recently that the
-                // server may have saved it after this stream's entry was read (WirePlumber saves late).
-                sources += policySources(key: key, excluding: id)
-            }
-            if !sources.isEmpty {
-                t.correction = (sources, monotonicNow() + (onPipeWire ? options.leakWindowNanoseconds : 0))
-            }
+    /// back, or keeps it if its policy still wants it (the rules: `RestoreLedger`).
+    private func leakShown(_ id: StreamID, _ t: Tracked) -> PolicyValues? {
+        let (values, journal) = ledger.shown(
+            id, first: t.fed == nil, preexisting: t.preexisting, muted: t.raw.muted, volume: t.raw.volume,
+            now: monotonicNow())
+        for key in journal { journalLeak(key) }
+        if values != nil {
+            logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
+                "stream": "\(id)", "key": "\(ledger.key(of: id) ?? "")",
+            ])
         }
-        guard let (sources, until) = t.correction else { return nil }
-        guard first || monotonicNow() <= until else {
-            t.correction = nil
-            return nil
-        }
-        // Only what audiod does not hold on this stream itself: its own mute or duck is not a leak.
-        let mine = applied[id]
-        var values = PolicyValues(mute: false)
-        if t.raw.muted, !(mine?.unmute ?? false), sources.contains(where: \.unmute) { values.mute = true }
-        if mine?.appliedVolume == nil {
-            let shown = Volume(channels: t.raw.volume)
-            for leak in sources {
-                guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == t.raw.volume.count,
-                    shown.isClose(to: Volume(channels: a), tolerance: volumeTolerance)
-                else { continue }
-                values.volume = Volume(channels: a)
-                values.userVolume = Volume(channels: r)
-                break
-            }
-        }
-        guard values.mute || values.volume != nil else { return nil }
-        t.correction = nil
-        logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
-            "stream": "\(id)", "key": "\(t.restoreKey ?? "")",
-        ])
         return values
     }
 
@@ -677,19 +620,7 @@ public final class PulseBackend: @unchecked Sendable {
     private func removed(_ id: StreamID) {
         tracker.removed(id)
         guard let t = streams.removeValue(forKey: id) else { return }
-        if let key = t.restoreKey {
-            let before = leaks[key]
-            defer { if leaks[key] != before { journalLeak(key) } }
-            if let change = applied[id] {
-                // It ended while silenced by audiod: the restore database now holds the policy value.
-                var leak = Journal.Leak(change)
-                if !change.unmute { leak.userMuted = t.raw.muted }
-                leaks[key] = leak.merged(with: leaks[key])
-            } else if let l = lifted[id], monotonicNow() - l.at < options.restoreSettleNanoseconds {
-                leaks[key] = l.leak.merged(with: leaks[key])
-            }
-        }
-        lifted[id] = nil
+        for key in ledger.removed(id, muted: t.raw.muted, now: monotonicNow()) { journalLeak(key) }
         if t.fed != nil || t.announced { onEvent?(.policy(.streamRemoved(id))) }
     }
 
@@ -774,7 +705,7 @@ public final class PulseBackend: @unchecked Sendable {
         logger.debug("write: \(Effect.setStreamMute(id, mute).sentence)")
         tracker.sent(id, mute: mute, now: monotonicNow())
         armExpiry()
-        streams[id]?.correction = nil
+        ledger.wrote(id)
         // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
         // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
         // would take for the user's change.
@@ -791,7 +722,7 @@ public final class PulseBackend: @unchecked Sendable {
         logger.debug("write: \(Effect.setStreamVolume(id, Volume(channels: volume)).sentence)")
         tracker.sent(id, volume: volume, now: monotonicNow())
         armExpiry()
-        streams[id]?.correction = nil
+        ledger.wrote(id)
         streams[id]?.raw.volume = volume
         streams[id]?.lastWritten.volume = volume
         pendingOperations += 1
@@ -834,50 +765,22 @@ public final class PulseBackend: @unchecked Sendable {
     /// module-stream-restore saves whatever a client sets, audiod's policy values too, and hands them to the
     /// app's next stream. Writing the entry back with the user's values keeps the database the user's.
     private func repairRestoreDatabase(_ id: StreamID) {
-        guard hasRestoreDatabase, let change = applied[id], let t = streams[id], let key = t.restoreKey,
-            let c = context
-        else { return }
+        guard hasRestoreDatabase, let key = ledger.entryToRepair(after: id), let c = context else { return }
         pendingOperations += 1
         c.restoreEntries { [weak self] entries in
             guard let self else { return }
             // pipewire-pulse answers with an empty list: there the leak is undone on the app's next stream.
-            if var entry = entries?.first(where: { $0.name == key }) {
-                self.putBack([Journal.Leak(change)] + self.policySources(key: key), into: &entry)
-                self.writeEntry(entry)
+            if let entry = entries?.first(where: { $0.name == key }),
+                let repair = self.ledger.repair(after: id, Self.ledgerEntry(entry), now: self.monotonicNow())
+            {
+                self.writeEntry(entry, repair)
             }
             self.finishOperation()
         }
     }
 
-    /// The user's values in place of audiod's in a restore-database entry: unmuted if audiod muted, the user's
-    /// volume if the entry still holds audiod's.
-    private func putBack(_ sources: [Journal.Leak], into entry: inout PulseContext.RestoreEntry) {
-        if entry.muted, sources.contains(where: \.unmute) { entry.muted = false }
-        let shown = Volume(channels: entry.volume)
-        for leak in sources {
-            guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == entry.volume.count,
-                shown.isClose(to: Volume(channels: a), tolerance: volumeTolerance)
-            else { continue }
-            entry.volume = r
-            break
-        }
-    }
-
-    /// Every policy value that the restore-database entry `key` may hold now: a leak recorded for it, what audiod
-    /// holds on its streams, and what it set on them lately (the server saves each, in an order audiod cannot see).
-    private func policySources(key: String, excluding id: StreamID? = nil) -> [Journal.Leak] {
-        let now = monotonicNow()
-        var sources: [Journal.Leak] = leaks[key].map { [$0] } ?? []
-        for (other, change) in applied where other != id && streams[other]?.restoreKey == key {
-            sources.append(Journal.Leak(change))
-        }
-        for (other, l) in lifted where other != id && streams[other]?.restoreKey == key
-            && now - l.at < options.restoreSettleNanoseconds
-        {
-            sources.append(l.leak)
-        }
-        for r in recentByKey[key] ?? [] where now - r.at < options.restoreSettleNanoseconds { sources.append(r.leak) }
-        return sources
+    private static func ledgerEntry(_ e: PulseContext.RestoreEntry) -> RestoreLedger.Entry {
+        RestoreLedger.Entry(key: e.name, muted: e.muted, volume: e.volume)
     }
 
     /// `audiod --restore`: after the engine has put back the journal's stream entries on the streams that still
@@ -889,29 +792,25 @@ public final class PulseBackend: @unchecked Sendable {
     /// start. Calls `done` with (repaired, left) once the server has answered.
     public func repairRecordedLeaks(_ done: @escaping (Int, Int) -> Void) {
         loop.assertOnLoop()
-        guard let c = context, isConnected else { return done(0, leaks.count) }
+        guard let c = context, isConnected else { return done(0, ledger.leaks.count) }
         var repaired = 0
         // The stream operations sent so far, and the writes below, must reach the server before anyone stops.
         let finish = { [weak self] in
             guard let self else { return done(repaired, 0) }
             self.writeJournal()
-            self.flush { done(repaired, self.leaks.count) }
+            self.flush { done(repaired, self.ledger.leaks.count) }
         }
-        if leaks.isEmpty {
+        if ledger.leaks.isEmpty {
             finish()
         } else if hasRestoreDatabase {
             pendingOperations += 1
             c.restoreEntries { [weak self] entries in
                 guard let self else { return }
-                for (key, leak) in self.leaks.sorted(by: { $0.key < $1.key }) {
-                    // No entry: the server saved nothing for that key, so nothing of audiod's is in it.
-                    guard var entry = entries?.first(where: { $0.name == key }) else {
-                        if entries != nil { self.leaks[key] = nil }
-                        continue
-                    }
-                    self.putBack([leak] + self.policySources(key: key), into: &entry)
-                    self.writeEntry(entry)
-                    self.leaks[key] = nil
+                // A key the list lacks: the server saved nothing for it, so nothing of audiod's is in it.
+                let (repairs, _) = self.ledger.repairRecorded(entries?.map(Self.ledgerEntry), now: self.monotonicNow())
+                for r in repairs {
+                    guard let entry = entries?.first(where: { $0.name == r.key }) else { continue }
+                    self.writeEntry(entry, r)
                     repaired += 1
                 }
                 self.finishOperation()
@@ -922,13 +821,11 @@ public final class PulseBackend: @unchecked Sendable {
             // through it: every leaked entry is overwritten with the user's values — the mute always (pipewire-pulse
             // writes it with every entry), the volume where the journal has the user's — then read back until
             // WirePlumber has taken them (the read lists an entry once WirePlumber has it).
-            let writes = leaks.sorted(by: { $0.key < $1.key }).map { key, leak in
-                PulseContext.blindEntry(name: key, volume: leak.restoreVolume ?? [], muted: leak.userMute)
-            }
-            for w in writes { writeEntry(w) }
+            let writes = ledger.blindRepairs
+            for w in writes { writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
             confirm(writes, attemptsLeft: 50) { [weak self] confirmed in
                 guard let self else { return done(confirmed.count, 0) }
-                for key in confirmed { self.leaks[key] = nil }
+                _ = self.ledger.confirmed(confirmed)
                 repaired = confirmed.count
                 if confirmed.count < writes.count {
                     self.logger.warning("\(writes.count - confirmed.count) restore-database entr\(writes.count - confirmed.count == 1 ? "y was" : "ies were") not confirmed; the journal keeps them for the next start")
@@ -942,20 +839,12 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// Reads pipewire-pulse's entries until each written one shows the values written (every 20 ms, a bounded
     /// number of times); calls `done` with the names confirmed.
-    private func confirm(_ writes: [PulseContext.RestoreEntry], attemptsLeft: Int, _ done: @escaping (Set<String>) -> Void) {
+    private func confirm(_ writes: [RestoreLedger.Repair], attemptsLeft: Int, _ done: @escaping (Set<String>) -> Void) {
         guard !writes.isEmpty, let c = context else { return done([]) }
         c.restoreEntries { [weak self] entries in
             guard let self else { return done([]) }
-            var confirmed: Set<String> = []
-            for w in writes {
-                guard let e = entries?.first(where: { $0.name == w.name }), e.muted == w.muted else { continue }
-                if !w.volume.isEmpty {
-                    guard e.volume.count == w.volume.count,
-                        Volume(channels: e.volume).isClose(to: Volume(channels: w.volume), tolerance: self.volumeTolerance)
-                    else { continue }
-                }
-                confirmed.insert(w.name)
-            }
+            let listed = (entries ?? []).map(Self.ledgerEntry)
+            let confirmed = Set(writes.filter { self.ledger.shows($0, in: listed) }.map(\.key))
             guard confirmed.count < writes.count, attemptsLeft > 1 else { return done(confirmed) }
             self.confirmTimer = self.loop.timer(afterNanoseconds: 20_000_000) { [weak self] in
                 self?.confirmTimer = nil
@@ -990,7 +879,7 @@ public final class PulseBackend: @unchecked Sendable {
     public var hasUnlinkedNewStreams: Bool {
         let now = monotonicNow()
         return onPipeWire && streams.values.contains { t in
-            t.raw.device == UInt32.max && !t.preexisting && (t.correction.map { now <= $0.until } ?? false)
+            t.raw.device == UInt32.max && !t.preexisting && ledger.watching(t.raw.id, now: now)
         }
     }
 
@@ -999,13 +888,14 @@ public final class PulseBackend: @unchecked Sendable {
     /// last value landing after the repair would undo it. module-stream-restore saves at once.
     public var restoreSettleBeforeRepairNanoseconds: UInt64 { onPipeWire ? 300_000_000 : 0 }
 
-    private func writeEntry(_ entry: PulseContext.RestoreEntry) {
+    /// Writes `entry` with the ledger's values in place of the server's.
+    private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair) {
         guard let c = context else { return }
-        // Every restore-database write, at debug, beside the stream writes: each puts the user's values back.
-        logger.debug("restore-database write", metadata: [
-            "key": "\(entry.name)", "mute": "\(entry.muted)",
-            "volume": "\(entry.volume.isEmpty ? "-" : "\(Volume(channels: entry.volume))")",
-        ])
+        var entry = read
+        entry.muted = repair.muted
+        entry.volume = repair.volume
+        // Every restore-database write, at debug, beside the stream writes, with the decision it carries out.
+        logger.debug("restore-database entry \(entry.name) written: mute \(entry.muted), volume \(entry.volume.isEmpty ? "unchanged" : "\(Volume(channels: entry.volume))") — \(repair.because)")
         pendingOperations += 1
         c.writeRestoreEntry(entry) { [weak self] ok in
             if !ok { self?.logger.warning("could not write a restore-database entry", metadata: ["key": "\(entry.name)"]) }
@@ -1024,39 +914,12 @@ public final class PulseBackend: @unchecked Sendable {
     /// that a step's journal costs what it changed. Journals it before the operations are sent.
     public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
-        var dirty: [StreamID] = []
-        let now = monotonicNow()
-        for (id, c) in changes where applied[id] != c {
-            // A value lifted from a stream that still exists may yet be saved by the server (see `lifted`); a
-            // stream that is gone was dealt with when it went.
-            if let old = applied[id], c == nil, let t = streams[id] {
-                var leak = Journal.Leak(old)
-                if !old.unmute { leak.userMuted = t.raw.muted }
-                lifted[id] = (leak, now)
-            }
-            if let c {
-                lifted[id] = nil
-                if let key = streams[id]?.restoreKey { remember(Journal.Leak(c), for: key, at: now) }
-            }
-            applied[id] = c
-            dirty.append(id)
-        }
+        let dirty = ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: monotonicNow())
         guard !dirty.isEmpty, isConnected else { return }
         journaling { log, cookie in
             try log.update(cookie: cookie, streams: dirty.map { id in
-                (id.kind == .record, id.index, self.applied[id].map { self.entry(id, $0) })
+                (id.kind == .record, id.index, self.ledger.journalEntry(id))
             })
-        }
-    }
-
-    private func remember(_ leak: Journal.Leak, for key: String, at now: UInt64) {
-        var list = recentByKey[key, default: []].filter { now - $0.at < options.restoreSettleNanoseconds }
-        if list.count >= Self.recentPerKey { list.removeFirst(list.count - Self.recentPerKey + 1) }
-        list.append((leak, now))
-        recentByKey[key] = list
-        // Keys of apps long gone are dropped now and then, so the table stays as small as the apps are few.
-        if recentByKey.count > 256 {
-            recentByKey = recentByKey.filter { $0.value.contains { now - $0.at < options.restoreSettleNanoseconds } }
         }
     }
 
@@ -1065,15 +928,8 @@ public final class PulseBackend: @unchecked Sendable {
         var next: [StreamID: AppliedChange] = [:]
         for c in changes { next[c.stream] = c }
         var list: [(StreamID, AppliedChange?)] = next.map { ($0.key, $0.value) }
-        for id in applied.keys where next[id] == nil { list.append((id, nil)) }
+        for id in ledger.applied.keys where next[id] == nil { list.append((id, nil)) }
         updateApplied(list)
-    }
-
-    private func entry(_ id: StreamID, _ c: AppliedChange) -> Journal.Entry {
-        Journal.Entry(
-            record: id.kind == .record, index: id.index, applicationName: c.applicationName,
-            restoreKey: streams[id]?.restoreKey, unmute: c.unmute, appliedVolume: c.appliedVolume?.channels,
-            restoreVolume: c.restoreVolume?.channels)
     }
 
     private func journal() -> JournalLog? {
@@ -1095,15 +951,12 @@ public final class PulseBackend: @unchecked Sendable {
 
     /// One restore-database entry's leak as it is now: a line appended, as a step's streams are.
     private func journalLeak(_ key: String) {
-        journaling { log, cookie in try log.update(cookie: cookie, leak: key, leaks[key]) }
+        journaling { log, cookie in try log.update(cookie: cookie, leak: key, ledger.leaks[key]) }
     }
 
     /// The whole journal, for connecting and for repairing the leaks.
     private func writeJournal() {
-        journaling { log, cookie in
-            let entries = applied.keys.sorted().compactMap { id in applied[id].map { entry(id, $0) } }
-            try log.write(Journal(serverCookie: cookie, entries: entries, leaks: leaks))
-        }
+        journaling { log, cookie in try log.write(ledger.journal(cookie: cookie)) }
     }
 }
 

@@ -1,0 +1,327 @@
+import AudioPolicy
+
+/// Where audiod's policy values may have gone in the server's restore database, and what to write to take them out:
+/// the pure part of the backend's restore-database handling. The server saves every mute and volume a client sets
+/// into the entry of the stream's app or role (module-stream-restore at once, WirePlumber a moment later), audiod's
+/// too, and gives them to that app's next stream. The ledger is told what audiod holds, what streams show and when
+/// they end (time is an input); it answers with the values a new stream shows that are audiod's, the entries to
+/// write back with the reason for each, and the journal lines to rewrite. No libpulse, no clock, no I/O: the rules
+/// are scripted in its tests (docs/BACKEND.md, "Restore databases").
+///
+/// The rules:
+/// - *Leaks.* A stream that ends while audiod holds a value on it leaves that value in its entry; so may one that
+///   ends within `restoreSettleNanoseconds` of audiod lifting it (WirePlumber saves only after reading the node back).
+/// - *Siblings.* The entry keeps whichever of its streams the server saved last: a new stream of the key may start
+///   with any policy value audiod holds on a sibling, or set or lifted on one lately.
+/// - *The leak window.* Where the server applies saved values after the stream appears (`savesLate`), a new stream is
+///   watched for a leaked value for `leakWindowNanoseconds`, until a value is handed over or audiod writes to it.
+/// - *Streams found at connection* that show a leaked value are all put back; the leak is cleared once the whole list
+///   is reported (`connectionListReported`).
+/// - *The user's change* saved in the entry makes it the user's again: its leak is gone, and so are the recent policy
+///   values audiod set on the key before it.
+public struct RestoreLedger {
+    /// One restore-database entry to write with the user's values, and why.
+    public struct Repair: Equatable, Sendable {
+        public var key: String
+        public var muted: Bool
+        /// Empty: not known (a blind write on PipeWire leaves WirePlumber's volume alone).
+        public var volume: [UInt32]
+        /// The decision that makes this write: logged beside it.
+        public var because: String
+    }
+
+    /// An entry as the server lists it.
+    public struct Entry: Equatable, Sendable {
+        public var key: String
+        public var muted: Bool
+        public var volume: [UInt32]
+        public init(key: String, muted: Bool, volume: [UInt32]) {
+            self.key = key
+            self.muted = muted
+            self.volume = volume
+        }
+    }
+
+    public var volumeTolerance: UInt32
+    public var leakWindowNanoseconds: UInt64
+    public var restoreSettleNanoseconds: UInt64
+    /// The server applies a new stream's saved values a moment after the stream appears (WirePlumber).
+    public var savesLate = false
+
+    /// What audiod applied, as the engine last said.
+    public private(set) var applied: [StreamID: AppliedChange] = [:]
+    /// Entries that may hold a policy value, by entry name. An entry is clean again only when one of its streams
+    /// changes (or starts) with non-policy values: a sibling ending unsilenced writes nothing.
+    public private(set) var leaks: [String: Journal.Leak]
+    /// Each stream's entry name, once it has been reported.
+    private var keys: [StreamID: String] = [:]
+    private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
+    /// The policy values audiod set on streams of each key lately (at most `recentPerKey`, none older than
+    /// `restoreSettleNanoseconds`): the server saves each of them, in an order audiod cannot see.
+    private var recentByKey: [String: [(leak: Journal.Leak, at: UInt64)]] = [:]
+    static let recentPerKey = 8
+    /// Leaked keys that streams found at connection showed.
+    private var matchedAtConnect: Set<String> = []
+    /// Values to undo if a new stream shows one, until a deadline (monotonic ns).
+    private var corrections: [StreamID: (leaks: [Journal.Leak], until: UInt64)] = [:]
+
+    public init(
+        leaks: [String: Journal.Leak] = [:], volumeTolerance: UInt32, leakWindowNanoseconds: UInt64,
+        restoreSettleNanoseconds: UInt64
+    ) {
+        self.leaks = leaks
+        self.volumeTolerance = volumeTolerance
+        self.leakWindowNanoseconds = leakWindowNanoseconds
+        self.restoreSettleNanoseconds = restoreSettleNanoseconds
+    }
+
+    public func key(of id: StreamID) -> String? { keys[id] }
+
+    /// A stream's first report names its entry.
+    public mutating func keyed(_ id: StreamID, _ key: String?) { keys[id] = key }
+
+    /// The values a stream shows that audiod left in its entry (nil: none), to report as audiod's so that the
+    /// engine does not take them for the user's. `first`: its first report; `preexisting`: found by the
+    /// connection's first listing. Also returns the leak keys whose journal line changed.
+    public mutating func shown(
+        _ id: StreamID, first: Bool, preexisting: Bool, muted: Bool, volume: [UInt32], now: UInt64
+    ) -> (values: PolicyValues?, journal: [String]) {
+        var journal: [String] = []
+        if first, let key = keys[id] {
+            var sources: [Journal.Leak] = []
+            if preexisting, let leak = leaks[key] {
+                sources.append(leak)
+                matchedAtConnect.insert(key)
+            } else if let leak = leaks.removeValue(forKey: key) {
+                sources.append(leak)
+                journal.append(key)
+            }
+            if !preexisting {
+                // A stream found at connection existed before anything this connection did.
+                sources += policySources(key: key, excluding: id, now: now)
+            }
+            if !sources.isEmpty { corrections[id] = (sources, now + (savesLate ? leakWindowNanoseconds : 0)) }
+        }
+        guard let (sources, until) = corrections[id] else { return (nil, journal) }
+        guard first || now <= until else {
+            corrections[id] = nil
+            return (nil, journal)
+        }
+        // Only what audiod does not hold on this stream itself: its own mute or duck is not a leak.
+        let mine = applied[id]
+        var values = PolicyValues(mute: false)
+        if muted, !(mine?.unmute ?? false), sources.contains(where: \.unmute) { values.mute = true }
+        if mine?.appliedVolume == nil, let (a, r) = policyVolume(sources, shown: volume) {
+            values.volume = Volume(channels: a)
+            values.userVolume = Volume(channels: r)
+        }
+        guard values.mute || values.volume != nil else { return (nil, journal) }
+        corrections[id] = nil
+        return (values, journal)
+    }
+
+    /// A stream is still watched for a leaked value.
+    public func watching(_ id: StreamID, now: UInt64) -> Bool { corrections[id].map { now <= $0.until } ?? false }
+
+    /// audiod wrote to the stream: what it shows from now on is audiod's or the user's.
+    public mutating func wrote(_ id: StreamID) { corrections[id] = nil }
+
+    /// A stream audiod holds nothing on changed, and the server saved that into its entry. `byAudiod`: the values
+    /// are the ones audiod last wrote. Returns the leak keys whose journal line changed.
+    public mutating func changed(_ id: StreamID, byAudiod: Bool) -> [String] {
+        guard applied[id] == nil, let key = keys[id] else { return [] }
+        var journal: [String] = []
+        if leaks.removeValue(forKey: key) != nil { journal.append(key) }
+        // The user's change was saved after every policy value audiod set before it.
+        if !byAudiod {
+            recentByKey[key] = nil
+            for (other, k) in keys where k == key { lifted[other] = nil }
+        }
+        return journal
+    }
+
+    /// A stream ended, showing `muted`. Returns the leak keys whose journal line changed.
+    public mutating func removed(_ id: StreamID, muted: Bool, now: UInt64) -> [String] {
+        defer {
+            lifted[id] = nil
+            keys[id] = nil
+            corrections[id] = nil
+        }
+        guard let key = keys[id] else { return [] }
+        let before = leaks[key]
+        if let change = applied[id] {
+            // It ended while silenced by audiod: the entry now holds the policy value.
+            var leak = Journal.Leak(change)
+            if !change.unmute { leak.userMuted = muted }
+            leaks[key] = leak.merged(with: leaks[key])
+        } else if let l = lifted[id], now - l.at < restoreSettleNanoseconds {
+            leaks[key] = l.leak.merged(with: leaks[key])
+        }
+        return leaks[key] != before ? [key] : []
+    }
+
+    /// What the engine holds on these streams now (nil: nothing). `muted` says what a stream shows (nil: gone).
+    /// Returns the streams whose journal entries changed.
+    public mutating func update(
+        _ changes: [(StreamID, AppliedChange?)], muted: (StreamID) -> Bool?, now: UInt64
+    ) -> [StreamID] {
+        var dirty: [StreamID] = []
+        for (id, c) in changes where applied[id] != c {
+            // A value lifted from a stream that still exists may yet be saved by the server; a stream that is gone
+            // was dealt with when it went.
+            if let old = applied[id], c == nil, let shown = muted(id) {
+                var leak = Journal.Leak(old)
+                if !old.unmute { leak.userMuted = shown }
+                lifted[id] = (leak, now)
+            }
+            if let c {
+                lifted[id] = nil
+                if let key = keys[id] { remember(Journal.Leak(c), for: key, at: now) }
+            }
+            applied[id] = c
+            dirty.append(id)
+        }
+        return dirty
+    }
+
+    private mutating func remember(_ leak: Journal.Leak, for key: String, at now: UInt64) {
+        var list = recentByKey[key, default: []].filter { now - $0.at < restoreSettleNanoseconds }
+        if list.count >= Self.recentPerKey { list.removeFirst(list.count - Self.recentPerKey + 1) }
+        list.append((leak, now))
+        recentByKey[key] = list
+        // Keys of apps long gone are dropped now and then, so the table stays as small as the apps are few.
+        if recentByKey.count > 256 {
+            recentByKey = recentByKey.filter { $0.value.contains { now - $0.at < restoreSettleNanoseconds } }
+        }
+    }
+
+    /// The entry to read after a write to `id` was acknowledged (module-stream-restore has saved audiod's value
+    /// into it by then); nil when audiod holds nothing there.
+    public func entryToRepair(after id: StreamID) -> String? {
+        guard applied[id] != nil else { return nil }
+        return keys[id]
+    }
+
+    /// The write that takes audiod's values out of `entry`, read after audiod's write to `id` was acknowledged.
+    public func repair(after id: StreamID, _ entry: Entry, now: UInt64) -> Repair? {
+        guard let change = applied[id], keys[id] == entry.key else { return nil }
+        let siblings = policySources(key: entry.key, excluding: id, now: now)
+        var because = "the server saved audiod's \(change.unmute ? "mute" : "duck") of \(id) in the entry"
+        if !siblings.isEmpty { because += ", which may also hold what audiod set lately on the app's other streams" }
+        return putBack([Journal.Leak(change)] + policySources(key: entry.key, now: now), into: entry, because: because)
+    }
+
+    /// `audiod --restore` and a stop, where the server lists its entries (module-stream-restore): the writes that
+    /// take every recorded leak out. A key the list lacks holds nothing of audiod's and is forgotten; so is every
+    /// key written. Returns the writes and the leak keys whose journal line changed.
+    public mutating func repairRecorded(_ entries: [Entry]?, now: UInt64) -> (repairs: [Repair], journal: [String]) {
+        var repairs: [Repair] = []
+        var journal: [String] = []
+        for (key, leak) in leaks.sorted(by: { $0.key < $1.key }) {
+            guard let entry = entries?.first(where: { $0.key == key }) else {
+                if entries != nil {
+                    leaks[key] = nil
+                    journal.append(key)
+                }
+                continue
+            }
+            repairs.append(putBack([leak] + policySources(key: key, now: now), into: entry,
+                because: "the journal records a policy value audiod left in the entry"))
+            leaks[key] = nil
+            journal.append(key)
+        }
+        return (repairs, journal)
+    }
+
+    /// Where the server lists nothing it did not get through the pulse protocol (pipewire-pulse): every recorded
+    /// leak written over blind — the mute always (pipewire-pulse writes it with every entry), the volume where the
+    /// journal has the user's. The keys stay recorded until `confirmed`.
+    public var blindRepairs: [Repair] {
+        leaks.sorted(by: { $0.key < $1.key }).map { key, leak in
+            Repair(
+                key: key, muted: leak.userMute, volume: leak.restoreVolume ?? [],
+                because: "the journal records a policy value audiod left in the entry (written blind: the server lists nothing)")
+        }
+    }
+
+    /// The server shows these blind writes: their leaks are gone. Returns the leak keys whose journal line changed.
+    public mutating func confirmed(_ keys: Set<String>) -> [String] {
+        keys.sorted().filter { leaks.removeValue(forKey: $0) != nil }
+    }
+
+    /// A blind write shows in the server's list: the mute written, and the volume if one was.
+    public func shows(_ repair: Repair, in entries: [Entry]) -> Bool {
+        guard let e = entries.first(where: { $0.key == repair.key }), e.muted == repair.muted else { return false }
+        guard !repair.volume.isEmpty else { return true }
+        return e.volume.count == repair.volume.count
+            && Volume(channels: e.volume).isClose(to: Volume(channels: repair.volume), tolerance: volumeTolerance)
+    }
+
+    /// A journal of an earlier run names a change on a stream that is gone: its value is in the entry.
+    public mutating func recorded(_ leak: Journal.Leak, for key: String) { leaks[key] = leak }
+
+    /// Every stream found at connection has been reported: the leaked keys they showed are being put back, and the
+    /// server saves that as the key's value.
+    public mutating func connectionListReported() {
+        for key in matchedAtConnect { leaks[key] = nil }
+        matchedAtConnect.removeAll()
+    }
+
+    /// The connection is gone, and its streams with it. What audiod applied stays (the journal's record).
+    public mutating func connectionDropped() {
+        keys.removeAll()
+        lifted.removeAll()
+        recentByKey.removeAll()
+        corrections.removeAll()
+        matchedAtConnect.removeAll()
+    }
+
+    /// The journal's entry for a stream audiod holds something on.
+    public func journalEntry(_ id: StreamID) -> Journal.Entry? {
+        guard let c = applied[id] else { return nil }
+        return Journal.Entry(
+            record: id.kind == .record, index: id.index, applicationName: c.applicationName,
+            restoreKey: keys[id], unmute: c.unmute, appliedVolume: c.appliedVolume?.channels,
+            restoreVolume: c.restoreVolume?.channels)
+    }
+
+    /// The whole journal.
+    public func journal(cookie: UInt32) -> Journal {
+        Journal(serverCookie: cookie, entries: applied.keys.sorted().compactMap(journalEntry), leaks: leaks)
+    }
+
+    /// Every policy value the entry `key` may hold now: a leak recorded for it, what audiod holds on its streams,
+    /// and what it set on them or lifted from them lately.
+    func policySources(key: String, excluding id: StreamID? = nil, now: UInt64) -> [Journal.Leak] {
+        var sources: [Journal.Leak] = leaks[key].map { [$0] } ?? []
+        for (other, change) in applied where other != id && keys[other] == key {
+            sources.append(Journal.Leak(change))
+        }
+        for (other, l) in lifted where other != id && keys[other] == key && now - l.at < restoreSettleNanoseconds {
+            sources.append(l.leak)
+        }
+        for r in recentByKey[key] ?? [] where now - r.at < restoreSettleNanoseconds { sources.append(r.leak) }
+        return sources
+    }
+
+    /// The first policy volume of `sources` that `shown` still has, with the user's volume to put back.
+    private func policyVolume(_ sources: [Journal.Leak], shown: [UInt32]) -> (applied: [UInt32], user: [UInt32])? {
+        let v = Volume(channels: shown)
+        for leak in sources {
+            guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == shown.count,
+                v.isClose(to: Volume(channels: a), tolerance: volumeTolerance)
+            else { continue }
+            return (a, r)
+        }
+        return nil
+    }
+
+    /// The user's values in place of audiod's: unmuted if audiod muted, the user's volume if the entry still holds
+    /// audiod's.
+    private func putBack(_ sources: [Journal.Leak], into entry: Entry, because: String) -> Repair {
+        var r = Repair(key: entry.key, muted: entry.muted, volume: entry.volume, because: because)
+        if entry.muted, sources.contains(where: \.unmute) { r.muted = false }
+        if let (_, user) = policyVolume(sources, shown: entry.volume) { r.volume = user }
+        return r
+    }
+}

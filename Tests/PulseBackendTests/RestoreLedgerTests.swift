@@ -1,0 +1,285 @@
+import AudioPolicy
+@testable import PulseBackend
+import Testing
+
+/// The restore database's rules, scripted: no server, no clock. Each test is one thing a real server does to an
+/// entry (module-stream-restore saving at once, WirePlumber saving late) and what audiod must answer.
+struct RestoreLedgerTests {
+    static let ms: UInt64 = 1_000_000
+    static let key = "sink-input-by-application-name:Music"
+    static let other = "sink-input-by-application-name:Game"
+    static let full: [UInt32] = [65536, 65536]
+    static let ducked: [UInt32] = [16384, 16384]
+
+    static func ledger(savesLate: Bool = false) -> RestoreLedger {
+        var l = RestoreLedger(volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms)
+        l.savesLate = savesLate
+        return l
+    }
+
+    static func muted(_ id: StreamID) -> AppliedChange {
+        AppliedChange(stream: id, applicationName: "Music", unmute: true, appliedVolume: nil, restoreVolume: nil)
+    }
+
+    static func duck(_ id: StreamID) -> AppliedChange {
+        AppliedChange(
+            stream: id, applicationName: "Music", unmute: false, appliedVolume: Volume(channels: ducked),
+            restoreVolume: Volume(channels: full))
+    }
+
+    /// `id` is reported with `key` and shows these values at `now`; returns what the ledger hands the engine.
+    static func appear(
+        _ l: inout RestoreLedger, _ id: StreamID, key: String = key, muted: Bool = false, volume: [UInt32] = full,
+        preexisting: Bool = false, now: UInt64 = 0
+    ) -> PolicyValues? {
+        l.keyed(id, key)
+        return l.shown(id, first: true, preexisting: preexisting, muted: muted, volume: volume, now: now).values
+    }
+
+    @Test func aStreamThatEndsMutedLeavesTheMuteForTheAppsNextStream() {
+        var l = Self.ledger()
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        #expect(Self.appear(&l, a) == nil)
+        #expect(l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0) == [a])
+        // The server saved audiod's mute into the entry; the stream ends with it.
+        #expect(l.removed(a, muted: true, now: 10 * Self.ms) == [Self.key])
+        #expect(l.leaks[Self.key]?.unmute == true)
+        // The app's next stream starts muted: that mute is audiod's, and the leak is handed over once.
+        let (values, journal) = Self.withKey(&l, b, muted: true, now: 20 * Self.ms)
+        #expect(values?.mute == true)
+        #expect(journal == [Self.key])
+        #expect(l.leaks[Self.key] == nil)
+        // Another app's new stream that starts muted is the user's doing.
+        #expect(Self.appear(&l, StreamID.playback(3), key: Self.other, muted: true, now: 30 * Self.ms) == nil)
+    }
+
+    static func withKey(_ l: inout RestoreLedger, _ id: StreamID, muted: Bool = false, volume: [UInt32] = full, now: UInt64)
+        -> (values: PolicyValues?, journal: [String])
+    {
+        l.keyed(id, key)
+        return l.shown(id, first: true, preexisting: false, muted: muted, volume: volume, now: now)
+    }
+
+    @Test func aDuckLeftBehindIsHandedOverWithTheUsersVolume() {
+        var l = Self.ledger()
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        _ = Self.appear(&l, a)
+        _ = l.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        _ = l.removed(a, muted: false, now: Self.ms)
+        #expect(l.leaks[Self.key]?.userMuted == false, "a duck records the user's own mute for a blind repair")
+        let v = Self.appear(&l, b, volume: [16400, 16380], now: 2 * Self.ms)
+        #expect(v?.volume == Volume(channels: Self.ducked))
+        #expect(v?.userVolume == Volume(channels: Self.full))
+        #expect(v?.mute == false)
+        // A stream of the app at a volume of the user's own (far from the duck) keeps it.
+        var m = Self.ledger()
+        _ = Self.appear(&m, a)
+        _ = m.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        _ = m.removed(a, muted: false, now: Self.ms)
+        #expect(Self.appear(&m, b, volume: [40000, 40000], now: 2 * Self.ms) == nil)
+    }
+
+    @Test func aSiblingsMuteMayBeInTheEntryANewStreamReads() {
+        var l = Self.ledger()
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        _ = Self.appear(&l, a)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        // `a` still plays, muted by audiod; the server saved that into the entry `b` starts from.
+        #expect(Self.appear(&l, b, muted: true, now: Self.ms)?.mute == true)
+        // What audiod holds on a stream itself is not a leak on it.
+        var m = Self.ledger()
+        _ = Self.appear(&m, a)
+        _ = m.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        m.keyed(b, Self.key)
+        _ = m.update([(b, Self.muted(b))], muted: { _ in true }, now: 0)
+        #expect(m.shown(b, first: true, preexisting: false, muted: true, volume: Self.full, now: Self.ms).values == nil)
+    }
+
+    @Test func aValueLiftedLatelyCanStillBeSavedByAServerThatSavesLate() {
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        // Lifted 1 s before the stream ends (within the settle time): the server may save it after the lift.
+        var l = Self.ledger()
+        _ = Self.appear(&l, a)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        _ = l.update([(a, nil)], muted: { _ in true }, now: 1_000 * Self.ms)
+        #expect(l.removed(a, muted: false, now: 2_000 * Self.ms) == [Self.key])
+        #expect(Self.appear(&l, b, muted: true, now: 2_100 * Self.ms)?.mute == true)
+        // Lifted 3 s before: the server has long saved the unmute.
+        var m = Self.ledger()
+        _ = Self.appear(&m, a)
+        _ = m.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        _ = m.update([(a, nil)], muted: { _ in true }, now: 1_000 * Self.ms)
+        #expect(m.removed(a, muted: false, now: 4_000 * Self.ms) == [])
+        #expect(m.leaks.isEmpty)
+        #expect(Self.appear(&m, b, muted: true, now: 4_100 * Self.ms) == nil)
+    }
+
+    @Test func aServerThatAppliesSavedValuesLateIsWatchedForTheLeakWindow() {
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        for savesLate in [false, true] {
+            var l = Self.ledger(savesLate: savesLate)
+            _ = Self.appear(&l, a)
+            _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+            _ = l.removed(a, muted: true, now: Self.ms)
+            // WirePlumber gives the stream its saved mute only after it appeared unmuted.
+            #expect(Self.appear(&l, b, muted: false, now: 10 * Self.ms) == nil)
+            #expect(l.watching(b, now: 500 * Self.ms) == savesLate)
+            let later = l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 500 * Self.ms)
+            #expect((later.values?.mute == true) == savesLate, "savesLate \(savesLate)")
+            #expect(!l.watching(b, now: 600 * Self.ms), "the watch ends once the value is handed over")
+        }
+        // After the window, a mute is the user's.
+        var l = Self.ledger(savesLate: true)
+        _ = Self.appear(&l, a)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        _ = l.removed(a, muted: true, now: Self.ms)
+        _ = Self.appear(&l, b, now: 10 * Self.ms)
+        #expect(l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 2_100 * Self.ms).values == nil)
+        #expect(!l.watching(b, now: 2_100 * Self.ms))
+    }
+
+    @Test func audiodsOwnWriteEndsTheWatch() {
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        var l = Self.ledger(savesLate: true)
+        _ = Self.appear(&l, a)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        _ = l.removed(a, muted: true, now: Self.ms)
+        _ = Self.appear(&l, b, now: 10 * Self.ms)
+        l.wrote(b)
+        #expect(l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 20 * Self.ms).values == nil)
+    }
+
+    @Test func theUsersChangeMakesTheEntryTheUsersAgain() {
+        let a = StreamID.playback(1), b = StreamID.playback(2), c = StreamID.playback(3)
+        var l = Self.ledger()
+        _ = Self.appear(&l, a)
+        _ = Self.appear(&l, b)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        _ = l.update([(a, nil)], muted: { _ in false }, now: Self.ms)
+        _ = l.removed(a, muted: false, now: 2 * Self.ms)
+        #expect(l.leaks[Self.key] != nil)
+        // audiod's own write shown on `b` is no news to the entry's recent values, but it is saved: the leak goes.
+        #expect(l.changed(b, byAudiod: true) == [Self.key])
+        #expect(l.policySources(key: Self.key, now: 3 * Self.ms).count == 1, "audiod's recent mute of `a` stays")
+        // The user turns `b` in a mixer: saved after everything audiod set on the key.
+        #expect(l.changed(b, byAudiod: false) == [])
+        #expect(l.policySources(key: Self.key, now: 4 * Self.ms).isEmpty)
+        #expect(Self.appear(&l, c, muted: true, now: 5 * Self.ms) == nil)
+    }
+
+    @Test func aStreamAudiodHoldsSomethingOnChangesNothingInTheLedger() {
+        let a = StreamID.playback(1)
+        var l = Self.ledger()
+        _ = Self.appear(&l, a)
+        l.recorded(Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil), for: Self.key)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        #expect(l.changed(a, byAudiod: false) == [])
+        #expect(l.leaks[Self.key] != nil)
+    }
+
+    @Test func streamsFoundAtConnectionAllShowTheLeakUntilTheListIsReported() {
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        // A crashed run left a mute in the entry; two of the app's streams still play, both showing it.
+        var l = RestoreLedger(
+            leaks: [Self.key: Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)], volumeTolerance: 64,
+            leakWindowNanoseconds: 2_000 * Self.ms, restoreSettleNanoseconds: 2_000 * Self.ms)
+        #expect(Self.appear(&l, a, muted: true, preexisting: true)?.mute == true)
+        #expect(Self.appear(&l, b, muted: true, preexisting: true)?.mute == true)
+        #expect(l.leaks[Self.key] != nil)
+        l.connectionListReported()
+        #expect(l.leaks.isEmpty)
+        // A new stream after that starts from the user's entry.
+        #expect(Self.appear(&l, StreamID.playback(3), muted: true, now: Self.ms) == nil)
+    }
+
+    @Test func aDroppedConnectionForgetsItsStreamsButNotWhatAudiodAppliedOrLeft() {
+        let a = StreamID.playback(1), b = StreamID.playback(2)
+        var l = Self.ledger()
+        _ = Self.appear(&l, a)
+        _ = Self.appear(&l, b)
+        _ = l.update([(a, Self.muted(a)), (b, Self.duck(b))], muted: { _ in false }, now: 0)
+        l.recorded(Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil), for: Self.other)
+        let before = l.journal(cookie: 7)
+        #expect(before.entries.count == 2)
+        #expect(before.entries.allSatisfy { $0.restoreKey == Self.key })
+        l.connectionDropped()
+        #expect(l.key(of: a) == nil)
+        let after = l.journal(cookie: 7)
+        #expect(after.entries.count == 2, "the journal still names what audiod applied")
+        #expect(after.leaks == before.leaks)
+        #expect(l.policySources(key: Self.key, now: Self.ms).isEmpty, "nothing of the old streams is a sibling")
+    }
+
+    @Test func theRepairAfterAWriteTakesOutOnlyAudiodsValues() {
+        let a = StreamID.playback(1)
+        var l = Self.ledger()
+        _ = Self.appear(&l, a)
+        #expect(l.entryToRepair(after: a) == nil, "nothing applied, nothing to repair")
+        _ = l.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        #expect(l.entryToRepair(after: a) == Self.key)
+        // The server saved the duck; the user's mute of the app stays.
+        let saved = RestoreLedger.Entry(key: Self.key, muted: true, volume: Self.ducked)
+        let r = l.repair(after: a, saved, now: Self.ms)
+        #expect(r?.volume == Self.full)
+        #expect(r?.muted == true, "a duck does not unmute what the user muted")
+        #expect(r?.because.contains("duck of sink-input 1 ") == true)
+        // An entry at the user's own volume is written as it is.
+        let own = RestoreLedger.Entry(key: Self.key, muted: false, volume: [30000, 30000])
+        #expect(l.repair(after: a, own, now: Self.ms)?.volume == [30000, 30000])
+        // audiod's mute is taken out.
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 2 * Self.ms)
+        #expect(l.repair(after: a, RestoreLedger.Entry(key: Self.key, muted: true, volume: Self.full), now: 3 * Self.ms)?.muted == false)
+        // Another key's entry is not this stream's.
+        #expect(l.repair(after: a, RestoreLedger.Entry(key: Self.other, muted: true, volume: Self.full), now: 3 * Self.ms) == nil)
+    }
+
+    @Test func repairingRecordedLeaksForgetsKeysTheServerHasNoEntryFor() {
+        var l = RestoreLedger(
+            leaks: [
+                Self.key: Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil),
+                Self.other: Journal.Leak(unmute: false, appliedVolume: Self.ducked, restoreVolume: Self.full),
+            ], volumeTolerance: 64, leakWindowNanoseconds: 0, restoreSettleNanoseconds: 0)
+        // A server that cannot list its entries: nothing is forgotten.
+        let none = l.repairRecorded(nil, now: 0)
+        #expect(none.repairs.isEmpty)
+        #expect(l.leaks.count == 2)
+        let (repairs, journal) = l.repairRecorded([RestoreLedger.Entry(key: Self.other, muted: false, volume: Self.ducked)], now: 0)
+        #expect(repairs == [RestoreLedger.Repair(
+            key: Self.other, muted: false, volume: Self.full,
+            because: "the journal records a policy value audiod left in the entry")])
+        #expect(journal.sorted() == [Self.other, Self.key].sorted())
+        #expect(l.leaks.isEmpty)
+    }
+
+    @Test func blindRepairsWriteTheUsersMuteAndStayUntilTheServerShowsThem() {
+        var l = RestoreLedger(
+            leaks: [
+                Self.key: Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil),
+                Self.other: Journal.Leak(unmute: false, appliedVolume: Self.ducked, restoreVolume: Self.full, userMuted: true),
+            ], volumeTolerance: 64, leakWindowNanoseconds: 0, restoreSettleNanoseconds: 0)
+        let writes = l.blindRepairs
+        #expect(writes.map(\.key) == [Self.other, Self.key])
+        #expect(writes[0].muted == true && writes[0].volume == Self.full, "a duck's repair keeps the user's own mute")
+        #expect(writes[1].muted == false && writes[1].volume.isEmpty, "a mute's repair leaves the volume alone")
+        let listed = [
+            RestoreLedger.Entry(key: Self.key, muted: false, volume: [1000]),
+            RestoreLedger.Entry(key: Self.other, muted: true, volume: Self.ducked),
+        ]
+        #expect(l.shows(writes[1], in: listed))
+        #expect(!l.shows(writes[0], in: listed), "WirePlumber has not taken the volume yet")
+        #expect(l.confirmed([Self.key]) == [Self.key])
+        #expect(l.leaks.keys.sorted() == [Self.other])
+    }
+
+    @Test func theRecentValuesOfAKeyAreBounded() {
+        var l = Self.ledger()
+        let ids = (1...20).map { StreamID.playback(UInt32($0)) }
+        for id in ids { l.keyed(id, Self.key) }
+        for (n, id) in ids.enumerated() {
+            _ = l.update([(id, Self.muted(id))], muted: { _ in true }, now: UInt64(n) * Self.ms)
+            _ = l.update([(id, nil)], muted: { _ in nil }, now: UInt64(n) * Self.ms)
+        }
+        #expect(l.policySources(key: Self.key, now: 30 * Self.ms).count == RestoreLedger.recentPerKey)
+        #expect(l.policySources(key: Self.key, now: 3_000 * Self.ms).isEmpty, "none older than the settle time")
+    }
+}
