@@ -67,7 +67,7 @@ let package = Package(
         // links the transport and the vocabulary, never the engine or the service.
         .target(
             name: "AudiodClient",
-            dependencies: ["DBusTransport", "AudioVocabulary"],
+            dependencies: ["DBusTransport", "LoopThread", "AudioVocabulary"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // Who an app is, as the desktop knows it (SPEC §7): a pure resolver over what one small reader of /proc,
@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "PulseBackend",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "CPulse", "PulseLoop", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AppIdentity", "CPulse", "PulseLoop", "LoopThread", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -89,7 +89,7 @@ let package = Package(
         .target(
             name: "AudiodCore",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "DBusService", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "LoopThread", "DBusService", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -104,7 +104,7 @@ let package = Package(
         .executableTarget(
             name: "audiod",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "PulseLoop", "DBusService", "AudiodConfig",
+                "AudioPolicy", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "DBusService", "AudiodConfig",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -122,7 +122,7 @@ let package = Package(
         // Test support (no product): a private bus and sound server per test run, client processes, an observer.
         .target(
             name: "AudiodTestKit",
-            dependencies: ["AudiodCore", "DBusService", "PulseBackend", "PulseLoop", "CPulse"],
+            dependencies: ["AudiodCore", "DBusService", "PulseBackend", "PulseLoop", "LoopThread", "CPulse"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .executableTarget(
@@ -134,7 +134,7 @@ let package = Package(
         .executableTarget(
             name: "AudiodBenchmarks",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "PulseLoop", "DBusService", "AudiodTestKit",
+                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "DBusService", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -150,7 +150,7 @@ let package = Package(
         .testTarget(
             name: "PulseBackendTests",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "AudiodCore", "AudiodTestKit",
+                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "LoopThread", "AudiodCore", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -159,14 +159,19 @@ let package = Package(
         .testTarget(
             name: "AudiodTests",
             dependencies: [
-                "AudiodTestKit", "AudioPolicy", "AppIdentity", "DBusService", "AudiodCore", "PulseBackend", "PulseLoop", "AudiodClient",
+                "AudiodTestKit", "AudioPolicy", "AppIdentity", "DBusService", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "AudiodClient",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
+            name: "LoopThreadTests",
+            dependencies: ["LoopThread"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
             name: "DBusServiceTests",
-            dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "PulseLoop", "AudiodTestKit"],
+            dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "AudiodTestKit"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

@@ -1,6 +1,7 @@
 import AudioPolicy
 import Foundation
 import Logging
+import LoopThread
 import PulseBackend
 import PulseLoop
 import Synchronization
@@ -12,7 +13,8 @@ func nowNs() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 final class Observer: @unchecked Sendable {
     struct Seen { var muted: Bool; var volume: UInt32; var role: String?; var corked: Bool; var at: UInt64 }
     let loop: MainLoop
-    let backend: PulseBackend
+    /// Made before the loop runs, used only on it.
+    private let backend: LoopBound<PulseBackend>
     private let seen = Mutex<[UInt32: Seen]>([:])
     /// When each stream was first seen muted (kept after it is gone), for the churn's decision lag.
     private let firstMuted = Mutex<[UInt32: UInt64]>([:])
@@ -22,11 +24,11 @@ final class Observer: @unchecked Sendable {
 
     init(server: String, logger: Logger) throws {
         loop = try MainLoop()
-        backend = PulseBackend(loop: loop, options: .init(server: server, clientName: "observer"), logger: logger)
+        let b = loop.bind(PulseBackend(loop: loop, options: .init(server: server, clientName: "observer"), logger: logger))
+        backend = b
         loop.start()
-        let b = backend
         loop.sync { [self] in
-            b.onEvent = { [self] e in
+            b.value.onEvent = { [self] e in
                 guard case .policy(let ev) = e else { return }
                 let t = nowNs()
                 switch ev {
@@ -43,7 +45,7 @@ final class Observer: @unchecked Sendable {
                 default: break
                 }
             }
-            b.start()
+            b.value.start()
         }
     }
 
@@ -80,7 +82,7 @@ final class Observer: @unchecked Sendable {
 
     func stop() {
         let b = backend
-        loop.sync { b.stop() }
+        loop.sync { b.value.stop() }
         loop.stop()
     }
 }

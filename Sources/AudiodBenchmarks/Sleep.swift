@@ -3,6 +3,7 @@ import AudiodTestKit
 import DBusTransport
 import Foundation
 import Glibc
+import LoopThread
 import PulseBackend
 import PulseLoop
 import Synchronization
@@ -14,7 +15,7 @@ import Synchronization
 final class SleepLogind: @unchecked Sendable {
     // @unchecked: the connection lives on `loop`'s thread; the rest is behind Mutexes.
     let loop: MainLoop
-    private var connection: DBusConnection?
+    private var connection: LoopBound<DBusConnection>?
     /// The read ends of the pipes handed out, and when each was seen closed by every writer.
     private let held = Mutex<[Int32]>([])
     private let released = Mutex<[UInt64]>([])
@@ -25,12 +26,12 @@ final class SleepLogind: @unchecked Sendable {
         let loop = try MainLoop()
         self.loop = loop
         loop.start()
-        let made: Result<DBusConnection, DBusError> = loop.sync {
+        let made: Result<LoopBound<DBusConnection>, DBusError> = loop.sync {
             do {
                 let c = try DBusConnection(address: address, loop: loop)
                 c.onMessage = { [weak self] m in self?.handle(m, c) }
                 try c.requestName("org.freedesktop.login1")
-                return .success(c)
+                return .success(loop.bind(c))
             } catch let e as DBusError {
                 return .failure(e)
             } catch {
@@ -82,7 +83,7 @@ final class SleepLogind: @unchecked Sendable {
     func prepareForSleep(_ going: Bool) {
         let c = connection
         loop.sync {
-            guard let c, let s = DBusMessage.signal(path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager", member: "PrepareForSleep")
+            guard let c = c?.value, let s = DBusMessage.signal(path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager", member: "PrepareForSleep")
             else { return }
             s.append([.bool(going)])
             _ = c.send(s)
@@ -94,7 +95,7 @@ final class SleepLogind: @unchecked Sendable {
         stop.store(true, ordering: .relaxed)
         let c = connection
         connection = nil
-        loop.sync { c?.close() }
+        loop.sync { c?.value.close() }
         loop.stop()
         for fd in held.withLock({ $0 }) { Glibc.close(fd) }
     }

@@ -207,21 +207,23 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     defer { observer.stop() }
     let floorLoop = try MainLoop()
     floorLoop.start()
-    let direct = PulseBackend(loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger)
+    let direct = floorLoop.sync {
+        floorLoop.bind(PulseBackend(loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger))
+    }
     // The direct client only touches streams it has read: the floor waits until it knows them all.
     let known = Mutex<Set<UInt32>>([])
     floorLoop.sync {
-        direct.onEvent = { e in
+        direct.value.onEvent = { e in
             switch e {
             case .policy(.streamAppeared(let i)), .policy(.streamChanged(let i)): _ = known.withLock { $0.insert(i.id.index) }
             case .policy(.streamRemoved(let id)): _ = known.withLock { $0.remove(id.index) }
             default: break
             }
         }
-        direct.start()
+        direct.value.start()
     }
-    defer { floorLoop.sync { direct.stop() }; floorLoop.stop() }
-    guard waitFor(10, { floorLoop.sync { direct.isConnected } }) else { throw BenchFailure("direct client did not connect") }
+    defer { floorLoop.sync { direct.value.stop() }; floorLoop.stop() }
+    guard waitFor(10, { floorLoop.sync { direct.value.isConnected } }) else { throw BenchFailure("direct client did not connect") }
 
     // Activation → competing streams muted, with 2 sessions (one stream), then 100 (1, 10 and 100 streams).
     let plans: [(extra: Int, streams: String)] = ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map {
@@ -267,10 +269,10 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             }
             for _ in 0..<rounds {
                 let t0 = nowNs()
-                floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, true) }) }
+                floorLoop.sync { direct.value.apply(ids.map { .setStreamMute($0, true) }) }
                 guard let t1 = observer.wait(indexes, muted: true) else { throw BenchFailure("floor: not muted") }
                 lat.floor.append(t1 - t0)
-                floorLoop.sync { direct.apply(ids.map { .setStreamMute($0, false) }) }
+                floorLoop.sync { direct.value.apply(ids.map { .setStreamMute($0, false) }) }
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
             }
             if n == 1, extra > 0, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {

@@ -1,5 +1,6 @@
 import AudioVocabulary
 import DBusTransport
+import LoopThread
 import Foundation
 import Synchronization
 
@@ -65,7 +66,7 @@ public final class AudiodConnection: @unchecked Sendable {
     static let propertiesInterface = "org.freedesktop.DBus.Properties"
 
     let loop: PollLoop
-    private var connection: DBusConnection?
+    private var connection: LoopBound<DBusConnection>?
     private let closed = Mutex(false)
     /// The unique name that owns `org.audiod.AudioSession1` now (loop thread only).
     private var audiodOwner: String?
@@ -84,7 +85,7 @@ public final class AudiodConnection: @unchecked Sendable {
         }
         loop.start()
         let l = loop
-        let made: Result<DBusConnection, DBusError> = loop.sync { [self] in
+        let made: Result<LoopBound<DBusConnection>, DBusError> = loop.sync { [self] in
             do {
                 let c = try DBusConnection(address: address, loop: l)
                 // audiod's signals are believed only from the connection that owns its name now: follow the owner
@@ -124,7 +125,7 @@ public final class AudiodConnection: @unchecked Sendable {
                     lost.withLock { $0 = true }
                     for c in subscribers.withLock({ s in defer { s.removeAll() }; return Array(s.values) }) { c.finish() }
                 }
-                return .success(c)
+                return .success(l.bind(c))
             } catch let e as DBusError {
                 return .failure(e)
             } catch {
@@ -147,9 +148,9 @@ public final class AudiodConnection: @unchecked Sendable {
         guard closed.withLock({ c in defer { c = true }; return !c }) else { return }
         let c = connection
         if loop.isOnLoop {
-            c?.close()
+            c?.value.close()
         } else {
-            loop.sync { c?.close() }
+            loop.sync { c?.value.close() }
         }
         loop.stop()
         for c in subscribers.withLock({ s in defer { s.removeAll() }; return Array(s.values) }) { c.finish() }
@@ -159,7 +160,7 @@ public final class AudiodConnection: @unchecked Sendable {
     public var uniqueName: String {
         guard !closed.withLock({ $0 }) else { return "" }
         let c = connection
-        return loop.sync { c?.uniqueName ?? "" }
+        return loop.sync { c?.value.uniqueName ?? "" }
     }
 
     /// Every signal audiod emits from now on, and `org.freedesktop.DBus.NameOwnerChanged` for audiod's name (its
@@ -183,7 +184,7 @@ public final class AudiodConnection: @unchecked Sendable {
         let c = connection
         let result: Result<[DBusValue], AudiodError> = await withCheckedContinuation { cont in
             loop.execute {
-                guard let c, let m = DBusMessage.methodCall(destination: Self.busName, path: path, interface: interface, member: member)
+                guard let c = c?.value, let m = DBusMessage.methodCall(destination: Self.busName, path: path, interface: interface, member: member)
                 else {
                     return cont.resume(returning: .failure(AudiodError(name: "org.freedesktop.DBus.Error.Failed", message: "not connected")))
                 }

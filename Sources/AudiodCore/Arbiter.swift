@@ -11,9 +11,9 @@ import PulseLoop
 ///
 /// Everything runs on the loop thread, the engine included: a D-Bus request, the decision and the server
 /// operation follow each other without a thread hop, which is what keeps "a client asks → another app is silenced"
-/// close to the floor (docs/BENCHMARKS.md). Other threads use `loop.execute`/`loop.sync`.
-public final class Arbiter: @unchecked Sendable {
-    // @unchecked: every stored property is touched only on `loop`'s thread (see the type's comment).
+/// close to the floor (docs/BENCHMARKS.md). Not Sendable: other threads hold it only as a `LoopBound`
+/// (`loop.bind`), which they open inside `loop.execute`/`loop.sync`.
+public final class Arbiter {
 
     public let loop: MainLoop
     public private(set) var engine: Engine

@@ -3,6 +3,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
+import LoopThread
 import PulseBackend
 import PulseLoop
 
@@ -36,29 +37,30 @@ public enum JournalRestore {
             return Outcome(hadJournal: false, connected: false, leaksRepaired: 0, journalKept: false)
         }
         let loop = try MainLoop()
+        // Made before the loop runs; from then on opened only on it.
+        let result = loop.bind(ResultBox())
         loop.start()
         defer { loop.stop() }
         let done = DispatchSemaphore(value: 0)
-        let result = ResultBox()
         loop.execute {
             let backend = PulseBackend(loop: loop, options: options, logger: logger)
-            result.backend = backend
+            result.value.backend = backend
             backend.onEvent = { event in
                 switch event {
                 case .policy(let e):
                     // The engine puts back what the journal says an earlier run left, by the same effects as in a
                     // running audiod (journaled first); under `restoreOnly` it silences nothing itself.
-                    let effects = result.engine.handle(e, at: Instant(nanoseconds: result.clock.next()))
-                    backend.updateApplied(all: result.engine.appliedChanges)
+                    let effects = result.value.engine.handle(e, at: Instant(nanoseconds: result.value.clock.next()))
+                    backend.updateApplied(all: result.value.engine.appliedChanges)
                     backend.apply(effects)
                 case .connected:
-                    guard !result.finished else { return }
+                    guard !result.value.finished else { return }
                     // Every stream has been reported by now and its operations sent; the leaks follow, then the
                     // acknowledgements.
                     backend.repairRecordedLeaks { repaired, left in
-                        guard !result.finished else { return }
-                        result.finished = true
-                        result.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
+                        guard !result.value.finished else { return }
+                        result.value.finished = true
+                        result.value.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
                         backend.stop()
                         done.signal()
                     }
@@ -67,24 +69,24 @@ public enum JournalRestore {
                 }
             }
             backend.start()
-            result.timer = loop.timer(afterNanoseconds: timeoutNanoseconds) {
-                guard !result.finished else { return }
-                result.finished = true
+            result.value.timer = loop.timer(afterNanoseconds: timeoutNanoseconds) {
+                guard !result.value.finished else { return }
+                result.value.finished = true
                 backend.stop()
                 done.signal()
             }
         }
         done.wait()
         return loop.sync {
-            result.timer?.cancel()
-            result.backend = nil
-            return result.outcome
+            result.value.timer?.cancel()
+            result.value.backend = nil
+            return result.value.outcome
         }
     }
 }
 
 /// The restore's state, touched only on its loop thread.
-private final class ResultBox: @unchecked Sendable {
+private final class ResultBox {
     var backend: PulseBackend?
     var engine = Engine(settings: .restoreOnly)
     var clock = StepClock()

@@ -1,6 +1,7 @@
 import AudiodCore
 import DBusService
 import Foundation
+import LoopThread
 import PulseBackend
 import PulseLoop
 import Synchronization
@@ -9,7 +10,7 @@ import Synchronization
 /// and every signal audiod emits, recorded in order.
 public final class BusClient: @unchecked Sendable {
     public let loop: MainLoop
-    private var connection: DBusConnection?
+    private var connection: LoopBound<DBusConnection>?
     private let signals = Mutex<[(path: String, member: String, args: [DBusValue], at: Date)]>([])
 
     /// `recordSignals: false` for a client that only calls: dbus-daemon then routes audiod's signals elsewhere.
@@ -26,7 +27,7 @@ public final class BusClient: @unchecked Sendable {
         }
     }
 
-    public var uniqueName: String { let c = connection; return loop.sync { c?.uniqueName ?? "" } }
+    public var uniqueName: String { let c = connection; return loop.sync { c?.value.uniqueName ?? "" } }
 
     /// Calls a method of audiod; the reply's arguments or the error it answered.
     public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
@@ -37,7 +38,7 @@ public final class BusClient: @unchecked Sendable {
     /// forged bus-driver signals, descriptors.
     public func send(_ m: DBusMessage) {
         let c = connection
-        loop.sync { _ = c?.send(m) }
+        loop.sync { _ = c?.value.send(m) }
     }
 
     /// A method call to the bus driver (`org.freedesktop.DBus`).
@@ -53,7 +54,7 @@ public final class BusClient: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         loop.execute {
             for i in 0..<count {
-                guard let c, let m = make(i) else {
+                guard let c = c?.value, let m = make(i) else {
                     results.withLock { $0[i] = .failure(.failed("bad call")) }
                     if results.withLock({ $0.count }) == count { done.signal() }
                     continue
@@ -88,7 +89,7 @@ public final class BusClient: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         let box = Mutex<Result<[DBusValue], DBusError>?>(nil)
         loop.execute {
-            guard let c, let m = DBusMessage.methodCall(destination: destination, path: path, interface: interface, member: member)
+            guard let c = c?.value, let m = DBusMessage.methodCall(destination: destination, path: path, interface: interface, member: member)
             else {
                 box.withLock { $0 = .failure(.failed("bad call")) }
                 done.signal()
@@ -160,7 +161,7 @@ public final class BusClient: @unchecked Sendable {
     public func close() {
         guard let c = connection else { return }
         connection = nil
-        loop.sync { c.close() }
+        loop.sync { c.value.close() }
         loop.stop()
     }
 }
@@ -172,7 +173,7 @@ public final class ScriptedPlayer: @unchecked Sendable {
     // @unchecked: `connection` and the script live on `loop`'s thread; `calls` is a Mutex.
     public let loop: MainLoop
     public let busName: String
-    private var connection: DBusConnection?
+    private var connection: LoopBound<DBusConnection>?
     private let calls = Mutex<[String]>([])
     private let state = Mutex<(status: String, getAnswer: String?, announceOnGet: String?)>(("Stopped", nil, nil))
 
@@ -203,7 +204,7 @@ public final class ScriptedPlayer: @unchecked Sendable {
     private func emitStatus(_ status: String) {
         let c = connection
         loop.sync {
-            guard let c, let s = DBusMessage.signal(
+            guard let c = c?.value, let s = DBusMessage.signal(
                 path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
             else { return }
             s.append([.string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(status))]), .strings([])])
@@ -239,20 +240,20 @@ public final class ScriptedPlayer: @unchecked Sendable {
     public func close() {
         let c = connection
         connection = nil
-        loop.sync { c?.close() }
+        loop.sync { c?.value.close() }
         loop.stop()
     }
 }
 
 /// Connects on `loop`'s thread and sets the connection up there (the connection is confined to that thread).
 private func connect(_ address: String, on loop: MainLoop, _ setUp: @escaping @Sendable (DBusConnection) throws -> Void)
-    throws -> DBusConnection
+    throws -> LoopBound<DBusConnection>
 {
-    let made: Result<DBusConnection, DBusError> = loop.sync {
+    let made: Result<LoopBound<DBusConnection>, DBusError> = loop.sync {
         do {
             let c = try DBusConnection(address: address, loop: loop)
             try setUp(c)
-            return .success(c)
+            return .success(loop.bind(c))
         } catch let e as DBusError {
             return .failure(e)
         } catch {

@@ -388,9 +388,9 @@ private func take(_ e: inout CDBus.DBusError) -> DBusError? {
 
 // MARK: - Connection
 
-/// A private connection to a bus, joined to a `DBusLoop`. Confined to the loop thread.
-public final class DBusConnection: @unchecked Sendable {
-    // @unchecked: confined to the loop thread; other threads only pass it into closures they run there.
+/// A private connection to a bus, joined to a `DBusLoop`. Confined to the loop thread: not Sendable, so other
+/// threads hold it only as a `LoopBound` (`PollLoop.bind`, `MainLoop.bind`).
+public final class DBusConnection {
 
     let raw: OpaquePointer
     /// The loop the connection runs on (for timers of its users).

@@ -74,6 +74,12 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
 
     public var isOnLoop: Bool { thread.isOnLoop }
 
+    /// `value`, to hand to other threads that may only give it back to this loop: opened off the loop thread, it
+    /// traps.
+    public func bind<Value>(_ value: Value, file: StaticString = #fileID, line: UInt = #line) -> LoopBound<Value> {
+        LoopBound(value, on: thread, file: file, line: line)
+    }
+
     /// Runs `work` on the loop thread, soon.
     public func execute(_ work: @escaping @Sendable () -> Void) { thread.execute(work) }
 

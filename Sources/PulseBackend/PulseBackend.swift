@@ -4,6 +4,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
+import LoopThread
 import PulseLoop
 
 /// What the backend tells its owner, on the loop thread.
@@ -27,8 +28,8 @@ public enum BackendEvent: Sendable, Equatable {
 /// - *Nothing left behind.* What audiod applied is journaled before it is sent; restore databases are kept at the
 ///   user's values (module-stream-restore is rewritten; a stream that starts with a policy value audiod left in
 ///   any restore database is put back at once).
-public final class PulseBackend: @unchecked Sendable {
-    // @unchecked: confined to `loop`'s thread; other threads only hand it to closures they run there.
+public final class PulseBackend {
+    // Not Sendable: confined to `loop`'s thread; other threads hold it only as a `LoopBound` (`loop.bind`).
     public struct Options: Sendable {
         /// The server to connect to; nil for libpulse's default (`$PULSE_SERVER`, then the user's server).
         public var server: String?
@@ -548,9 +549,10 @@ public final class PulseBackend: @unchecked Sendable {
         loadingDesktopEntries = true
         let dirs = DesktopEntryIndex.applicationDirectories(environment: ProcessInfo.processInfo.environment)
         let loop = self.loop
-        DispatchQueue.global(qos: .utility).async { [weak self] in
+        let me = loop.bind(self)
+        DispatchQueue.global(qos: .utility).async {
             let box = IndexBox(DesktopEntryIndex(directories: dirs))
-            loop.execute { [weak self] in self?.desktopEntriesLoaded(box.index) }
+            loop.execute { me.value.desktopEntriesLoaded(box.index) }
         }
     }
 

@@ -112,6 +112,12 @@ public final class MainLoop: @unchecked Sendable {
     /// Whether the caller runs on the loop thread.
     public var isOnLoop: Bool { thread.isOnLoop }
 
+    /// `value`, to hand to other threads that may only give it back to this loop (`execute`): opened off the loop
+    /// thread, it traps.
+    public func bind<Value>(_ value: Value, file: StaticString = #fileID, line: UInt = #line) -> LoopBound<Value> {
+        LoopBound(value, on: thread, file: file, line: line)
+    }
+
     /// Traps in debug builds when called off the loop thread while it runs (`LoopThread.assertOnLoop`).
     public func assertOnLoop(_ function: StaticString = #function, file: StaticString = #fileID, line: UInt = #line) {
         thread.assertOnLoop(function, file: file, line: line)

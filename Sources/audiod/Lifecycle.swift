@@ -6,6 +6,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
+import LoopThread
 import PulseBackend
 import PulseLoop
 
@@ -63,17 +64,23 @@ struct Lifecycle {
 
         let loop = try MainLoop()
         loop.start()
-        let arbiter = Arbiter(loop: loop, settings: settings, backend: options, statePath: statePath, logger: logger)
         let log = logger
         let address = busAddress
         let bounds = busBounds
-        let serviceBox = ServiceBox()
         let configPath = configPath
-        arbiter.readSettings = {
-            guard let path = configPath ?? ConfigFile.find() else { return nil }
-            return (try ConfigFile.load(path: path), path)
+        let (settings, options, statePath) = (settings, options, statePath)
+        // Both live on the loop thread; this thread holds them only to hand them back to it.
+        let (bound, serviceBox) = loop.sync {
+            let arbiter = Arbiter(loop: loop, settings: settings, backend: options, statePath: statePath, logger: log)
+            arbiter.readSettings = {
+                guard let path = configPath ?? ConfigFile.find() else { return nil }
+                return (try ConfigFile.load(path: path), path)
+            }
+            return (loop.bind(arbiter), loop.bind(ServiceBox()))
         }
         let started: Result<Void, DBusError> = loop.sync {
+            let arbiter = bound.value
+            let serviceBox = serviceBox.value
             do {
                 let bus = try DBusConnection(address: address, loop: loop, bounds: bounds)
                 let service = AudioSessionService(bus: bus, host: arbiter, logger: log)
@@ -112,7 +119,7 @@ struct Lifecycle {
             }
         }
         if case .failure(let e) = started {
-            stop(arbiter, loop, serviceBox, waitForBus: false)
+            stop(bound, loop, serviceBox, waitForBus: false)
             throw Failure(description: "cannot serve on the session bus: \(e.message)")
         }
 
@@ -122,7 +129,7 @@ struct Lifecycle {
             var sig: Int32 = 0
             guard sigwait(&signals, &sig) == 0 else { continue }
             switch sig {
-            case SIGHUP: reload(arbiter, loop)
+            case SIGHUP: reload(bound, loop)
             case SIGUSR1:
                 busGone = true
                 break waiting
@@ -134,14 +141,14 @@ struct Lifecycle {
                 break waiting
             }
         }
-        stop(arbiter, loop, serviceBox, waitForBus: !busGone && !busStalled)
+        stop(bound, loop, serviceBox, waitForBus: !busGone && !busStalled)
         if busGone { throw Failure(description: "the session bus went away; every stream change was undone") }
         if busStalled { throw Failure(description: "the session bus stopped reading; every stream change was undone") }
     }
 
     /// SIGHUP: re-read the config, as `Reload` does; a broken file is logged and the settings in force stay.
-    private func reload(_ arbiter: Arbiter, _ loop: MainLoop) {
-        let outcome = loop.sync { arbiter.reloadConfig() }
+    private func reload(_ arbiter: LoopBound<Arbiter>, _ loop: MainLoop) {
+        let outcome = loop.sync { arbiter.value.reloadConfig() }
         switch outcome {
         case .reloaded(let file?): logger.info("SIGHUP: config reloaded from \(file)")
         case .reloaded(nil): logger.info("SIGHUP: no config file; the built-in settings are in force")
@@ -152,10 +159,11 @@ struct Lifecycle {
     /// Stopping in phases (docs/API.md): stop deciding → restore → wait for the server (bounded) → release the name
     /// and write what is queued for the bus (at most 1 s; not at all when the bus is gone or reads nothing) → close
     /// the connection, on the loop thread, before the loop ends.
-    private func stop(_ arbiter: Arbiter, _ loop: MainLoop, _ box: ServiceBox, waitForBus: Bool) {
+    private func stop(_ arbiter: LoopBound<Arbiter>, _ loop: MainLoop, _ bound: LoopBound<ServiceBox>, waitForBus: Bool) {
         let done = DispatchSemaphore(value: 0)
         loop.execute {
-            arbiter.shutdown {
+            let box = bound.value
+            arbiter.value.shutdown {
                 if waitForBus { box.service?.releaseName(within: 1_000_000_000) }
                 box.service?.close()
                 box.service = nil
@@ -171,7 +179,7 @@ struct Lifecycle {
 }
 
 /// The D-Bus service, made and used on the loop thread only.
-private final class ServiceBox: @unchecked Sendable {
+private final class ServiceBox {
     var service: AudioSessionService?
     var trim: LoopTimer?
 }

@@ -5,6 +5,7 @@ import DBusService
 import Foundation
 import Logging
 import PulseBackend
+import LoopThread
 import PulseLoop
 import Synchronization
 import Testing
@@ -18,7 +19,7 @@ struct BusStallTests {
     /// that never writes), to time audiod's mutes from outside audiod.
     final class StreamWatch: @unchecked Sendable {
         let loop: MainLoop
-        private var backend: PulseBackend?
+        private var backend: LoopBound<PulseBackend>?
         final class Recorder: Sendable {
             let list = Mutex<[(event: Event, at: UInt64)]>([])
         }
@@ -38,7 +39,7 @@ struct BusStallTests {
                     if case .policy(let ev) = e { recorder.list.withLock { $0.append((ev, DispatchTime.now().uptimeNanoseconds)) } }
                 }
                 b.start()
-                return b
+                return loop.bind(b)
             }
         }
 
@@ -64,7 +65,7 @@ struct BusStallTests {
 
         func stop() {
             let b = backend
-            loop.sync { b?.stop() }
+            loop.sync { b?.value.stop() }
             backend = nil
             loop.stop()
         }

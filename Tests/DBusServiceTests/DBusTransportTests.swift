@@ -2,6 +2,7 @@ import AudiodCore
 import AudiodTestKit
 import DBusService
 import Foundation
+import LoopThread
 import PulseBackend
 import PulseLoop
 import Testing
@@ -13,8 +14,8 @@ import Testing
     final class Pair: @unchecked Sendable {
         let bus: TestBus
         let loop: MainLoop
-        var service: DBusConnection?
-        var client: DBusConnection?
+        var service: LoopBound<DBusConnection>?
+        var client: LoopBound<DBusConnection>?
 
         init(bounds: DBusConnection.Bounds = DBusConnection.Bounds()) throws {
             bus = try TestBus()
@@ -22,7 +23,7 @@ import Testing
             loop.start()
             let address = bus.address
             let loop = self.loop
-            let result: Result<(DBusConnection, DBusConnection), DBusError> = loop.sync {
+            let result: Result<(LoopBound<DBusConnection>, LoopBound<DBusConnection>), DBusError> = loop.sync {
                 do {
                     let s = try DBusConnection(address: address, loop: loop, bounds: bounds)
                     try s.requestName("org.audiod.Test")
@@ -52,7 +53,7 @@ import Testing
                         }
                     }
                     let c = try DBusConnection(address: address, loop: loop)
-                    return .success((s, c))
+                    return .success((loop.bind(s), loop.bind(c)))
                 } catch let error as DBusError {
                     return .failure(error)
                 } catch {
@@ -67,7 +68,7 @@ import Testing
             let done = DispatchSemaphore(value: 0)
             let box = ReplyHolder()
             loop.execute {
-                guard let c, let m = DBusMessage.methodCall(
+                guard let c = c?.value, let m = DBusMessage.methodCall(
                     destination: "org.audiod.Test", path: "/org/audiod/Test", interface: "org.audiod.Test", member: member)
                 else {
                     done.signal()
@@ -86,8 +87,8 @@ import Testing
         func close() {
             let (s, c) = (service, client)
             loop.sync {
-                s?.close()
-                c?.close()
+                s?.value.close()
+                c?.value.close()
             }
             service = nil
             client = nil
@@ -139,8 +140,9 @@ import Testing
         final class Log: @unchecked Sendable { var events: [String] = [] }
         let log = Log()
         let done = DispatchSemaphore(value: 0)
-        let c = try #require(pair.client)
+        let bc = try #require(pair.client)
         pair.loop.execute {
+            let c = bc.value
             c.addMatch("type='signal',interface='org.audiod.Test',member='Tick'")
             c.onMessage = { m in
                 if m.member == "Tick", case .uint32(let i)? = m.arguments.first { log.events.append("tick \(i)") }
@@ -173,10 +175,11 @@ import Testing
     func stalledBus(bigFirst: Bool) throws {
         let pair = try Pair()
         defer { pair.close() }
-        let (s, c) = (try #require(pair.service), try #require(pair.client))
+        let (bs, bc) = (try #require(pair.service), try #require(pair.client))
         final class Log: @unchecked Sendable { var events: [String] = [] }
         let log = Log()
         pair.loop.sync {
+            let c = bc.value
             c.addMatch("type='signal',interface='org.audiod.Test'")
             c.onMessage = { m in
                 if m.kind == .signal, let name = m.member, case .uint32(let i)? = m.arguments.first { log.events.append("\(name) \(i)") }
@@ -195,6 +198,7 @@ import Testing
         }
         for i in 0..<count { expected.append("Tick \(i)") }
         pair.loop.execute {
+            let s = bs.value
             if bigFirst {
                 let big = String(repeating: "y", count: 4000)
                 for i in 0..<UInt32(300) {
@@ -208,7 +212,7 @@ import Testing
             }
         }
         // Everything is queued, the daemon still stopped: the loop answers other work at once, and holds the rest.
-        let queued = pair.loop.sync { s.queuedBytes }
+        let queued = pair.loop.sync { bs.value.queuedBytes }
         #expect(queued > 500_000, "only \(queued) bytes queued: the test did not fill the socket")
         let t0 = DispatchTime.now().uptimeNanoseconds
         for _ in 0..<20 { pair.loop.sync {} }
@@ -223,7 +227,7 @@ import Testing
         #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
         // The connection still works afterwards.
         #expect(pair.call("EchoReply", [.string("after")])?.arguments == [.string("after")])
-        #expect(pair.loop.sync { s.queuedBytes } == 0)
+        #expect(pair.loop.sync { bs.value.queuedBytes } == 0)
     }
 
     @Test("a bus daemon that reads nothing past the bound is reported once, and a queue past its size at once",
@@ -237,22 +241,22 @@ import Testing
             pair.bus.send(signal: SIGCONT)
             pair.close()
         }
-        let s = try #require(pair.service)
+        let bs = try #require(pair.service)
         final class Reports: @unchecked Sendable { var why: [String] = [] }
         let reports = Reports()
-        pair.loop.sync { s.onStalled = { reports.why.append($0) } }
+        pair.loop.sync { bs.value.onStalled = { reports.why.append($0) } }
         pair.bus.send(signal: SIGSTOP)
         let t0 = DispatchTime.now().uptimeNanoseconds
         let filler = String(repeating: "x", count: 1000)
         pair.loop.sync {
             for i in 0..<UInt32(800) {
-                s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+                bs.value.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
             }
         }
         #expect(waitFor(10) { pair.loop.sync { !reports.why.isEmpty } })
         let after = DispatchTime.now().uptimeNanoseconds - t0
         // Queue a little more: no second report.
-        _ = pair.loop.sync { s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(0), .string(filler)]) }
+        _ = pair.loop.sync { bs.value.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(0), .string(filler)]) }
         Thread.sleep(forTimeInterval: 0.2)
         let why = pair.loop.sync { reports.why }
         #expect(why.count == 1, "\(why)")

@@ -4,6 +4,7 @@ import AudiodTestKit
 import Foundation
 import Logging
 import PulseBackend
+import LoopThread
 import PulseLoop
 import Synchronization
 import Testing
@@ -11,7 +12,8 @@ import Testing
 /// An in-process arbiter (engine + real PulseBackend on its own loop thread) against a test run's server.
 final class LiveArbiter: @unchecked Sendable {
     let loop: MainLoop
-    let arbiter: Arbiter
+    /// Made before the loop runs, used only on it.
+    let arbiter: LoopBound<Arbiter>
     let server: TestServer
     private let statusLog = Mutex<[Bool]>([])
 
@@ -20,21 +22,21 @@ final class LiveArbiter: @unchecked Sendable {
         loop = try MainLoop()
         var logger = Logger(label: "audiod.test")
         logger.logLevel = ProcessInfo.processInfo.environment["AUDIOD_TEST_LOG"] != nil ? .debug : .critical
-        arbiter = Arbiter(
+        let a = loop.bind(Arbiter(
             loop: loop, settings: settings,
             backend: PulseBackend.Options(
                 server: server.pulseServer, journalPath: journal ?? "\(server.directory)/audiod/journal"),
-            logger: logger)
+            logger: logger))
+        arbiter = a
         loop.start()
-        let a = arbiter
         loop.sync { [self] in
-            a.onServerStatus = { [self] info in statusLog.withLock { $0.append(info != nil) } }
-            a.start()
+            a.value.onServerStatus = { [self] info in statusLog.withLock { $0.append(info != nil) } }
+            a.value.start()
         }
         guard waitFor(15, { self.connected }) else { throw TestKitError("the arbiter did not connect to \(server.kind)") }
     }
 
-    var connected: Bool { let a = arbiter; return loop.sync { a.serverInfo != nil } }
+    var connected: Bool { let a = arbiter; return loop.sync { a.value.serverInfo != nil } }
     /// Every ServerConnected change, in order.
     var statusChanges: [Bool] { statusLog.withLock { $0 } }
 
@@ -42,7 +44,7 @@ final class LiveArbiter: @unchecked Sendable {
     func shutdown() {
         let a = arbiter
         let done = DispatchSemaphore(value: 0)
-        loop.execute { a.shutdown { done.signal() } }
+        loop.execute { a.value.shutdown { done.signal() } }
         _ = done.wait(timeout: .now() + 10)
         loop.stop()
     }
@@ -50,7 +52,7 @@ final class LiveArbiter: @unchecked Sendable {
     /// Stops without restoring anything, as a crash would (the journal stays).
     func crash() {
         let a = arbiter
-        loop.sync { a.backend.stop() }
+        loop.sync { a.value.backend.stop() }
         loop.stop()
     }
 
@@ -59,8 +61,8 @@ final class LiveArbiter: @unchecked Sendable {
     func request(_ make: @escaping @Sendable (RequestID) -> Event) -> Reply? {
         let a = arbiter
         return loop.sync { () -> Reply? in
-            let r = a.makeRequestID()
-            for case .reply(r, let reply) in a.handle(make(r)) { return reply }
+            let r = a.value.makeRequestID()
+            for case .reply(r, let reply) in a.value.handle(make(r)) { return reply }
             return nil
         }
     }
@@ -92,13 +94,13 @@ final class LiveArbiter: @unchecked Sendable {
     /// The engine's view of a process's first playback stream.
     func playbackView(pid: pid_t) -> StreamView? {
         let a = arbiter
-        return loop.sync { a.engine.streamViews.first { $0.info.id.kind == .playback && $0.info.pid == UInt32(pid) } }
+        return loop.sync { a.value.engine.streamViews.first { $0.info.id.kind == .playback && $0.info.pid == UInt32(pid) } }
     }
 
     /// The engine's view of a stream.
     func streamView(_ index: UInt32, record: Bool = false) -> StreamView? {
         let a = arbiter
-        return loop.sync { a.engine.streamView(StreamID(record ? .record : .playback, index)) }
+        return loop.sync { a.value.engine.streamView(StreamID(record ? .record : .playback, index)) }
     }
 }
 

@@ -3,6 +3,7 @@ import AudiodTestKit
 import Foundation
 import Logging
 import PulseBackend
+import LoopThread
 import PulseLoop
 import Synchronization
 import Testing
@@ -21,10 +22,13 @@ struct StreamTrackingTests {
         loop.start()
         var logger = Logger(label: "audiod.test")
         logger.logLevel = .critical
-        let backend = PulseBackend(loop: loop, options: .init(server: server.pulseServer, clientName: "tracker"), logger: logger)
+        let log = logger
+        let backend = loop.sync {
+            loop.bind(PulseBackend(loop: loop, options: .init(server: server.pulseServer, clientName: "tracker"), logger: log))
+        }
         let known = Mutex<Set<UInt32>>([])
         loop.sync {
-            backend.onEvent = { e in
+            backend.value.onEvent = { e in
                 switch e {
                 case .policy(.streamAppeared(let i)) where i.id.kind == .playback:
                     _ = known.withLock { $0.insert(i.id.index) }
@@ -33,10 +37,10 @@ struct StreamTrackingTests {
                 default: break
                 }
             }
-            backend.start()
+            backend.value.start()
         }
-        defer { loop.sync { backend.stop() }; loop.stop() }
-        #expect(waitFor(10) { loop.sync { backend.isConnected } }, "the backend did not connect")
+        defer { loop.sync { backend.value.stop() }; loop.stop() }
+        #expect(waitFor(10) { loop.sync { backend.value.isConnected } }, "the backend did not connect")
 
         // One connection per stream: pipewire-pulse 0.3.65 crashes when a client closes a stream and at once opens
         // another on the same connection (the new stream's first data arrives on the reused channel).
@@ -104,7 +108,7 @@ struct StreamTrackingTests {
 /// A PulseBackend on its own loop, recording what it reports per stream.
 final class Tracker: @unchecked Sendable {
     let loop: MainLoop
-    let backend: PulseBackend
+    let backend: LoopBound<PulseBackend>
     private let seen = Mutex<[UInt32: [StreamInfo]]>([:])
 
     init(_ server: TestServer, name: String) throws {
@@ -112,19 +116,20 @@ final class Tracker: @unchecked Sendable {
         loop.start()
         var logger = Logger(label: "audiod.test")
         logger.logLevel = .critical
-        let b = PulseBackend(loop: loop, options: .init(server: server.pulseServer, clientName: name), logger: logger)
+        let (l, log) = (loop, logger)
+        let b = l.sync { l.bind(PulseBackend(loop: l, options: .init(server: server.pulseServer, clientName: name), logger: log)) }
         backend = b
         loop.sync { [weak self] in
-            b.onEvent = { [weak self] e in
+            b.value.onEvent = { [weak self] e in
                 switch e {
                 case .policy(.streamAppeared(let i)), .policy(.streamChanged(let i)):
                     self?.seen.withLock { $0[i.id.index, default: []].append(i) }
                 default: break
                 }
             }
-            b.start()
+            b.value.start()
         }
-        guard waitFor(10, { self.loop.sync { b.isConnected } }) else {
+        guard waitFor(10, { self.loop.sync { b.value.isConnected } }) else {
             stop()
             throw TestKitError("\(name) did not connect")
         }
@@ -132,13 +137,13 @@ final class Tracker: @unchecked Sendable {
 
     func latest(_ index: UInt32) -> StreamInfo? { seen.withLock { $0[index]?.last } }
     func reports(_ index: UInt32) -> [StreamInfo] { seen.withLock { $0[index] ?? [] } }
-    func apply(_ effects: [Effect]) { let b = backend; loop.sync { b.apply(effects) } }
+    func apply(_ effects: [Effect]) { let b = backend; loop.sync { b.value.apply(effects) } }
     func apply(_ effects: [Effect], clearingReportsOf index: UInt32) {
         let b = backend
         loop.sync {
             self.seen.withLock { $0[index] = [] }
-            b.apply(effects)
+            b.value.apply(effects)
         }
     }
-    func stop() { let b = backend; loop.sync { b.stop() }; loop.stop() }
+    func stop() { let b = backend; loop.sync { b.value.stop() }; loop.stop() }
 }
