@@ -38,7 +38,8 @@ public final class BusClient: @unchecked Sendable {
     /// forged bus-driver signals, descriptors.
     public func send(_ m: DBusMessage) {
         let c = connection
-        loop.sync { _ = c?.value.send(m) }
+        let handed = Handover(m)
+        loop.sync { _ = c?.value.send(handed.message) }
     }
 
     /// A method call to the bus driver (`org.freedesktop.DBus`).
@@ -299,4 +300,11 @@ public struct Daemon {
         child.signal(SIGTERM)
         _ = child.wait(timeout: 10)
     }
+}
+
+/// A message built on the test's thread and handed whole to the loop thread: messages are not Sendable (libdbus
+/// messages change as they are read and sent), and nothing touches this one on the test's thread afterwards.
+private final class Handover: @unchecked Sendable {
+    let message: DBusMessage
+    init(_ m: DBusMessage) { message = m }
 }

@@ -57,10 +57,10 @@ enum TypeCode {
 
 // MARK: - Messages
 
-/// A D-Bus message (owns one reference to a `DBusMessage*`).
-public final class DBusMessage: @unchecked Sendable {
-    // @unchecked: a message is built or read on one thread and then handed over whole; libdbus messages are not
-    // shared while mutable.
+/// A D-Bus message (owns one reference to a `DBusMessage*`). Not Sendable: libdbus changes a message as it is
+/// appended to, read (the header fields below are cached on first read) and sent, so it stays on the thread that made
+/// or received it.
+public final class DBusMessage {
     let raw: OpaquePointer
 
     public enum Kind: Sendable { case methodCall, methodReturn, error, signal, other }
