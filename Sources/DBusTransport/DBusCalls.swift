@@ -5,7 +5,7 @@
 // PulseAudio's own dbus-util does; nothing polls.
 //
 // Lifetimes: watch/timeout userdata and filter/pending-call userdata are retained Swift objects released by the
-// free functions libdbus calls; every message we create or steal is unreferenced by the `DBusMessage` that owns it.
+// free functions libdbus calls; every message we create or take is unreferenced by the `DBusMessage` that owns it.
 
 import CDBus
 import Dispatch
@@ -501,19 +501,10 @@ public final class DBusConnection {
         guard !closed else { return }
         // A bounded batch per turn keeps one chatty peer from starving the sound server's events.
         var n = 0
-        // Borrowing also moves what the socket delivered into messages; nil: nothing is left to dispatch.
-        while !closed, let next = dbus_connection_borrow_message(raw) {
-            let peer = dbus_message_has_interface(next, "org.freedesktop.DBus.Peer") != 0
-            if dbus_message_get_type(next) == DBUS_MESSAGE_TYPE_METHOD_CALL, !peer {
-                // A call to audiod goes straight to `received`, where the filter would send it: libdbus's dispatch
-                // (its locks, a copy of the filter list, the object tree) adds nothing for it.
-                dbus_connection_steal_borrowed_message(raw, next)
-                _ = received(DBusMessage(taking: next))
-            } else {
-                dbus_connection_return_message(raw, next)
-                // Replies to audiod's own calls (pending calls), signals and the local Disconnected: libdbus's way.
-                _ = dbus_connection_dispatch(raw)
-            }
+        // libdbus's own dispatch: the peer interface (Ping) answered inside it, everything else through the filter
+        // (`received`). Each call moves what the socket delivered into messages first.
+        while !closed, dbus_connection_get_dispatch_status(raw) == DBUS_DISPATCH_DATA_REMAINS {
+            _ = dbus_connection_dispatch(raw)
             n += 1
             if n >= 64 {
                 scheduleDispatch()
