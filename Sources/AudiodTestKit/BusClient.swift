@@ -50,8 +50,16 @@ public final class BusClient: @unchecked Sendable {
     /// Sends `count` calls made by `make` without waiting between them (they queue in audiod's socket, as a
     /// flooding client's would) and returns every answer in order.
     public func callPipelined(_ count: Int, _ make: @escaping @Sendable (Int) -> DBusMessage?) -> [Result<[DBusValue], DBusError>] {
+        callPipelinedInArrivalOrder(count, make).sorted { $0.index < $1.index }.map(\.result)
+    }
+
+    /// As `callPipelined`, with the answers in the order they arrived (each with the index of its call).
+    public func callPipelinedInArrivalOrder(_ count: Int, _ make: @escaping @Sendable (Int) -> DBusMessage?)
+        -> [(index: Int, result: Result<[DBusValue], DBusError>)]
+    {
         let c = connection
         let results = Mutex<[Int: Result<[DBusValue], DBusError>]>([:])
+        let arrived = Mutex<[Int]>([])
         let done = DispatchSemaphore(value: 0)
         loop.execute {
             for i in 0..<count {
@@ -62,6 +70,7 @@ public final class BusClient: @unchecked Sendable {
                 }
                 c.call(m, timeoutMilliseconds: 60_000) { r in
                     let result = Self.result(r)
+                    arrived.withLock { $0.append(i) }
                     let n = results.withLock { d -> Int in
                         d[i] = result
                         return d.count
@@ -71,7 +80,9 @@ public final class BusClient: @unchecked Sendable {
             }
         }
         _ = done.wait(timeout: .now() + 120)
-        return results.withLock { d in (0..<count).map { d[$0] ?? .failure(.failed("timed out")) } }
+        let order = arrived.withLock { $0 }
+        let missing = Set(0..<count).subtracting(order).sorted()
+        return results.withLock { d in (order + missing).map { ($0, d[$0] ?? .failure(.failed("timed out"))) } }
     }
 
     private static func result(_ r: DBusMessage?) -> Result<[DBusValue], DBusError> {

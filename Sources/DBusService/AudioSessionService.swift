@@ -60,8 +60,14 @@ public final class AudioSessionService {
         var pid: UInt32
     }
 
-    /// Calls waiting for the engine's reply.
-    private var pending: [RequestID: (DBusMessage, (Reply) -> [DBusValue]?)] = [:]
+    /// Calls waiting for the engine's reply, numbered in the order their requests were made.
+    private var pending: [RequestID: (message: DBusMessage, encode: (Reply) -> [DBusValue]?, order: UInt64)] = [:]
+    /// The orders of `pending`, ascending.
+    private var pendingOrders: [UInt64] = []
+    private var requestsMade: UInt64 = 0
+    /// Answers that may not leave yet because a request made before them is still waiting for the engine (its reply
+    /// leaves once the step's stream operations have): sorted by `key`, sent in that order (`deliver`).
+    private var held: [(key: UInt64, send: () -> Void)] = []
     private var owners: [SessionID: Owner] = [:]
     private var sessionsByBusName: [String: Set<SessionID>] = [:]
     private var credentials: [String: Caller] = [:]
@@ -241,16 +247,51 @@ public final class AudioSessionService {
         }
     }
 
-    private func reply(_ m: DBusMessage, _ args: [DBusValue]) {
+    private func reply(_ m: DBusMessage, _ args: [DBusValue], request: UInt64? = nil) {
         guard !m.noReply else { return }
-        if !bus.reply(to: m, args) {
-            fail(m, DBusError.failed("audiod could not encode its reply"))
+        deliver(request) { [weak self] in
+            guard let self, !self.bus.reply(to: m, args) else { return }
+            self.bus.replyError(to: m, name: DBusError.failed("").name, message: "audiod could not encode its reply")
         }
     }
 
-    private func fail(_ m: DBusMessage, _ e: DBusError) {
+    private func fail(_ m: DBusMessage, _ e: DBusError, request: UInt64? = nil) {
         guard !m.noReply else { return }
-        bus.replyError(to: m, name: e.name, message: e.message)
+        deliver(request) { [weak self] in self?.bus.replyError(to: m, name: e.name, message: e.message) }
+    }
+
+    /// Sends an answer in the order of the calls: after the replies of every engine request made before it. A
+    /// pipelined `Get` that follows a `SetActive` is answered after it — and after the signals of its step, so that it
+    /// shows what they announced — not before, while the step's stream operations are still on their way.
+    /// `request`: the order of the engine request this answers (nil: an answer made now, after every request so far).
+    private func deliver(_ request: UInt64?, _ send: @escaping () -> Void) {
+        // Ranks: an engine request's answer just after the calls made before it, another answer after every request
+        // made before it.
+        let key = request.map { $0 * 2 + 1 } ?? requestsMade * 2
+        if held.isEmpty, !blocked(key) { return send() }
+        let at = held.firstIndex { $0.key > key } ?? held.endIndex
+        held.insert((key, send), at: at)
+        releaseHeld()
+    }
+
+    /// A request made before an answer of this rank is still waiting for the engine.
+    private func blocked(_ key: UInt64) -> Bool { pendingOrders.first.map { $0 * 2 + 1 < key } ?? false }
+
+    private func releaseHeld() {
+        while let first = held.first, !blocked(first.key) {
+            held.removeFirst()
+            first.send()
+        }
+    }
+
+    private func takePending(_ r: RequestID) -> (message: DBusMessage, encode: (Reply) -> [DBusValue]?, order: UInt64)? {
+        guard let p = pending.removeValue(forKey: r) else { return nil }
+        if pendingOrders.first == p.order {
+            pendingOrders.removeFirst()
+        } else if let i = pendingOrders.firstIndex(of: p.order) {
+            pendingOrders.remove(at: i)
+        }
+        return p
     }
 
     private static func invalidArgs(_ message: String) -> DBusError {
@@ -379,13 +420,15 @@ public final class AudioSessionService {
             return []
         }
         let r = host.makeRequestID()
-        pending[r] = (m, encode)
+        pending[r] = (m, encode, requestsMade)
+        pendingOrders.append(requestsMade)
+        requestsMade += 1
         let effects = host.handle(make(r))
         // A request the engine did not answer would hang the caller: never let that happen silently. (The answer
         // itself may be published a little later, after the step's stream operations have left.)
         let answered = effects.contains { if case .reply(r, _) = $0 { return true } else { return false } }
-        if !answered, pending.removeValue(forKey: r) != nil {
-            fail(m, .failed("audiod did not decide this request"))
+        if !answered, let p = takePending(r) {
+            fail(m, .failed("audiod did not decide this request"), request: p.order)
         }
         return effects
     }
@@ -398,12 +441,13 @@ public final class AudioSessionService {
         for e in effects {
             switch e {
             case .reply(let r, let answer):
-                guard let (m, encode) = pending.removeValue(forKey: r) else { continue }
+                guard let p = takePending(r) else { continue }
                 if case .error(let pe) = answer {
-                    fail(m, Self.dbusError(pe))
-                } else if let args = encode(answer) {
-                    reply(m, args)
+                    fail(p.message, Self.dbusError(pe), request: p.order)
+                } else if let args = p.encode(answer) {
+                    reply(p.message, args, request: p.order)
                 }
+                releaseHeld()
             case .sessionAdded(let view):
                 if view.isImplicit { watchImplicit(view.id, pid: view.processID) }
                 emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [

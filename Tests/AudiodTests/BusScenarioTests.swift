@@ -36,6 +36,50 @@ struct BusScenarioTests {
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "resumed app still muted")
     }
 
+    @Test("pipelined calls are answered in the order they were sent, properties as the replies before them left them",
+          arguments: servers)
+    func pipelinedAnswersInOrder(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music-app")
+        let video = try playback(server, name: "video-app")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: video.pid)
+        let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
+        let b = try d.client.makeSession(pid: video.pid, "playback")
+        @Sendable func call(_ path: String, _ iface: String, _ member: String, _ args: [DBusValue]) -> DBusMessage? {
+            guard let m = DBusMessage.methodCall(destination: API.busName, path: path, interface: iface, member: member)
+            else { return nil }
+            m.append(args)
+            return m
+        }
+        @Sendable func get(_ path: String, _ name: String) -> DBusMessage? {
+            call(path, API.properties.name, "Get", [.string(API.session.name), .string(name)])
+        }
+        // Each activation mutes the other app's stream: its reply leaves once the server has the mute, and the Gets
+        // behind it must not overtake it.
+        for round in 0..<10 {
+            let answers = d.client.callPipelinedInArrivalOrder(6) { i in
+                switch i {
+                case 0: call(b, API.session.name, "SetActive", [.bool(true), .strings([])])
+                case 1: get(b, "Active")
+                case 2: get(a, "Interrupted")
+                case 3: call(b, API.session.name, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+                case 4: get(b, "Active")
+                default: call(a, API.session.name, "SetActive", [.bool(true), .strings([])])
+                }
+            }
+            #expect(answers.map(\.index) == Array(0..<6), "round \(round): answers arrived in the order \(answers.map(\.index))")
+            let byIndex = Dictionary(answers.map { ($0.index, $0.result) }, uniquingKeysWith: { a, _ in a })
+            #expect((try? byIndex[1]?.get()) == [.variant(.bool(true))], "round \(round): Active after SetActive(true)")
+            #expect((try? byIndex[2]?.get()) == [.variant(.bool(true))], "round \(round): the other app not interrupted")
+            #expect((try? byIndex[4]?.get()) == [.variant(.bool(false))], "round \(round): Active after SetActive(false)")
+            #expect((try? byIndex[5]?.get()) == [], "round \(round): \(String(describing: byIndex[5]))")
+        }
+    }
+
     @Test("a call refuses a music activation with InsufficientPriority", arguments: [ServerKind.pulseaudio])
     func callRefusesMusic(kind: ServerKind) throws {
         let server = try TestServer(kind)
