@@ -30,20 +30,23 @@ public enum JournalRestore {
     }
 
     /// Runs on a loop of its own and returns when done (or after `timeoutNanoseconds` without a server).
-    public static func run(options: PulseBackend.Options, timeoutNanoseconds: UInt64 = 5_000_000_000, logger: Logger)
-        throws -> Outcome
-    {
+    /// `volumeTolerance`: the config file's `volume-tolerance`, so that a volume is judged audiod's as the running
+    /// daemon judged it.
+    public static func run(
+        options: PulseBackend.Options, volumeTolerance: UInt32 = Settings().volumeTolerance,
+        timeoutNanoseconds: UInt64 = 5_000_000_000, logger: Logger
+    ) throws -> Outcome {
         guard let path = options.journalPath, FileManager.default.fileExists(atPath: path) else {
             return Outcome(hadJournal: false, connected: false, leaksRepaired: 0, journalKept: false)
         }
         let loop = try MainLoop()
         // Made before the loop runs; from then on opened only on it.
-        let result = loop.bind(ResultBox())
+        let result = loop.bind(ResultBox(volumeTolerance: volumeTolerance))
         loop.start()
         defer { loop.stop() }
         let done = DispatchSemaphore(value: 0)
         loop.execute {
-            let backend = PulseBackend(loop: loop, options: options, logger: logger)
+            let backend = PulseBackend(loop: loop, options: options, volumeTolerance: volumeTolerance, logger: logger)
             result.value.backend = backend
             backend.onEvent = { event in
                 switch event {
@@ -88,11 +91,17 @@ public enum JournalRestore {
 /// The restore's state, touched only on its loop thread.
 private final class ResultBox {
     var backend: PulseBackend?
-    var engine = Engine(settings: .restoreOnly)
+    var engine: Engine
     var clock = StepClock()
     var timer: LoopTimer?
     var finished = false
     var outcome = JournalRestore.Outcome(hadJournal: true, connected: false, leaksRepaired: 0, journalKept: true)
+
+    init(volumeTolerance: UInt32) {
+        var settings = Settings.restoreOnly
+        settings.volumeTolerance = volumeTolerance
+        engine = Engine(settings: settings)
+    }
 }
 
 /// The engine's time in `--restore`: it only has to move forward (no timer is ever run).

@@ -95,8 +95,18 @@ struct Audiod: ParsableCommand {
                 logger.notice("audiod is running: it restores by itself when it stops; nothing done")
                 return
             }
+            // The config's volume tolerance, so that a volume is judged audiod's as the daemon judged it. A broken
+            // file does not stop the restore: it runs on the built-in tolerance and says so.
+            var tolerance = Settings().volumeTolerance
+            if let path = config ?? ConfigFile.find() {
+                do {
+                    tolerance = try ConfigFile.load(path: path).volumeTolerance
+                } catch {
+                    logger.warning("config error (\(error)); restoring with the built-in volume tolerance")
+                }
+            }
             do {
-                let outcome = try JournalRestore.run(options: options, logger: logger)
+                let outcome = try JournalRestore.run(options: options, volumeTolerance: tolerance, logger: logger)
                 logger.info("\(outcome)")
             } catch {
                 logger.error("cannot restore: \(error)")

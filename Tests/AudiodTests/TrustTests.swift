@@ -1,4 +1,5 @@
 import AudiodClient
+import AudioPolicy
 import AudiodTestKit
 import DBusService
 import Foundation
@@ -364,6 +365,42 @@ struct StopAndRecoveryTests {
             #expect(s.volume.allSatisfy { $0 == wantVolume }, "stream \(i) (\(s.applicationName)) volume \(s.volume)")
         }
         #expect(server.playbackStream(pid: call.pid)?.muted == false)
+    }
+
+    @Test("`audiod --restore` judges a stream's volume with the config file's volume-tolerance, as the daemon did",
+          arguments: [true, false])
+    func restoreUsesConfiguredTolerance(configured: Bool) throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        if configured {
+            let dir = "\(server.directory)/home/.config/audiod"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try "volume-tolerance = 2000\n".write(toFile: "\(dir)/audiod.toml", atomically: true, encoding: .utf8)
+        }
+        let d = try Daemon.start(server)
+        let music = try playback(server, name: "music")
+        let nav = try playback(server, name: "nav")
+        let m = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: nav.pid)
+        _ = try d.client.makeSession(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
+        _ = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
+        let ducked = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked }, "not ducked")
+        d.client.close()
+        d.child.kill()
+        // The server shows the duck 1,000 steps off (as a server that rounds might): audiod's own within 2,000, the
+        // user's within the built-in 64.
+        let shown = ducked.map { $0 + 1000 }
+        _ = try server.pactl(["set-sink-input-volume", "\(m.index)"] + shown.map { "\($0)" })
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == shown })
+        let r = try server.runStatus(try unitStopPost())
+        #expect(r.status == 0, "audiod --restore: \(r)")
+        let after = server.playbackStream(pid: music.pid)?.volume
+        if configured {
+            #expect(after == m.volume, "the duck was not undone with the configured tolerance: \(String(describing: after)); \(r.output)")
+        } else {
+            #expect(after == shown, "a volume 1,000 steps from the duck was taken for audiod's: \(String(describing: after))")
+        }
     }
 
     @Test("SIGKILL, then `audiod --restore` (the unit's ExecStopPost=) leaves nothing muted, without starting audiod",
