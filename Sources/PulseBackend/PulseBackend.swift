@@ -112,32 +112,21 @@ public final class PulseBackend {
 
     private var context: PulseContext?
     public private(set) var server: ServerInfo?
-    /// Reads of the server's initial state still outstanding; reports wait until they are all in.
-    private var enumerating = 0
     /// Re-reads of streams not yet linked (see `report`).
     private var unlinkedReadTimers: [StreamID: LoopTimer] = [:]
     static let unlinkedReadLimit = 40
-    public var isConnected: Bool { server != nil && enumerating == 0 && context != nil }
+    public var isConnected: Bool { session.isReady && server != nil && context != nil }
     private var reconnectTimer: LoopTimer?
-    private var backoff: UInt64
-    private var stopped = false
-    private var hasRestoreDatabase = false
 
     private var streams: [StreamID: Tracked] = [:]
     private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64, client: UInt32?, app: AppProfile?)] = [:]
     /// The desktop's entries, read at the first stream that needs them and kept current through inotify.
     private var desktopIndex: DesktopEntryIndex?
     private var desktopWatch: IOWatch?
-    /// Which replies are the truth (sequence numbers, one read in flight per stream, late confirmation): the pure
-    /// part of tracking, tested without a server (`StreamTracker`).
-    private var tracker: StreamTracker<RawStream>
-    /// PipeWire is late twice over. pipewire-pulse answers a mute or volume change before its node has it, so a
-    /// read issued after the change can still show the old value — which the engine would take for the user's:
-    /// an unmute that activates an interrupted app, or audiod's lifted mute kept as the user's own (the tracker
-    /// holds audiod's value until confirmed). And WirePlumber applies a stream's saved values a moment after the
-    /// stream appears (module-stream-restore before it exists), so there a new stream is watched for a leaked
-    /// policy value for a short window.
-    private var onPipeWire = false
+    /// Where the connection is, which server it is, which replies are the truth and where audiod's values may sit
+    /// in the restore database: the pure part, scripted without a server (`ServerSession`, `StreamTracker`,
+    /// `RestoreLedger`).
+    private var session: ServerSession<RawStream>
     private var expiryTimer: LoopTimer?
     private var confirmTimer: LoopTimer?
     private var sinks: [UInt32: RawDevice] = [:]
@@ -146,9 +135,6 @@ public final class PulseBackend {
     /// Device names the engine has been told are available.
     private var availableDevices: Set<String> = []
 
-    /// What audiod applied and where its policy values may sit in the restore database (the pure part, tested
-    /// without a server: `RestoreLedger`).
-    private var ledger: RestoreLedger
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
     private var journalLog: JournalLog?
@@ -162,8 +148,8 @@ public final class PulseBackend {
     /// at every reload, so that the backend and the engine never judge one reading two ways.
     public var volumeTolerance: UInt32 {
         didSet {
-            tracker.volumeTolerance = volumeTolerance
-            ledger.volumeTolerance = volumeTolerance
+            session.tracker.volumeTolerance = volumeTolerance
+            session.ledger.volumeTolerance = volumeTolerance
         }
     }
 
@@ -172,25 +158,29 @@ public final class PulseBackend {
         self.options = options
         self.volumeTolerance = volumeTolerance
         self.logger = logger
-        self.backoff = options.initialBackoffNanoseconds
-        self.tracker = StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds)
-        self.ledger = RestoreLedger(
-            volumeTolerance: volumeTolerance, leakWindowNanoseconds: options.leakWindowNanoseconds,
-            restoreSettleNanoseconds: options.restoreSettleNanoseconds)
+        var loaded: Journal?
+        var damaged: String?
         if let path = options.journalPath {
             do {
-                recovery = try Journal.load(from: path)
-                if let r = recovery {
-                    ledger = RestoreLedger(
-                        leaks: r.leaks, volumeTolerance: volumeTolerance,
-                        leakWindowNanoseconds: options.leakWindowNanoseconds,
-                        restoreSettleNanoseconds: options.restoreSettleNanoseconds)
-                    logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
-                }
+                loaded = try Journal.load(from: path)
             } catch {
-                // What a crashed run left muted may stay so: a person should hear of it, with where to look.
-                logger.warning("the journal \(path) is damaged (\(error)); what an earlier run left muted or ducked may stay so. The file is left for a person to look at and replaced by the next write.")
+                damaged = "\(error)"
             }
+        }
+        recovery = loaded
+        session = ServerSession(
+            tracker: StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds),
+            ledger: RestoreLedger(
+                leaks: loaded?.leaks ?? [:], volumeTolerance: volumeTolerance,
+                leakWindowNanoseconds: options.leakWindowNanoseconds, restoreSettleNanoseconds: options.restoreSettleNanoseconds),
+            initialBackoffNanoseconds: options.initialBackoffNanoseconds,
+            maximumBackoffNanoseconds: options.maximumBackoffNanoseconds)
+        if let r = loaded, let path = options.journalPath {
+            logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
+        }
+        if let damaged, let path = options.journalPath {
+            // What a crashed run left muted may stay so: a person should hear of it, with where to look.
+            logger.warning("the journal \(path) is damaged (\(damaged)); what an earlier run left muted or ducked may stay so. The file is left for a person to look at and replaced by the next write.")
         }
     }
 
@@ -199,13 +189,13 @@ public final class PulseBackend {
     /// Connects (and keeps reconnecting until `stop()`).
     public func start() {
         loop.assertOnLoop()
-        stopped = false
+        session.restart()
         loadDesktopEntries()
         connect()
     }
 
     private func connect() {
-        guard !stopped, context == nil else { return }
+        guard context == nil, session.connecting() else { return }
         do {
             let c = try PulseContext(loop: loop, name: options.clientName)
             c.delegate = self
@@ -221,7 +211,7 @@ public final class PulseBackend {
     /// Disconnects for good (no reconnect). Operations not yet acknowledged are dropped.
     public func stop() {
         loop.assertOnLoop()
-        stopped = true
+        session.stop()
         reconnectTimer?.cancel()
         reconnectTimer = nil
         if context != nil { dropConnection(reason: "stopped") }
@@ -232,7 +222,6 @@ public final class PulseBackend {
         context?.close()
         context = nil
         server = nil
-        enumerating = 0
         pendingOperations = 0
         // The streams went with the connection. What audiod applied stays in the journal (not rewritten while
         // disconnected), so the next connection can undo it if the streams are still there, and otherwise knows
@@ -241,8 +230,7 @@ public final class PulseBackend {
         let gone = streams.keys.sorted()
         streams.removeAll()
         unlinkedReadTimers.removeAll()
-        tracker.reset()
-        ledger.connectionDropped()
+        let delay = session.dropped()
         expiryTimer?.cancel()
         expiryTimer = nil
         confirmTimer?.cancel()
@@ -254,9 +242,7 @@ public final class PulseBackend {
         }
         for w in flushWaiters { w() }
         flushWaiters.removeAll()
-        guard !stopped else { return }
-        let delay = backoff
-        backoff = min(backoff * 2, options.maximumBackoffNanoseconds)
+        guard let delay else { return }
         reconnectTimer?.cancel()
         reconnectTimer = loop.timer(afterNanoseconds: delay) { [weak self] in
             self?.reconnectTimer = nil
@@ -266,34 +252,33 @@ public final class PulseBackend {
 
     private func ready() {
         guard let c = context else { return }
-        backoff = options.initialBackoffNanoseconds
         // Subscribe first, then read everything: an event that arrives meanwhile triggers a read whose sequence
         // number orders it against the lists.
-        enumerating = 7
-        let listSeq = tracker.listIssued()
+        let listSeq = session.connected()
         c.subscribe { [weak self] ok in
             if !ok { self?.logger.warning("subscription refused by the sound server") }
-            self?.enumerated()
+            self?.enumerated(.subscription)
         }
         c.serverInfo { [weak self] info in
             self?.server = info
-            self?.enumerated()
+            if let info { self?.session.serverDescribed(name: info.name) }
+            self?.enumerated(.serverInfo)
         }
         c.restoreVersion { [weak self] version in
-            self?.hasRestoreDatabase = version != nil
-            self?.enumerated()
+            self?.session.restoreDatabaseAnswered(present: version != nil)
+            self?.enumerated(.restoreDatabase)
         }
         c.devices(source: false) { [weak self] list in
             for d in list { self?.sinks[d.index] = d }
-            self?.enumerated()
+            self?.enumerated(.sinks)
         }
         c.devices(source: true) { [weak self] list in
             for d in list { self?.sources[d.index] = d }
-            self?.enumerated()
+            self?.enumerated(.sources)
         }
         c.clients { [weak self] list in
             for cl in list { self?.clients[cl.index] = cl }
-            self?.enumerated()
+            self?.enumerated(.clients)
         }
         c.streams(record: false) { [weak self] list in
             guard let self else { return }
@@ -301,31 +286,21 @@ public final class PulseBackend {
             self.context?.streams(record: true) { [weak self] list in
                 guard let self else { return }
                 for s in list { self.listed(s, seq: listSeq) }
-                self.tracker.listDone(listSeq)
-                self.enumerated()
+                self.session.tracker.listDone(listSeq)
+                self.enumerated(.streams)
             }
         }
     }
 
-    private func enumerated() {
-        guard enumerating > 0 else { return }
-        enumerating -= 1
-        guard enumerating == 0 else { return }
-        guard let server else {
-            dropConnection(reason: "the server did not describe itself")
-            return
+    private func enumerated(_ read: ServerSession<RawStream>.FirstRead) {
+        switch session.firstReadDone(read) {
+        case .waiting: return
+        case .drop(let reason): return dropConnection(reason: reason)
+        case .ready: break
         }
-        // pipewire-pulse answers the stream-restore test but its list stays empty (WirePlumber keeps the real
-        // state): reading it after every operation only loads the server. There the next-stream correction does
-        // the work.
-        if server.name.contains("PipeWire") {
-            hasRestoreDatabase = false
-            onPipeWire = true
-            tracker.holdsUnconfirmed = true
-            ledger.savesLate = true
-        }
+        guard let server else { return dropConnection(reason: "the server did not describe itself") }
         logger.info("connected to the sound server", metadata: [
-            "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(hasRestoreDatabase)",
+            "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(session.hasRestoreDatabase)",
         ])
         // Devices first, so that streams are reported on known devices; gone devices are reported gone.
         let now = Set(sinks.values.filter(\.available).map(\.name))
@@ -342,7 +317,7 @@ public final class PulseBackend {
         holdingJournal = false
         // The live streams that showed a leaked value are being put back, and the server saves that as the key's
         // value: the entry is the user's again.
-        ledger.connectionListReported()
+        session.ledger.connectionListReported()
         writeJournal()
         onEvent?(.connected(server))
     }
@@ -364,7 +339,7 @@ public final class PulseBackend {
                     userVolume: e.restoreVolume.map(Volume.init(channels:)))
                 found += 1
             } else if let key = e.restoreKey {
-                ledger.recorded(Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume), for: key)
+                session.ledger.recorded(Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume), for: key)
             }
         }
         if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; the engine decides on them") }
@@ -373,7 +348,7 @@ public final class PulseBackend {
     // MARK: Reads
 
     private func read(_ id: StreamID) {
-        guard context != nil, let r = tracker.noticed(id) else { return }
+        guard context != nil, let r = session.tracker.noticed(id) else { return }
         send(r)
     }
 
@@ -382,24 +357,24 @@ public final class PulseBackend {
         c.stream(record: r.stream.kind == .record, index: r.stream.index) { [weak self] raw in
             guard let self else { return }
             self.logger.trace("stream read", metadata: ["at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)"])
-            let (believe, next) = self.tracker.replied(r, raw, now: self.monotonicNow())
+            let (believe, next) = self.session.tracker.replied(r, raw, now: self.monotonicNow())
             if let believe { self.accept(believe) }
             if let next { self.send(next) }
         }
     }
 
     private func listed(_ raw: RawStream, seq s: UInt64) {
-        let (believe, next) = tracker.listed(raw, raw.id, seq: s, now: monotonicNow())
+        let (believe, next) = session.tracker.listed(raw, raw.id, seq: s, now: monotonicNow())
         if let believe { accept(believe) }
         if let next { send(next) }
     }
 
     private func accept(_ raw: RawStream) {
         let id = raw.id
-        var t = streams[id] ?? Tracked(raw: raw, preexisting: enumerating > 0)
+        var t = streams[id] ?? Tracked(raw: raw, preexisting: session.isEnumerating)
         t.raw = raw
         streams[id] = t
-        if enumerating == 0 { report(id) }
+        if !session.isEnumerating { report(id) }
     }
 
     /// Tells the engine about a stream: appeared (after correcting a leaked policy value) or changed.
@@ -409,7 +384,7 @@ public final class PulseBackend {
         // nobody's: WirePlumber gives it its saved values around the link. Unlinked, it cannot be heard, so it is
         // first reported once linked — or the engine would take the placeholder, then the saved value, for the
         // user's (and a leaked duck for the user's volume).
-        if t.fed == nil, onPipeWire, t.raw.device == UInt32.max {
+        if t.fed == nil, session.onPipeWire, t.raw.device == UInt32.max {
             // A change event normally announces the link. One that raced the connection's first listing is not
             // announced again (measured: 2 in 10 server restarts left a player's stream unreported for good), so
             // the stream is read again until it is linked — every 50 ms, for at most 2 s; then it is reported as
@@ -435,7 +410,7 @@ public final class PulseBackend {
             }
         }
         let props = mergedProperties(t.raw)
-        if t.fed == nil { ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
+        if t.fed == nil { session.ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
         let left = t.recovered ?? leakShown(id, t)
         t.recovered = nil
@@ -445,7 +420,7 @@ public final class PulseBackend {
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
             // The server saved this change in the stream's entry: it holds non-policy values again.
             let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: volumeTolerance)
-            for key in ledger.changed(id, byAudiod: byAudiod) { journalLeak(key) }
+            for key in session.ledger.changed(id, byAudiod: byAudiod) { journalLeak(key) }
         }
         t.fed = info
         streams[id] = t
@@ -488,7 +463,7 @@ public final class PulseBackend {
         let key = StreamIdentity.sourceKeys.map { props[$0] }
         let now = monotonicNow()
         if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid {
-            if !onPipeWire, let client, c.client == client, clients[client] != nil { return (c.host, c.chain, c.app) }
+            if !session.onPipeWire, let client, c.client == client, clients[client] != nil { return (c.host, c.chain, c.app) }
             if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain, c.app) }
         }
         let host = StreamIdentity.host(props)
@@ -573,7 +548,7 @@ public final class PulseBackend {
     private func rejudgeApps() {
         logger.debug("identity: desktop entries now \(desktopIndex?.count ?? 0); judging the running apps again")
         hostCache.removeAll()
-        guard enumerating == 0 else { return }
+        guard !session.isEnumerating else { return }
         for (id, t) in streams where t.fed != nil {
             streams[id]?.identitySource = []
             report(id)
@@ -605,13 +580,13 @@ public final class PulseBackend {
     /// (`StreamInfo.leftByPolicy`), or the engine would take it for the user's; the engine then puts the user's
     /// back, or keeps it if its policy still wants it (the rules: `RestoreLedger`).
     private func leakShown(_ id: StreamID, _ t: Tracked) -> PolicyValues? {
-        let (values, journal) = ledger.shown(
+        let (values, journal) = session.ledger.shown(
             id, first: t.fed == nil, preexisting: t.preexisting, muted: t.raw.muted, volume: t.raw.volume,
             now: monotonicNow())
         for key in journal { journalLeak(key) }
         if values != nil {
             logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
-                "stream": "\(id)", "key": "\(ledger.key(of: id) ?? "")",
+                "stream": "\(id)", "key": "\(session.ledger.key(of: id) ?? "")",
             ])
         }
         return values
@@ -620,9 +595,9 @@ public final class PulseBackend {
     // MARK: Server events
 
     private func removed(_ id: StreamID) {
-        tracker.removed(id)
+        session.tracker.removed(id)
         guard let t = streams.removeValue(forKey: id) else { return }
-        for key in ledger.removed(id, muted: t.raw.muted, now: monotonicNow()) { journalLeak(key) }
+        for key in session.ledger.removed(id, muted: t.raw.muted, now: monotonicNow()) { journalLeak(key) }
         if t.fed != nil || t.announced { onEvent?(.policy(.streamRemoved(id))) }
     }
 
@@ -643,13 +618,13 @@ public final class PulseBackend {
                 let old = self.sources[index]
                 self.sources[index] = d
                 // The microphone switch: the user muted or unmuted a source that is not a monitor.
-                if self.enumerating == 0, !d.isMonitor, let old, old.muted != d.muted {
+                if !self.session.isEnumerating, !d.isMonitor, let old, old.muted != d.muted {
                     self.onEvent?(.policy(.microphoneMuted(
                         source: d.name, muted: d.muted, isDefault: d.name == self.server?.defaultSource)))
                 }
             } else {
                 self.sinks[index] = d
-                if self.enumerating == 0 {
+                if !self.session.isEnumerating {
                     if d.available, !self.availableDevices.contains(d.name) {
                         self.logger.debug("device appeared", metadata: ["device": "\(d.name)"])
                         self.availableDevices.insert(d.name)
@@ -660,7 +635,7 @@ public final class PulseBackend {
                 }
             }
             // Streams reported on a device not yet known get its name now.
-            guard self.enumerating == 0 else { return }
+            guard !self.session.isEnumerating else { return }
             for (id, t) in self.streams where t.raw.device == index && t.raw.isRecord == source && t.fed != nil {
                 self.report(id)
             }
@@ -676,7 +651,7 @@ public final class PulseBackend {
             guard let self, let cl else { return }
             let old = self.clients[index]
             self.clients[index] = cl
-            guard old != nil, old != cl, self.enumerating == 0 else { return }
+            guard old != nil, old != cl, !self.session.isEnumerating else { return }
             for (id, t) in self.streams where t.raw.client == index && t.fed != nil { self.report(id) }
         }
     }
@@ -705,9 +680,9 @@ public final class PulseBackend {
         guard let c = context else { return }
         // Every write, at debug: each one must follow the arbiter's "decided" line that names it.
         logger.debug("write: \(Effect.setStreamMute(id, mute).sentence)")
-        tracker.sent(id, mute: mute, now: monotonicNow())
+        session.tracker.sent(id, mute: mute, now: monotonicNow())
         armExpiry()
-        ledger.wrote(id)
+        session.ledger.wrote(id)
         // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
         // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
         // would take for the user's change.
@@ -722,9 +697,9 @@ public final class PulseBackend {
     private func operate(_ id: StreamID, volume: [UInt32]) {
         guard let c = context else { return }
         logger.debug("write: \(Effect.setStreamVolume(id, Volume(channels: volume)).sentence)")
-        tracker.sent(id, volume: volume, now: monotonicNow())
+        session.tracker.sent(id, volume: volume, now: monotonicNow())
         armExpiry()
-        ledger.wrote(id)
+        session.ledger.wrote(id)
         streams[id]?.raw.volume = volume
         streams[id]?.lastWritten.volume = volume
         pendingOperations += 1
@@ -737,7 +712,7 @@ public final class PulseBackend {
         if !ok, streams[id] != nil {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
             // Nothing will show audiod's value: the next read is the truth.
-            if let r = tracker.refused(id) { send(r) }
+            if let r = session.tracker.refused(id) { send(r) }
         }
         if ok { repairRestoreDatabase(id) }
         finishOperation()
@@ -754,12 +729,12 @@ public final class PulseBackend {
 
     /// Keeps one timer for the tracker's next confirmation deadline.
     private func armExpiry() {
-        guard expiryTimer == nil, let deadline = tracker.nextDeadline else { return }
+        guard expiryTimer == nil, let deadline = session.tracker.nextDeadline else { return }
         let now = monotonicNow()
         expiryTimer = loop.timer(afterNanoseconds: deadline > now ? deadline - now : 0) { [weak self] in
             guard let self else { return }
             self.expiryTimer = nil
-            for r in self.tracker.tick(now: self.monotonicNow()) { self.send(r) }
+            for r in self.session.tracker.tick(now: self.monotonicNow()) { self.send(r) }
             self.armExpiry()
         }
     }
@@ -767,13 +742,13 @@ public final class PulseBackend {
     /// module-stream-restore saves whatever a client sets, audiod's policy values too, and hands them to the
     /// app's next stream. Writing the entry back with the user's values keeps the database the user's.
     private func repairRestoreDatabase(_ id: StreamID) {
-        guard hasRestoreDatabase, let key = ledger.entryToRepair(after: id), let c = context else { return }
+        guard session.hasRestoreDatabase, let key = session.ledger.entryToRepair(after: id), let c = context else { return }
         pendingOperations += 1
         c.restoreEntries { [weak self] entries in
             guard let self else { return }
             // pipewire-pulse answers with an empty list: there the leak is undone on the app's next stream.
             if let entry = entries?.first(where: { $0.name == key }),
-                let repair = self.ledger.repair(after: id, Self.ledgerEntry(entry), now: self.monotonicNow())
+                let repair = self.session.ledger.repair(after: id, Self.ledgerEntry(entry), now: self.monotonicNow())
             {
                 self.writeEntry(entry, repair)
             }
@@ -794,22 +769,22 @@ public final class PulseBackend {
     /// start. Calls `done` with (repaired, left) once the server has answered.
     public func repairRecordedLeaks(_ done: @escaping (Int, Int) -> Void) {
         loop.assertOnLoop()
-        guard let c = context, isConnected else { return done(0, ledger.leaks.count) }
+        guard let c = context, isConnected else { return done(0, session.ledger.leaks.count) }
         var repaired = 0
         // The stream operations sent so far, and the writes below, must reach the server before anyone stops.
         let finish = { [weak self] in
             guard let self else { return done(repaired, 0) }
             self.writeJournal()
-            self.flush { done(repaired, self.ledger.leaks.count) }
+            self.flush { done(repaired, self.session.ledger.leaks.count) }
         }
-        if ledger.leaks.isEmpty {
+        if session.ledger.leaks.isEmpty {
             finish()
-        } else if hasRestoreDatabase {
+        } else if session.hasRestoreDatabase {
             pendingOperations += 1
             c.restoreEntries { [weak self] entries in
                 guard let self else { return }
                 // A key the list lacks: the server saved nothing for it, so nothing of audiod's is in it.
-                let (repairs, _) = self.ledger.repairRecorded(entries?.map(Self.ledgerEntry), now: self.monotonicNow())
+                let (repairs, _) = self.session.ledger.repairRecorded(entries?.map(Self.ledgerEntry), now: self.monotonicNow())
                 for r in repairs {
                     guard let entry = entries?.first(where: { $0.name == r.key }) else { continue }
                     self.writeEntry(entry, r)
@@ -818,16 +793,16 @@ public final class PulseBackend {
                 self.finishOperation()
                 finish()
             }
-        } else if onPipeWire {
+        } else if session.onPipeWire {
             // pipewire-pulse cannot delete an entry (its DELETE only acknowledges) and lists only what was written
             // through it: every leaked entry is overwritten with the user's values — the mute always (pipewire-pulse
             // writes it with every entry), the volume where the journal has the user's — then read back until
             // WirePlumber has taken them (the read lists an entry once WirePlumber has it).
-            let writes = ledger.blindRepairs
+            let writes = session.ledger.blindRepairs
             for w in writes { writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
             confirm(writes, attemptsLeft: Self.confirmAttempts) { [weak self] confirmed in
                 guard let self else { return done(confirmed.count, 0) }
-                _ = self.ledger.confirmed(confirmed)
+                _ = self.session.ledger.confirmed(confirmed)
                 repaired = confirmed.count
                 if confirmed.count < writes.count {
                     self.logger.warning("\(writes.count - confirmed.count) restore-database entr\(writes.count - confirmed.count == 1 ? "y was" : "ies were") not confirmed; the journal keeps them for the next start")
@@ -850,7 +825,7 @@ public final class PulseBackend {
         c.restoreEntries { [weak self] entries in
             guard let self else { return done([]) }
             let listed = (entries ?? []).map(Self.ledgerEntry)
-            let confirmed = Set(writes.filter { self.ledger.shows($0, in: listed) }.map(\.key))
+            let confirmed = Set(writes.filter { self.session.ledger.shows($0, in: listed) }.map(\.key))
             guard confirmed.count < writes.count, attemptsLeft > 1 else { return done(confirmed) }
             // Seen once in a full test run: a write not shown after 1 s. Written again, it is not lost for good if
             // WirePlumber dropped it or saved an older value over it.
@@ -873,7 +848,7 @@ public final class PulseBackend {
     public func sweep(_ done: @escaping () -> Void) {
         loop.assertOnLoop()
         guard let c = context, isConnected else { return done() }
-        let seq = tracker.listIssued()
+        let seq = session.tracker.listIssued()
         c.streams(record: false) { [weak self] list in
             guard let self else { return done() }
             for s in list { self.listed(s, seq: seq) }
@@ -881,7 +856,7 @@ public final class PulseBackend {
             c.streams(record: true) { [weak self] list in
                 guard let self else { return done() }
                 for s in list { self.listed(s, seq: seq) }
-                self.tracker.listDone(seq)
+                self.session.tracker.listDone(seq)
                 done()
             }
         }
@@ -891,15 +866,15 @@ public final class PulseBackend {
     /// its saved values around the time it links, so a stop waits for these (bounded) to correct what they show.
     public var hasUnlinkedNewStreams: Bool {
         let now = monotonicNow()
-        return onPipeWire && streams.values.contains { t in
-            t.raw.device == UInt32.max && !t.preexisting && ledger.watching(t.raw.id, now: now)
+        return session.onPipeWire && streams.values.contains { t in
+            t.raw.device == UInt32.max && !t.preexisting && session.ledger.watching(t.raw.id, now: now)
         }
     }
 
     /// How long a stop waits, after the server has acknowledged the restore, before it repairs the restore
     /// database: WirePlumber saves a stream's change only once the node reports it, and a save of audiod's own
     /// last value landing after the repair would undo it. module-stream-restore saves at once.
-    public var restoreSettleBeforeRepairNanoseconds: UInt64 { onPipeWire ? 300_000_000 : 0 }
+    public var restoreSettleBeforeRepairNanoseconds: UInt64 { session.onPipeWire ? 300_000_000 : 0 }
 
     /// Writes `entry` with the ledger's values in place of the server's.
     private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair) {
@@ -927,11 +902,15 @@ public final class PulseBackend {
     /// that a step's journal costs what it changed. Journals it before the operations are sent.
     public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
-        let dirty = ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: monotonicNow())
-        guard !dirty.isEmpty, isConnected else { return }
+        let dirty = session.ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: monotonicNow())
+        journalStreams(dirty)
+    }
+
+    private func journalStreams(_ ids: [StreamID]) {
+        guard !ids.isEmpty, isConnected else { return }
         journaling { log, cookie in
-            try log.update(cookie: cookie, streams: dirty.map { id in
-                (id.kind == .record, id.index, self.ledger.journalEntry(id))
+            try log.update(cookie: cookie, streams: ids.map { id in
+                (id.kind == .record, id.index, self.session.ledger.journalEntry(id))
             })
         }
     }
@@ -941,7 +920,7 @@ public final class PulseBackend {
         var next: [StreamID: AppliedChange] = [:]
         for c in changes { next[c.stream] = c }
         var list: [(StreamID, AppliedChange?)] = next.map { ($0.key, $0.value) }
-        for id in ledger.applied.keys where next[id] == nil { list.append((id, nil)) }
+        for id in session.ledger.applied.keys where next[id] == nil { list.append((id, nil)) }
         updateApplied(list)
     }
 
@@ -964,12 +943,12 @@ public final class PulseBackend {
 
     /// One restore-database entry's leak as it is now: a line appended, as a step's streams are.
     private func journalLeak(_ key: String) {
-        journaling { log, cookie in try log.update(cookie: cookie, leak: key, ledger.leaks[key]) }
+        journaling { log, cookie in try log.update(cookie: cookie, leak: key, session.ledger.leaks[key]) }
     }
 
     /// The whole journal, for connecting and for repairing the leaks.
     private func writeJournal() {
-        journaling { log, cookie in try log.write(ledger.journal(cookie: cookie)) }
+        journaling { log, cookie in try log.write(session.ledger.journal(cookie: cookie)) }
     }
 }
 

@@ -386,8 +386,10 @@ struct StopAndRecoveryTests {
         _ = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
         let ducked = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked }, "not ducked")
-        d.client.close()
+        // Killed while its client is still connected: closing the client first would end its sessions and lift the
+        // duck (and its journal entry) before the kill.
         d.child.kill()
+        d.client.close()
         // The server shows the duck 1,000 steps off (as a server that rounds might): audiod's own within 2,000, the
         // user's within the built-in 64.
         let shown = ducked.map { $0 + 1000 }

@@ -1,0 +1,155 @@
+import AudioPolicy
+
+/// The sound-server connection as a state machine: where the connection is (connecting, reading the server's first
+/// state, ready, backing off, stopped), which kind of server it is, and the two pure parts that decide on what the
+/// server says — `StreamTracker` (which answers are the truth) and `RestoreLedger` (where audiod's values may sit in
+/// the restore database). Inputs are the connection's events and the first reads' answers; the answers are what the
+/// backend does next (read, report connected, reconnect after a delay). No libpulse, no clock: scripted in
+/// `ServerSessionTests` (docs/BACKEND.md, "An exact model").
+public struct ServerSession<Stream: TrackedStreamValue> {
+    /// What kind of server answers the pulse protocol. The differences that matter to audiod, each one measured
+    /// (docs/BACKEND.md):
+    public enum Flavor: Equatable, Sendable {
+        /// PulseAudio itself: applies a change before acknowledging it, keeps module-stream-restore's entries
+        /// (saved at once, listed and rewritten through the protocol).
+        case pulseAudio
+        /// pipewire-pulse: acknowledges a change before its node has it, lists a new stream before WirePlumber
+        /// links it, and leaves the restore database to WirePlumber (which saves late and lists only what was
+        /// written through the protocol).
+        case pipeWire
+
+        /// pipewire-pulse names itself `PulseAudio (on PipeWire 0.3.65)`.
+        public init(serverName: String) { self = serverName.contains("PipeWire") ? .pipeWire : .pulseAudio }
+
+        /// A read after audiod's change can still show the old value.
+        public var confirmsLate: Bool { self == .pipeWire }
+        /// A new stream is listed before it can be heard (no device yet).
+        public var listsUnlinkedStreams: Bool { self == .pipeWire }
+        /// The restore database takes a stream's values a moment after they change, and gives a new stream its saved
+        /// values a moment after it appears.
+        public var savesLate: Bool { self == .pipeWire }
+        /// The restore database's entries can be read and written back (module-stream-restore).
+        public var listsRestoreEntries: Bool { self == .pulseAudio }
+    }
+
+    /// The reads that make up the server's first state; reports wait until every one has answered.
+    public enum FirstRead: CaseIterable, Hashable, Sendable {
+        case subscription, serverInfo, restoreDatabase, sinks, sources, clients, streams
+    }
+
+    public enum Phase: Equatable, Sendable {
+        /// Not started.
+        case idle
+        case connecting
+        /// Connected; these first reads are still out.
+        case enumerating(pending: Set<FirstRead>)
+        /// `restoreDatabase`: the server keeps entries audiod can read and write back.
+        case ready(Flavor, restoreDatabase: Bool)
+        /// The connection went; the next attempt comes after `delay` ns.
+        case backingOff(delay: UInt64)
+        /// `stop()`: no more attempts.
+        case stopped
+    }
+
+    /// What the backend does once the first state is in.
+    public enum Enumerated: Equatable, Sendable {
+        /// Report the devices and streams, then that the server is connected.
+        case ready(Flavor)
+        /// The server never said who it is: drop the connection (and try again).
+        case drop(reason: String)
+        /// Still waiting for other reads.
+        case waiting
+    }
+
+    public private(set) var phase: Phase = .idle
+    public var tracker: StreamTracker<Stream>
+    public var ledger: RestoreLedger
+    public let initialBackoffNanoseconds: UInt64
+    public let maximumBackoffNanoseconds: UInt64
+    private var nextBackoff: UInt64
+    /// What the first reads said: the server's name (for its flavor) and whether it has a restore database.
+    private var serverName: String?
+    private var restoreDatabaseAnswered = false
+
+    public init(
+        tracker: StreamTracker<Stream>, ledger: RestoreLedger, initialBackoffNanoseconds: UInt64,
+        maximumBackoffNanoseconds: UInt64
+    ) {
+        self.tracker = tracker
+        self.ledger = ledger
+        self.initialBackoffNanoseconds = initialBackoffNanoseconds
+        self.maximumBackoffNanoseconds = maximumBackoffNanoseconds
+        self.nextBackoff = initialBackoffNanoseconds
+    }
+
+    public var isEnumerating: Bool { if case .enumerating = phase { return true } else { return false } }
+    public var isReady: Bool { if case .ready = phase { return true } else { return false } }
+    public var isStopped: Bool { phase == .stopped }
+    /// The server's kind, once the first state is in.
+    public var flavor: Flavor? { if case .ready(let f, _) = phase { return f } else { return nil } }
+    public var onPipeWire: Bool { flavor == .pipeWire }
+    public var hasRestoreDatabase: Bool { if case .ready(_, true) = phase { return true } else { return false } }
+
+    /// `start()`, or a backoff's delay has passed: connect unless stopped or already connected.
+    public mutating func connecting() -> Bool {
+        switch phase {
+        case .idle, .backingOff: phase = .connecting
+        case .stopped, .connecting, .enumerating, .ready: return false
+        }
+        return true
+    }
+
+    /// Starts again after `stop()`.
+    public mutating func restart() {
+        if phase == .stopped { phase = .idle }
+    }
+
+    /// The connection is up: the first reads go out (the subscription first, so that an event meanwhile is ordered
+    /// against the lists). Returns the list reads' sequence number.
+    public mutating func connected() -> UInt64 {
+        phase = .enumerating(pending: Set(FirstRead.allCases))
+        serverName = nil
+        restoreDatabaseAnswered = false
+        nextBackoff = initialBackoffNanoseconds
+        return tracker.listIssued()
+    }
+
+    /// The server described itself.
+    public mutating func serverDescribed(name: String) { serverName = name }
+
+    /// The restore-database test answered (`present`: the server has module-stream-restore's extension).
+    public mutating func restoreDatabaseAnswered(present: Bool) { restoreDatabaseAnswered = present }
+
+    /// One of the first reads answered.
+    public mutating func firstReadDone(_ read: FirstRead) -> Enumerated {
+        guard case .enumerating(var pending) = phase else { return .waiting }
+        pending.remove(read)
+        guard pending.isEmpty else {
+            phase = .enumerating(pending: pending)
+            return .waiting
+        }
+        guard let serverName else { return .drop(reason: "the server did not describe itself") }
+        let flavor = Flavor(serverName: serverName)
+        // pipewire-pulse answers the restore-database test, but its list stays empty (WirePlumber keeps the real
+        // state): reading it after every operation would only load the server.
+        phase = .ready(flavor, restoreDatabase: restoreDatabaseAnswered && flavor.listsRestoreEntries)
+        tracker.holdsUnconfirmed = flavor.confirmsLate
+        ledger.savesLate = flavor.savesLate
+        return .ready(flavor)
+    }
+
+    /// The connection is gone (or could not be made). Returns the delay before the next attempt; nil when stopped.
+    public mutating func dropped() -> UInt64? {
+        tracker.reset()
+        ledger.connectionDropped()
+        serverName = nil
+        guard phase != .stopped else { return nil }
+        let delay = nextBackoff
+        nextBackoff = min(nextBackoff * 2, maximumBackoffNanoseconds)
+        phase = .backingOff(delay: delay)
+        return delay
+    }
+
+    /// No more attempts.
+    public mutating func stop() { phase = .stopped }
+}
