@@ -141,6 +141,8 @@ public final class PulseBackend {
     /// Set while a new connection's streams are first reported.
     private var holdingJournal = false
     private var pendingOperations = 0
+    /// Streams whose policy value was lifted, with the writes carrying the lift not yet acknowledged.
+    private var liftsAwaitingWrite: [StreamID: Int] = [:]
     private var flushWaiters: [() -> Void] = []
 
     /// How far a volume the server shows may be from the one audiod set and still count as audiod's: the engine's
@@ -230,6 +232,7 @@ public final class PulseBackend {
         let gone = streams.keys.sorted()
         streams.removeAll()
         unlinkedReadTimers.removeAll()
+        liftsAwaitingWrite.removeAll()
         let delay = session.dropped()
         expiryTimer?.cancel()
         expiryTimer = nil
@@ -666,14 +669,20 @@ public final class PulseBackend {
             switch e {
             case .setStreamMute(let id, let mute):
                 guard streams[id] != nil else { continue }
+                liftsAwaitingWrite[id]? += 1
                 operate(id, mute: mute)
             case .setStreamVolume(let id, let v):
                 guard streams[id] != nil else { continue }
+                liftsAwaitingWrite[id]? += 1
                 operate(id, volume: v.channels)
             default:
                 continue
             }
         }
+        // A lift that no write carries (the user changed the stream, or the engine let go of it): journaled now.
+        let unwritten = liftsAwaitingWrite.filter { $0.value == 0 }.map(\.key).sorted()
+        for id in unwritten { liftsAwaitingWrite[id] = nil }
+        journalStreams(unwritten)
     }
 
     private func operate(_ id: StreamID, mute: Bool) {
@@ -715,6 +724,16 @@ public final class PulseBackend {
             if let r = session.tracker.refused(id) { send(r) }
         }
         if ok { repairRestoreDatabase(id) }
+        if let n = liftsAwaitingWrite[id] {
+            if n > 1 {
+                liftsAwaitingWrite[id] = n - 1
+            } else {
+                // Refused, the stream still shows audiod's value: its entry stays (a stale entry is harmless — the
+                // engine undoes only what a stream still shows).
+                liftsAwaitingWrite[id] = nil
+                if ok { journalStreams([id]) }
+            }
+        }
         finishOperation()
     }
 
@@ -903,7 +922,18 @@ public final class PulseBackend {
     public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
         let dirty = session.ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: monotonicNow())
-        journalStreams(dirty)
+        // A lift from a live stream is journaled once the server has the write that lifts it (`apply`,
+        // `operationDone`): killed between the two, the journal must still name what the stream shows.
+        var now: [StreamID] = []
+        for id in dirty {
+            if session.ledger.journalEntry(id) == nil, streams[id] != nil {
+                liftsAwaitingWrite[id] = 0
+            } else {
+                liftsAwaitingWrite[id] = nil
+                now.append(id)
+            }
+        }
+        journalStreams(now)
     }
 
     private func journalStreams(_ ids: [StreamID]) {

@@ -3,6 +3,7 @@ import AudioPolicy
 import AudiodTestKit
 import DBusService
 import Foundation
+import PulseBackend
 import Synchronization
 import Testing
 
@@ -365,6 +366,37 @@ struct StopAndRecoveryTests {
             #expect(s.volume.allSatisfy { $0 == wantVolume }, "stream \(i) (\(s.applicationName)) volume \(s.volume)")
         }
         #expect(server.playbackStream(pid: call.pid)?.muted == false)
+    }
+
+    @Test("a lifted duck stays in the journal until the server has acknowledged the write that lifts it",
+          arguments: servers)
+    func liftJournaledAfterItsWrite(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music")
+        let nav = try playback(server, name: "nav")
+        let m = try server.waitForPlaybackStream(pid: music.pid)
+        _ = try server.waitForPlaybackStream(pid: nav.pid)
+        _ = try d.client.makeSession(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
+        let n = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
+        let ducked = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked }, "not ducked")
+        let path = "\(server.directory)/audiod/journal"
+        func journaled() -> Bool { ((try? Journal.load(from: path))??.entries ?? []).contains { $0.index == m.index } }
+        #expect(waitFor(5) { journaled() }, "the duck is not in the journal")
+        // The server reads nothing: the lift's write is sent but not acknowledged. Killed now, audiod must leave a
+        // journal that still names the duck, or nothing would undo it if the write never arrived.
+        let pids = server.soundServerPIDs
+        for p in pids { kill(p, SIGSTOP) }
+        _ = d.client.session(n, "SetActive", [.bool(false), .strings([])])
+        usleep(300_000)
+        let whileStopped = journaled()
+        for p in pids { kill(p, SIGCONT) }
+        #expect(whileStopped, "the lift was journaled before the server had its write")
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == m.volume }, "not restored")
+        #expect(waitFor(5) { !journaled() }, "the lift was not journaled once acknowledged")
     }
 
     @Test("`audiod --restore` judges a stream's volume with the config file's volume-tolerance, as the daemon did",
