@@ -148,7 +148,14 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
+            // PulseBackend's pure parts, scripted: no server, no bus.
             name: "PulseBackendTests",
+            dependencies: ["AudioPolicy", "PulseBackend"],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
+            // The backend and the arbiter against real servers (PulseAudio and PipeWire), in process.
+            name: "AudiodCoreTests",
             dependencies: [
                 "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "LoopThread", "AudiodCore", "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),

@@ -2,8 +2,8 @@ import AudioPolicy
 import AudiodTestKit
 import Foundation
 import Logging
-import PulseBackend
 import LoopThread
+import PulseBackend
 import PulseLoop
 import Synchronization
 import Testing

@@ -3,8 +3,8 @@ import AudiodCore
 import AudiodTestKit
 import Foundation
 import Logging
-import PulseBackend
 import LoopThread
+import PulseBackend
 import PulseLoop
 import Synchronization
 import Testing
