@@ -129,11 +129,6 @@ public final class PulseBackend {
     private var session: ServerSession<RawStream>
     private var expiryTimer: LoopTimer?
     private var confirmTimer: LoopTimer?
-    private var sinks: [UInt32: RawDevice] = [:]
-    private var sources: [UInt32: RawDevice] = [:]
-    private var clients: [UInt32: RawClient] = [:]
-    /// Device names the engine has been told are available.
-    private var availableDevices: Set<String> = []
 
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
@@ -238,7 +233,6 @@ public final class PulseBackend {
         expiryTimer = nil
         confirmTimer?.cancel()
         confirmTimer = nil
-        clients.removeAll()
         if wasConnected {
             onEvent?(.disconnected(reason: reason))
             for id in gone { onEvent?(.policy(.streamRemoved(id))) }
@@ -272,15 +266,15 @@ public final class PulseBackend {
             self?.enumerated(.restoreDatabase)
         }
         c.devices(source: false) { [weak self] list in
-            for d in list { self?.sinks[d.index] = d }
+            self?.session.listed(sinks: list)
             self?.enumerated(.sinks)
         }
         c.devices(source: true) { [weak self] list in
-            for d in list { self?.sources[d.index] = d }
+            self?.session.listed(sources: list)
             self?.enumerated(.sources)
         }
         c.clients { [weak self] list in
-            for cl in list { self?.clients[cl.index] = cl }
+            self?.session.listed(clients: list)
             self?.enumerated(.clients)
         }
         c.streams(record: false) { [weak self] list in
@@ -306,10 +300,7 @@ public final class PulseBackend {
             "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(session.hasRestoreDatabase)",
         ])
         // Devices first, so that streams are reported on known devices; gone devices are reported gone.
-        let now = Set(sinks.values.filter(\.available).map(\.name))
-        for d in availableDevices.subtracting(now).sorted() { onEvent?(.policy(.deviceRemoved(d))) }
-        for d in now.subtracting(availableDevices).sorted() { onEvent?(.policy(.deviceAppeared(d))) }
-        availableDevices = now
+        for e in session.devicesSettled() { onEvent?(.policy(e)) }
         recover(server)
         // The streams first: whoever hears `connected` finds the server's streams known.
         // The journal is written once the whole list is reported: until the engine has taken every recovered entry
@@ -453,7 +444,7 @@ public final class PulseBackend {
             role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
             corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
             device: deviceName(t.raw), identity: t.identity?.identity,
-            fromMonitor: t.raw.isRecord && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
+            fromMonitor: t.raw.isRecord && (session.sources[t.raw.device]?.isMonitor ?? false), app: t.app)
     }
 
     /// Who plays, from what a stream says of it, with its process chain. A burst of streams from one process (a
@@ -466,7 +457,7 @@ public final class PulseBackend {
         let key = StreamIdentity.sourceKeys.map { props[$0] }
         let now = monotonicNow()
         if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid {
-            if !session.onPipeWire, let client, c.client == client, clients[client] != nil { return (c.host, c.chain, c.app) }
+            if !session.onPipeWire, let client, c.client == client, session.clients[client] != nil { return (c.host, c.chain, c.app) }
             if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain, c.app) }
         }
         let host = StreamIdentity.host(props)
@@ -569,12 +560,12 @@ public final class PulseBackend {
     private func mergedProperties(_ raw: RawStream) -> [String: String] {
         // The server copies the client's properties into its streams; the client's own count where the stream
         // lacks them (and for a PULSE_PROP set after the stream was made).
-        guard let c = raw.client, let client = clients[c] else { return raw.properties }
+        guard let c = raw.client, let client = session.clients[c] else { return raw.properties }
         return raw.properties.merging(client.properties) { stream, _ in stream }
     }
 
     private func deviceName(_ raw: RawStream) -> String {
-        let table = raw.isRecord ? sources : sinks
+        let table = raw.isRecord ? session.sources : session.sinks
         return table[raw.device]?.name ?? "#\(raw.device)"
     }
 
@@ -606,36 +597,18 @@ public final class PulseBackend {
 
     private func deviceChanged(source: Bool, index: UInt32, _ change: Change) {
         if change == .remove {
-            let old = source ? sources.removeValue(forKey: index) : sinks.removeValue(forKey: index)
-            if !source, let d = old, availableDevices.remove(d.name) != nil {
-                logger.debug("device removed", metadata: ["device": "\(d.name)"])
-                onEvent?(.policy(.deviceRemoved(d.name)))
-            } else if !source {
-                logger.debug("sink removed that was not an available device", metadata: ["index": "\(index)", "known": "\(old?.name ?? "no")"])
+            let events = session.deviceRemoved(index: index, source: source)
+            if !source {
+                logger.debug(events.isEmpty ? "sink removed that was not an available device" : "device removed", metadata: ["index": "\(index)"])
             }
+            for e in events { onEvent?(.policy(e)) }
             return
         }
         context?.device(source: source, index: index) { [weak self] d in
             guard let self, let d else { return }
-            if source {
-                let old = self.sources[index]
-                self.sources[index] = d
-                // The microphone switch: the user muted or unmuted a source that is not a monitor.
-                if !self.session.isEnumerating, !d.isMonitor, let old, old.muted != d.muted {
-                    self.onEvent?(.policy(.microphoneMuted(
-                        source: d.name, muted: d.muted, isDefault: d.name == self.server?.defaultSource)))
-                }
-            } else {
-                self.sinks[index] = d
-                if !self.session.isEnumerating {
-                    if d.available, !self.availableDevices.contains(d.name) {
-                        self.logger.debug("device appeared", metadata: ["device": "\(d.name)"])
-                        self.availableDevices.insert(d.name)
-                        self.onEvent?(.policy(.deviceAppeared(d.name)))
-                    } else if !d.available, self.availableDevices.remove(d.name) != nil {
-                        self.onEvent?(.policy(.deviceRemoved(d.name)))
-                    }
-                }
+            for e in self.session.deviceRead(d, source: source, defaultSource: self.server?.defaultSource) {
+                self.logger.debug("device event", metadata: ["event": "\(e)"])
+                self.onEvent?(.policy(e))
             }
             // Streams reported on a device not yet known get its name now.
             guard !self.session.isEnumerating else { return }
@@ -647,14 +620,11 @@ public final class PulseBackend {
 
     private func clientChanged(index: UInt32, _ change: Change) {
         if change == .remove {
-            clients[index] = nil
+            session.clientRemoved(index: index)
             return
         }
         context?.client(index: index) { [weak self] cl in
-            guard let self, let cl else { return }
-            let old = self.clients[index]
-            self.clients[index] = cl
-            guard old != nil, old != cl, !self.session.isEnumerating else { return }
+            guard let self, let cl, self.session.clientRead(cl) else { return }
             for (id, t) in self.streams where t.raw.client == index && t.fed != nil { self.report(id) }
         }
     }

@@ -71,6 +71,15 @@ public struct ServerSession<Stream: TrackedStreamValue> {
     private var serverName: String?
     private var restoreDatabaseAnswered = false
 
+    /// The server's sinks and sources by index, as last read.
+    private(set) var sinks: [UInt32: RawDevice] = [:]
+    private(set) var sources: [UInt32: RawDevice] = [:]
+    /// The server's clients by index: their properties count for their streams.
+    private(set) var clients: [UInt32: RawClient] = [:]
+    /// Sinks the engine has been told are available, by name (kept across connections, so that the next one says
+    /// what came and went).
+    private(set) var availableDevices: Set<String> = []
+
     public init(
         tracker: StreamTracker<Stream>, ledger: RestoreLedger, initialBackoffNanoseconds: UInt64,
         maximumBackoffNanoseconds: UInt64
@@ -108,6 +117,10 @@ public struct ServerSession<Stream: TrackedStreamValue> {
     /// against the lists). Returns the list reads' sequence number.
     public mutating func connected() -> UInt64 {
         phase = .enumerating(pending: Set(FirstRead.allCases))
+        // The first reads list them all again.
+        sinks.removeAll()
+        sources.removeAll()
+        clients.removeAll()
         serverName = nil
         restoreDatabaseAnswered = false
         nextBackoff = initialBackoffNanoseconds
@@ -142,6 +155,7 @@ public struct ServerSession<Stream: TrackedStreamValue> {
     public mutating func dropped() -> UInt64? {
         tracker.reset()
         ledger.connectionDropped()
+        clients.removeAll()
         serverName = nil
         guard phase != .stopped else { return nil }
         let delay = nextBackoff
@@ -152,4 +166,53 @@ public struct ServerSession<Stream: TrackedStreamValue> {
 
     /// No more attempts.
     public mutating func stop() { phase = .stopped }
+
+    // MARK: Devices and clients
+
+    /// The first listing's devices and clients.
+    mutating func listed(sinks list: [RawDevice]) { for d in list { sinks[d.index] = d } }
+    mutating func listed(sources list: [RawDevice]) { for d in list { sources[d.index] = d } }
+    mutating func listed(clients list: [RawClient]) { for c in list { clients[c.index] = c } }
+
+    /// The first state is in: the devices that came and went since the engine last heard (gone ones first, then
+    /// new ones, each sorted), so that streams are reported on known devices.
+    mutating func devicesSettled() -> [Event] {
+        let now = Set(sinks.values.filter(\.available).map(\.name))
+        let events = availableDevices.subtracting(now).sorted().map { Event.deviceRemoved($0) }
+            + now.subtracting(availableDevices).sorted().map { Event.deviceAppeared($0) }
+        availableDevices = now
+        return events
+    }
+
+    /// A sink or source read after the server announced it new or changed. While the first state is read, only the
+    /// table changes (`devicesSettled` speaks for it).
+    mutating func deviceRead(_ d: RawDevice, source: Bool, defaultSource: String?) -> [Event] {
+        if source {
+            let old = sources.updateValue(d, forKey: d.index)
+            // The microphone switch: the user muted or unmuted a source that is not a monitor.
+            guard !isEnumerating, !d.isMonitor, let old, old.muted != d.muted else { return [] }
+            return [.microphoneMuted(source: d.name, muted: d.muted, isDefault: d.name == defaultSource)]
+        }
+        sinks[d.index] = d
+        guard !isEnumerating else { return [] }
+        if d.available, availableDevices.insert(d.name).inserted { return [.deviceAppeared(d.name)] }
+        if !d.available, availableDevices.remove(d.name) != nil { return [.deviceRemoved(d.name)] }
+        return []
+    }
+
+    /// The server removed a sink or source: an available sink is gone for the engine too.
+    mutating func deviceRemoved(index: UInt32, source: Bool) -> [Event] {
+        let old = source ? sources.removeValue(forKey: index) : sinks.removeValue(forKey: index)
+        guard !source, let d = old, availableDevices.remove(d.name) != nil else { return [] }
+        return [.deviceRemoved(d.name)]
+    }
+
+    /// A client read after the server announced it new or changed: true when its streams must be reported again
+    /// (a known client whose properties changed, once the first state is in).
+    mutating func clientRead(_ c: RawClient) -> Bool {
+        let old = clients.updateValue(c, forKey: c.index)
+        return old != nil && old != c && !isEnumerating
+    }
+
+    mutating func clientRemoved(index: UInt32) { clients[index] = nil }
 }

@@ -124,4 +124,100 @@ struct ServerSessionTests {
         #expect(s.ledger.key(of: id) == nil)
         #expect(!s.isReady && !s.hasRestoreDatabase)
     }
+
+    static func sink(_ index: UInt32, _ name: String, available: Bool = true) -> RawDevice {
+        RawDevice(index: index, name: name, available: available)
+    }
+
+    @Test func devicesThatCameAndWentWhileDisconnectedAreReportedOnceTheFirstStateIsIn() {
+        var s = Self.session()
+        _ = s.connecting()
+        _ = s.connected()
+        s.listed(sinks: [Self.sink(1, "speakers"), Self.sink(2, "headphones")])
+        let r1 = s.devicesSettled()
+        #expect(r1 == [.deviceAppeared("headphones"), .deviceAppeared("speakers")])
+        // The server restarts without the headphones; the new server numbers its sinks anew.
+        _ = s.dropped()
+        _ = s.connecting()
+        _ = s.connected()
+        s.listed(sinks: [Self.sink(7, "speakers"), Self.sink(8, "hdmi", available: false)])
+        let r2 = s.devicesSettled()
+        #expect(r2 == [.deviceRemoved("headphones")], "a sink of the old connection counted as available")
+        let r3 = s.devicesSettled()
+        #expect(r3 == [])
+    }
+
+    @Test func aSinkUnpluggedAndPluggedInIsGoneAndBackForTheEngineOnceEach() {
+        var s = Self.session()
+        _ = Self.enumerate(&s, name: "pulseaudio 16.1", restoreDatabase: true)
+        let r4 = s.deviceRead(Self.sink(3, "headphones"), source: false, defaultSource: nil)
+        #expect(r4 == [.deviceAppeared("headphones")])
+        let r5 = s.deviceRead(Self.sink(3, "headphones"), source: false, defaultSource: nil)
+        #expect(r5 == [], "no news twice")
+        let r6 = s.deviceRead(Self.sink(3, "headphones", available: false), source: false, defaultSource: nil)
+        #expect(r6 == [.deviceRemoved("headphones")])
+        let r7 = s.deviceRead(Self.sink(3, "headphones"), source: false, defaultSource: nil)
+        #expect(r7 == [.deviceAppeared("headphones")])
+        let r8 = s.deviceRemoved(index: 3, source: false)
+        #expect(r8 == [.deviceRemoved("headphones")])
+        let r9 = s.deviceRemoved(index: 3, source: false)
+        #expect(r9 == [], "removed twice")
+        // While the first state is read, only the table changes.
+        _ = s.dropped()
+        _ = s.connecting()
+        _ = s.connected()
+        let r10 = s.deviceRead(Self.sink(4, "usb"), source: false, defaultSource: nil)
+        #expect(r10 == [])
+        #expect(s.sinks[4]?.name == "usb")
+    }
+
+    @Test func theMicrophoneSwitchIsASourceMuteThatChangedAndNotAMonitors() {
+        var s = Self.session()
+        _ = Self.enumerate(&s, name: "pulseaudio 16.1", restoreDatabase: true)
+        let mic = RawDevice(index: 5, name: "mic", available: true)
+        let r11 = s.deviceRead(mic, source: true, defaultSource: "mic")
+        #expect(r11 == [], "a source first seen changed nothing")
+        var muted = mic
+        muted.muted = true
+        let r12 = s.deviceRead(muted, source: true, defaultSource: "mic")
+        #expect(r12 == [.microphoneMuted(source: "mic", muted: true, isDefault: true)])
+        let r13 = s.deviceRead(muted, source: true, defaultSource: "mic")
+        #expect(r13 == [])
+        let r14 = s.deviceRead(mic, source: true, defaultSource: "other")
+        #expect(r14 == [.microphoneMuted(source: "mic", muted: false, isDefault: false)])
+        let monitor = RawDevice(index: 6, name: "speakers.monitor", available: true, isMonitor: true)
+        _ = s.deviceRead(monitor, source: true, defaultSource: nil)
+        var mutedMonitor = monitor
+        mutedMonitor.muted = true
+        let r15 = s.deviceRead(mutedMonitor, source: true, defaultSource: nil)
+        #expect(r15 == [])
+        let r16 = s.deviceRemoved(index: 5, source: true)
+        #expect(r16 == [], "a source is no output device")
+    }
+
+    @Test func aClientsStreamsAreReportedAgainOnlyWhenAKnownClientChanged() {
+        var s = Self.session()
+        let r17 = s.connecting()
+        #expect(r17)
+        _ = s.connected()
+        s.listed(clients: [RawClient(index: 1, properties: ["application.name": "mpv"])])
+        let r18 = s.clientRead(RawClient(index: 1, properties: ["application.name": "mpv", "x": "1"]))
+        #expect(!r18, "while the first state is read")
+        for r in Session.FirstRead.allCases { _ = s.firstReadDone(r) }
+        s.serverDescribed(name: "pulseaudio 16.1")
+        _ = s.dropped()
+        _ = s.connecting()
+        _ = s.connected()
+        s.serverDescribed(name: "pulseaudio 16.1")
+        for r in Session.FirstRead.allCases { _ = s.firstReadDone(r) }
+        #expect(s.clients.isEmpty, "a dropped connection's clients")
+        let r19 = s.clientRead(RawClient(index: 2, properties: [:]))
+        #expect(!r19, "a new client has no reported streams")
+        let r20 = s.clientRead(RawClient(index: 2, properties: [:]))
+        #expect(!r20, "unchanged")
+        let r21 = s.clientRead(RawClient(index: 2, properties: ["PULSE_PROP": "audiod.session=3"]))
+        #expect(r21)
+        s.clientRemoved(index: 2)
+        #expect(s.clients[2] == nil)
+    }
 }
