@@ -153,14 +153,7 @@ struct BusScenarioTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let music = try playback(server, name: "music")
-        let nav = try playback(server, name: "nav")
-        let m = try server.waitForPlaybackStream(pid: music.pid)
-        _ = try server.waitForPlaybackStream(pid: nav.pid)
-        _ = try d.client.makeSession(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
-        let n = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
-        let expected = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
-        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == expected }, "not ducked")
+        let (music, m, n, _) = try musicDuckedByNavigation(server, d)
         _ = d.client.session(n, "SetActive", [.bool(false), .strings([])])
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == m.volume }, "not restored")
     }
@@ -257,4 +250,20 @@ struct BusScenarioTests {
             #expect(sessionOut.contains(".\(name) "), "busctl does not show \(name) on a session")
         }
     }
+}
+
+/// A music app (a mixable playback session) ducked by a navigation app's `duck-others` session, as a person would
+/// set it up; returns the music's process and stream as first seen, the navigation's session path and the duck.
+func musicDuckedByNavigation(_ server: TestServer, _ d: Daemon) throws
+    -> (music: Child, stream: ObservedStream, navigation: String, ducked: [UInt32])
+{
+    let music = try playback(server, name: "music")
+    let nav = try playback(server, name: "nav")
+    let m = try server.waitForPlaybackStream(pid: music.pid)
+    _ = try server.waitForPlaybackStream(pid: nav.pid)
+    _ = try d.client.makeSession(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
+    let n = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
+    let ducked = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
+    #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked }, "not ducked")
+    return (music, m, n, ducked)
 }

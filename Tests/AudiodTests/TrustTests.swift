@@ -375,14 +375,7 @@ struct StopAndRecoveryTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let music = try playback(server, name: "music")
-        let nav = try playback(server, name: "nav")
-        let m = try server.waitForPlaybackStream(pid: music.pid)
-        _ = try server.waitForPlaybackStream(pid: nav.pid)
-        _ = try d.client.makeSession(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
-        let n = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
-        let ducked = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
-        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked }, "not ducked")
+        let (music, m, n, _) = try musicDuckedByNavigation(server, d)
         let path = "\(server.directory)/audiod/journal"
         func journaled() -> Bool { ((try? Journal.load(from: path))??.entries ?? []).contains { $0.index == m.index } }
         #expect(waitFor(5) { journaled() }, "the duck is not in the journal")
@@ -410,14 +403,7 @@ struct StopAndRecoveryTests {
             try "volume-tolerance = 2000\n".write(toFile: "\(dir)/audiod.toml", atomically: true, encoding: .utf8)
         }
         let d = try Daemon.start(server)
-        let music = try playback(server, name: "music")
-        let nav = try playback(server, name: "nav")
-        let m = try server.waitForPlaybackStream(pid: music.pid)
-        _ = try server.waitForPlaybackStream(pid: nav.pid)
-        _ = try d.client.makeSession(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
-        _ = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
-        let ducked = m.volume.map { Volume.multiply($0, Volume.fromLinear(0.2)) }
-        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked }, "not ducked")
+        let (music, m, _, ducked) = try musicDuckedByNavigation(server, d)
         // Killed while its client is still connected: closing the client first would end its sessions and lift the
         // duck (and its journal entry) before the kill.
         d.child.kill()
