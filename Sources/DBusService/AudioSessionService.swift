@@ -251,7 +251,8 @@ public final class AudioSessionService {
         guard !m.noReply else { return }
         deliver(request) { [weak self] in
             guard let self, !self.bus.reply(to: m, args) else { return }
-            self.bus.replyError(to: m, name: DBusError.failed("").name, message: "audiod could not encode its reply")
+            let e = DBusError.failed("audiod could not encode its reply")
+            self.bus.replyError(to: m, name: e.name, message: e.message)
         }
     }
 
