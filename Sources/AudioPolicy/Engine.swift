@@ -14,7 +14,7 @@ public struct Engine: Sendable {
     var duckFactor: UInt32
     public internal(set) var silentMode = false
 
-    @usableFromInline var sessions: [SessionID: SessionState] = [:]
+    var sessions: [SessionID: SessionState] = [:]
     var streams: [StreamID: StreamState] = [:]
     var players: [PlayerID: PlayerState] = [:]
     var busRules: [String: ApplicationRule] = [:]
@@ -104,11 +104,6 @@ public struct Engine: Sendable {
 
     /// Every session, explicit and implicit, in id order.
     public var sessionIDs: [SessionID] { sessions.keys.sorted() }
-
-    /// Whether the session exists (without building its view).
-    /// Inlinable: asked on every call to a session, through a class that holds the engine — a call into this module
-    /// would copy the whole engine value to lend it out; inlined, only the dictionary is read.
-    @inlinable public func hasSession(_ id: SessionID) -> Bool { sessions[id] != nil }
 
     /// A session's public state, as its D-Bus properties show it.
     public func session(_ id: SessionID) -> SessionView? {

@@ -14,7 +14,7 @@ enum DeactivationCause: Sendable {
     case implicitEnded
 }
 
-@usableFromInline struct SessionState: Sendable {
+struct SessionState: Sendable {
     let id: SessionID
     let implicitKey: ImplicitKey?
     var lifetime: NewSession.Lifetime

@@ -7,8 +7,6 @@ import PulseLoop
 extension Arbiter: PolicyHost {
     public var connectedServerName: String? { serverInfo?.name }
 
-    public func hasSession(_ id: SessionID) -> Bool { engine.hasSession(id) }
-
     public func processChain(_ pid: UInt32) -> [UInt32] { ProcessTable.chain(pid) }
 
     public func processOwner(_ pid: UInt32) -> UInt32? { ProcessTable.owner(of: pid) }

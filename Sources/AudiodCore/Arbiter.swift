@@ -69,9 +69,12 @@ public final class Arbiter {
         if let path = statePath {
             do {
                 for e in try StateFile.load(from: path, requestID: makeRequestID) {
-                    for case .reply(_, .error(let err)) in engine.handle(e, at: now) {
+                    let effects = engine.handle(e, at: now)
+                    for case .reply(_, .error(let err)) in effects {
                         logger.warning("a saved rule no longer holds", metadata: ["error": "\(err)"])
                     }
+                    // Published like every step: the bus shows the saved silent mode from its first answer.
+                    onStep?(e, effects)
                 }
             } catch {
                 logger.warning("the saved state \(path) is damaged (\(StateFile.describe(error))); starting with silent mode off and no saved app rules")

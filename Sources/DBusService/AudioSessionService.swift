@@ -10,8 +10,6 @@ import Logging
 public protocol PolicyHost: AnyObject {
     /// The engine's read model. (A copy through the protocol: hot paths ask the questions below instead.)
     var engine: Engine { get }
-    /// Whether the session exists: asked for every call to a session object.
-    func hasSession(_ id: SessionID) -> Bool
     func makeRequestID() -> RequestID
     /// One engine step. Every step's effects, this one's included, also reach `AudioSessionService.publish`.
     @discardableResult func handle(_ event: Event) -> [Effect]
@@ -40,8 +38,8 @@ public enum ConfigReload: Equatable, Sendable {
     case invalid(String)
 }
 
-/// org.audiod.AudioSession1 on a bus connection: every method, property and signal of docs/API.md, derived from the
-/// interface descriptions. Confined to the loop thread, like the connection and the engine.
+/// org.audiod.AudioSession1 on a bus connection: every method, property and signal of docs/API.md, served from the
+/// interface tables (ServiceTables.swift). Confined to the loop thread, like the connection and the engine.
 public final class AudioSessionService {
     public static let version = Release.version
 
@@ -77,6 +75,10 @@ public final class AudioSessionService {
     /// Implicit sessions by the pid they were made for: their process's exit ends them at once (POLICY §7).
     private var implicitPids: [SessionID: UInt32] = [:]
     private var lastServerName: String?
+    /// Every session's properties as the bus last saw them (`InterfacesAdded`, `PropertiesChanged`), and the
+    /// manager's: what `Get` and `GetAll` answer, and which session objects exist on the bus.
+    private(set) var publishedSessions: [SessionID: [String: DBusValue]] = [:]
+    private(set) var publishedManager: [String: DBusValue] = [:]
     private var mpris: MPRISWatcher?
     private var gameMode: GameModeWatcher?
     private var logind: LogindWatcher?
@@ -98,6 +100,14 @@ public final class AudioSessionService {
         self.host = host
         self.limits = limits
         self.logger = logger
+        let e = host.engine
+        publishedManager = Dictionary(
+            ([.silentMode(e.silentMode), .otherAudioPlaying(e.otherAudioPlaying), .primaryAudioSession(e.primaryAudioSession),
+              .duckLevel(e.duckLevel), .callState(e.callState), .screenLocked(e.screenLocked)] as [ManagerProperty]).map(Self.value),
+            uniquingKeysWith: { _, last in last })
+        publishedManager["ServerName"] = .string(host.connectedServerName ?? "")
+        publishedManager["ServerConnected"] = .bool(host.connectedServerName != nil)
+        lastServerName = host.connectedServerName
         bus.onMessage = { [weak self] m in self?.received(m) }
         bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'")
     }
@@ -247,16 +257,18 @@ public final class AudioSessionService {
         }
     }
 
-    private func reply(_ m: DBusMessage, _ args: [DBusValue], request: UInt64? = nil) {
+    /// `args` are taken when the answer leaves, not when it is made: a `Get` held behind an earlier call's reply
+    /// shows what that call's step published.
+    func reply(_ m: DBusMessage, _ args: @escaping @autoclosure () -> [DBusValue], request: UInt64? = nil) {
         guard !m.noReply else { return }
         deliver(request) { [weak self] in
-            guard let self, !self.bus.reply(to: m, args) else { return }
+            guard let self, !self.bus.reply(to: m, args()) else { return }
             let e = DBusError.failed("audiod could not encode its reply")
             self.bus.replyError(to: m, name: e.name, message: e.message)
         }
     }
 
-    private func fail(_ m: DBusMessage, _ e: DBusError, request: UInt64? = nil) {
+    func fail(_ m: DBusMessage, _ e: DBusError, request: UInt64? = nil) {
         guard !m.noReply else { return }
         deliver(request) { [weak self] in self?.bus.replyError(to: m, name: e.name, message: e.message) }
     }
@@ -295,7 +307,7 @@ public final class AudioSessionService {
         return p
     }
 
-    private static func invalidArgs(_ message: String) -> DBusError {
+    static func invalidArgs(_ message: String) -> DBusError {
         DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: message)
     }
 
@@ -306,53 +318,52 @@ public final class AudioSessionService {
     private func methodCall(_ m: DBusMessage) {
         let path = m.path ?? "/"
         let member = m.member ?? ""
-        let interfaces: [InterfaceDescription]
+        let tables: [VTable]
         var session: SessionID?
         if path == API.managerPath {
-            interfaces = API.managerInterfaces
-        } else if let id = Self.sessionID(path: path), host?.hasSession(id) == true {
-            interfaces = API.sessionInterfaces
+            tables = Self.managerTables
+        } else if let id = Self.sessionID(path: path), publishedSessions[id] != nil {
+            tables = Self.sessionTables
             session = id
         } else if path == "/" || (API.managerPath + "/session").hasPrefix(path) || objectPaths().contains(where: { $0.hasPrefix(path + "/") }) {
             // An intermediate node: only introspection (so that tools can walk the tree from "/").
             if member == "Introspect", m.interface == nil || m.interface == API.introspectable.name {
-                return reply(m, [.string(API.introspection(interfaces: [API.introspectable], children: children(of: path)))])
+                return reply(m, [.string(API.introspection(interfaces: [API.introspectable], children: self.children(of: path)))])
             }
             return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(path) only offers Introspect"))
         } else {
             return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no object at \(path)"))
         }
-        let iface: InterfaceDescription
+        let table: VTable
         if let name = m.interface {
-            guard let i = interfaces.first(where: { $0.name == name }) else {
+            guard let t = tables.first(where: { $0.name == name }) else {
                 return fail(m, DBusError(
                     name: "org.freedesktop.DBus.Error.UnknownInterface",
-                    message: "\(path) has no interface \(name); it has \(interfaces.map(\.name).joined(separator: ", "))"))
+                    message: "\(path) has no interface \(name); it has \(tables.map(\.name).joined(separator: ", "))"))
             }
-            iface = i
+            table = t
         } else {
-            guard let i = interfaces.first(where: { $0.method(member) != nil }) else {
+            guard let t = tables.first(where: { $0.method(member) != nil }) else {
                 return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member) at \(path)"))
             }
-            iface = i
+            table = t
         }
-        guard let method = iface.method(member) else {
+        guard let method = table.method(member) else {
             return fail(m, DBusError(
                 name: "org.freedesktop.DBus.Error.UnknownMethod",
-                message: "\(iface.name) has no method \(member); it has \(iface.methods.map(\.name).joined(separator: ", "))"))
+                message: "\(table.name) has no method \(member); it has \(table.methods.map(\.name).joined(separator: ", "))"))
         }
         guard m.signature == method.inputSignature else {
             return fail(m, Self.invalidArgs(
                 "\(member) takes (\(method.inputSignature)), not (\(m.signature))"))
         }
-        if iface.name == API.manager.name || iface.name == API.session.name
-            || (iface.name == API.properties.name && member == "Set"), host?.acceptsRequests != true
-        {
-            return fail(m, Self.shuttingDown)
+        if method.decides, host?.acceptsRequests != true { return fail(m, Self.shuttingDown) }
+        let call = VTable.Call(message: m, args: m.arguments, session: session)
+        if allowedNow(m, method.access, session) { return method.handler(self, call) }
+        authorize(m, method.access, session) { [weak self] in
+            guard let self else { return }
+            method.handler(self, call)
         }
-        let args = m.arguments
-        if allowedNow(m, method.access, session) { return dispatch(m, iface, member, args, interfaces, session) }
-        authorize(m, method.access, session) { [weak self] in self?.dispatch(m, iface, member, args, interfaces, session) }
     }
 
     /// The calls `authorize` would let through at once — open methods, and a session's owner calling it — run
@@ -368,37 +379,11 @@ public final class AudioSessionService {
         }
     }
 
-    private func dispatch(
-        _ m: DBusMessage, _ iface: InterfaceDescription, _ member: String, _ args: [DBusValue],
-        _ interfaces: [InterfaceDescription], _ session: SessionID?
-    ) {
-        let path = m.path ?? "/"
-        switch (iface.name, member) {
-        case (API.introspectable.name, "Introspect"):
-            reply(m, [.string(API.introspection(interfaces: interfaces, children: children(of: path)))])
-        case (API.peer.name, "Ping"):
-            reply(m, [])
-        case (API.peer.name, "GetMachineId"):
-            let id = (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))?.filter { !$0.isWhitespace }
-            reply(m, [.string(id ?? "")])
-        case (API.properties.name, _):
-            propertiesCall(m, member, args, interfaces: interfaces, session: session)
-        case (API.objectManager.name, "GetManagedObjects"):
-            reply(m, [managedObjects()])
-        case (API.manager.name, _):
-            managerCall(m, member, args)
-        case (API.session.name, _):
-            if let session { sessionCall(m, member, args, session) }
-        default:
-            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
-        }
-    }
-
     private func objectPaths() -> [String] {
-        [API.managerPath] + (host?.engine.sessionIDs.map(Self.sessionPath) ?? [])
+        [API.managerPath] + publishedSessions.keys.map(Self.sessionPath)
     }
 
-    private func children(of path: String) -> [String] {
+    func children(of path: String) -> [String] {
         let prefix = path == "/" ? "/" : path + "/"
         var names = Set<String>()
         for p in objectPaths() where p.hasPrefix(prefix) {
@@ -414,7 +399,7 @@ public final class AudioSessionService {
 
     /// Sends a request event; the engine's reply (through `publish`) answers `m` with `encode`'s arguments.
     @discardableResult
-    private func request(_ m: DBusMessage, encode: @escaping (Reply) -> [DBusValue]? = { _ in [] },
+    func request(_ m: DBusMessage, encode: @escaping (Reply) -> [DBusValue]? = { _ in [] },
                          _ make: (RequestID) -> Event) -> [Effect] {
         guard let host, host.acceptsRequests else {
             fail(m, Self.shuttingDown)
@@ -451,26 +436,26 @@ public final class AudioSessionService {
                 releaseHeld()
             case .sessionAdded(let view):
                 if view.isImplicit { watchImplicit(view.id, pid: view.processID) }
+                var values = Dictionary(view.properties.map(Self.value), uniquingKeysWith: { _, last in last })
+                values["Implicit"] = .bool(view.isImplicit)
+                publishedSessions[view.id] = values
                 emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [
-                    .objectPath(Self.sessionPath(view.id)),
-                    .dict(key: "s", value: "a{sv}", [
-                        (.string(API.session.name), sessionProperties(view)),
-                        (.string(API.properties.name), .properties([])),
-                        (.string(API.introspectable.name), .properties([])),
-                        (.string(API.peer.name), .properties([])),
-                    ]),
+                    .objectPath(Self.sessionPath(view.id)), sessionInterfaces(view.id),
                 ])
             case .sessionRemoved(let id):
                 forget(id)
+                publishedSessions[id] = nil
                 emit(API.managerPath, API.objectManager.name, "InterfacesRemoved", [
                     .objectPath(Self.sessionPath(id)),
-                    .strings(API.sessionInterfaces.map(\.name)),
+                    .strings(Self.sessionTables.map(\.name)),
                 ])
             case .signal(let id, let s):
                 emitSignal(id, s)
             case .sessionPropertiesChanged(let id, let changed):
+                let values = changed.map(Self.value)
+                if publishedSessions[id] != nil { for (name, v) in values { publishedSessions[id]?[name] = v } }
                 emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
-                    .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
+                    .string(API.session.name), .properties(values), .strings([]),
                 ])
             case .mprisPause(let player):
                 guard let mpris else { continue }
@@ -481,6 +466,7 @@ public final class AudioSessionService {
             case .managerPropertiesChanged(let props):
                 for case .silentMode(let on) in props { feedbackd?.silentModeChanged(on) }
                 let changed = props.map(Self.value)
+                for (name, v) in changed { publishedManager[name] = v }
                 emit(API.managerPath, API.properties.name, "PropertiesChanged", [
                     .string(API.manager.name), .properties(changed), .strings([]),
                 ])
@@ -558,6 +544,7 @@ public final class AudioSessionService {
             lastServerName = name
             changed.append(("ServerName", .string(name)))
         }
+        for (name, v) in changed { publishedManager[name] = v }
         emit(API.managerPath, API.properties.name, "PropertiesChanged", [
             .string(API.manager.name), .properties(changed), .strings([]),
         ])
@@ -620,196 +607,53 @@ public final class AudioSessionService {
         }
     }
 
-    /// All of a session's properties (`GetAll`, `InterfacesAdded`): the engine's, and `Implicit`, which never
-    /// changes.
-    private func sessionPropertyValues(_ v: SessionView) -> [(String, DBusValue)] {
-        var all = v.properties.map(Self.value)
-        let streams = all.firstIndex { $0.0 == "Streams" } ?? all.endIndex
-        all.insert(("Implicit", .bool(v.isImplicit)), at: streams)
-        return all
+    /// A session object's interfaces and their properties (`InterfacesAdded`, `GetManagedObjects`).
+    private func sessionInterfaces(_ id: SessionID) -> DBusValue {
+        .dict(key: "s", value: "a{sv}", Self.sessionTables.map { t in (.string(t.name), .properties(t.values(self, id))) })
     }
 
-    private func sessionProperties(_ v: SessionView) -> DBusValue { .properties(sessionPropertyValues(v)) }
-
-    private func managerPropertyValues() -> [(String, DBusValue)] {
-        guard let host else { return [] }
-        let e = host.engine
-        return [
-            Self.value(.silentMode(e.silentMode)),
-            Self.value(ManagerProperty.otherAudioPlaying(e.otherAudioPlaying)),
-            Self.value(.primaryAudioSession(e.primaryAudioSession)),
-            ("ServerName", .string(host.connectedServerName ?? lastServerName ?? "")),
-            ("ServerConnected", .bool(host.connectedServerName != nil)),
-            Self.value(.duckLevel(e.duckLevel)),
-            ("Version", .string(Self.version)),
-            Self.value(.callState(e.callState)),
-            Self.value(.screenLocked(e.screenLocked)),
-        ]
-    }
-
-    private func managedObjects() -> DBusValue {
-        let views = (host?.engine.sessionIDs ?? []).compactMap { host?.engine.session($0) }
-        return .dict(key: "o", value: "a{sa{sv}}", views.map { v in
-            (.objectPath(Self.sessionPath(v.id)), .dict(key: "s", value: "a{sv}", [
-                (.string(API.session.name), sessionProperties(v)),
-                (.string(API.properties.name), .properties([])),
-                (.string(API.introspectable.name), .properties([])),
-                (.string(API.peer.name), .properties([])),
-            ]))
+    func managedObjects() -> DBusValue {
+        .dict(key: "o", value: "a{sa{sv}}", publishedSessions.keys.sorted().map { id in
+            (.objectPath(Self.sessionPath(id)), sessionInterfaces(id))
         })
-    }
-
-    private func propertiesCall(
-        _ m: DBusMessage, _ member: String, _ args: [DBusValue], interfaces: [InterfaceDescription], session: SessionID?
-    ) {
-        guard case .string(let ifaceName)? = args.first else { return fail(m, Self.invalidArgs("the first argument names an interface")) }
-        let values: [(String, DBusValue)]
-        let iface: InterfaceDescription
-        if ifaceName == API.manager.name, session == nil {
-            iface = API.manager
-            values = managerPropertyValues()
-        } else if ifaceName == API.session.name, let s = session, let v = host?.engine.session(s) {
-            iface = API.session
-            values = sessionPropertyValues(v)
-        } else if interfaces.contains(where: { $0.name == ifaceName }) {
-            iface = InterfaceDescription(name: ifaceName, methods: [], properties: [], signals: [])
-            values = []
-        } else {
-            return fail(m, DBusError(
-                name: "org.freedesktop.DBus.Error.UnknownInterface",
-                message: "\(m.path ?? "") has no interface \(ifaceName)"))
-        }
-        switch member {
-        case "GetAll":
-            reply(m, [.properties(values)])
-        case "Get":
-            guard case .string(let name)? = args.dropFirst().first, let value = values.first(where: { $0.0 == name })?.1 else {
-                return fail(m, DBusError(
-                    name: "org.freedesktop.DBus.Error.UnknownProperty",
-                    message: "\(ifaceName) has no property \(args.dropFirst().first?.stringValue ?? ""); it has \(iface.properties.map(\.name).joined(separator: ", "))"))
-            }
-            reply(m, [.variant(value)])
-        case "Set":
-            guard case .string(let name)? = args.dropFirst().first, case .variant(let value)? = args.last else {
-                return fail(m, Self.invalidArgs("Set takes (ssv)"))
-            }
-            guard let p = iface.property(name) else {
-                return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "\(ifaceName) has no property \(name)"))
-            }
-            guard let access = p.writeAccess else {
-                return fail(m, DBusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "\(name) is read-only"))
-            }
-            guard value.signature == p.type else {
-                return fail(m, Self.invalidArgs("\(name) is of type \(p.type), not \(value.signature)"))
-            }
-            authorize(m, access, session) { [weak self] in
-                guard let self else { return }
-                switch (name, value) {
-                case ("SilentMode", .bool(let on)):
-                    self.request(m) { .setSilentMode($0, on) }
-                case ("DuckLevel", .double(let level)):
-                    self.request(m) { .setDuckLevel($0, level) }
-                case ("HandlesSecondaryAudio", .bool(let on)):
-                    guard let s = session else { return }
-                    self.request(m) { .setHandlesSecondaryAudio($0, s, on) }
-                case ("PrefersNoInterruptionsFromSystemAlerts", .bool(let on)):
-                    guard let s = session else { return }
-                    self.request(m) { .setPrefersNoInterruptions($0, s, on) }
-                default:
-                    self.fail(m, Self.invalidArgs("\(name) cannot be set"))
-                }
-            }
-        default:
-            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
-        }
     }
 
     // MARK: Manager methods
 
-    private func managerCall(_ m: DBusMessage, _ member: String, _ args: [DBusValue]) {
-        guard let host else { return fail(m, .failed("audiod is shutting down")) }
-        switch member {
-        case "CreateSession":
-            createSession(m, args.first?.propertyMap ?? [:])
-        case "FindSession":
-            guard let pid = args.first?.uint32Value else { return }
-            if let id = host.engine.findSession(pid: pid) {
-                reply(m, [.objectPath(Self.sessionPath(id))])
-            } else {
-                fail(m, DBusError(name: ErrorName.noSuchSession.busName, message: "no session was created with pid \(pid)"))
-            }
-        case "GetSessionForProcess":
-            guard let pid = args.first?.uint32Value else { return }
-            let chain = host.processChain(pid)
-            if let id = host.engine.sessionForProcess(chain: chain.isEmpty ? [pid] : chain) {
-                reply(m, [.objectPath(Self.sessionPath(id))])
-            } else {
-                fail(m, DBusError(name: ErrorName.noSuchSession.busName, message: "no session owns the streams of pid \(pid)"))
-            }
-        case "ListStreams":
-            guard host.connectedServerName != nil else {
-                return fail(m, DBusError(
-                    name: ErrorName.serverUnavailable.busName,
-                    message: "audiod is not connected to the sound server right now; it reconnects by itself"))
-            }
-            reply(m, [.array(element: "a{sv}", host.engine.streamViews.map(streamEntry))])
-        case "SetApplicationCategory":
-            guard let app = args[0].stringValue, let c = args[1].stringValue, let mode = args[2].stringValue,
-                let opts = args[3].stringArray
-            else { return }
-            guard !app.isEmpty else { return fail(m, Self.invalidArgs("the application name must not be empty")) }
-            if let e = nameTooLong(app, "the application name") ?? tooManyOptions(opts) { return fail(m, e) }
-            if !host.engine.applicationRules.contains(where: { $0.application == app }),
-                host.engine.applicationRules.count >= limits.rules
-            {
-                return fail(m, Self.limitExceeded(
-                    "audiod holds \(limits.rules) application rules, its limit; remove one first (RemoveApplicationCategory)"))
-            }
-            request(m) { .setApplicationCategory($0, application: app, category: c, mode: mode, options: opts) }
-        case "RemoveApplicationCategory":
-            guard let app = args.first?.stringValue else { return }
-            if let e = nameTooLong(app, "the application name") { return fail(m, e) }
-            request(m) { .removeApplicationCategory($0, application: app) }
-        case "Reload":
-            // An audiod-wide write: the interface table lets only audiod's own uid this far.
-            guard host.acceptsRequests else { return fail(m, Self.shuttingDown) }
-            switch host.reloadConfig() {
-            case .reloaded: reply(m, [])
-            case .invalid(let why): fail(m, DBusError(name: ErrorName.invalidConfig.busName, message: why))
-            }
-        case "ListApplicationRules":
-            reply(m, [.array(element: "a{sv}", host.engine.applicationRules.map { r in
-                var entry: [(String, DBusValue)] = [
-                    ("application", .string(r.application)), ("category", .string(r.configuration.category.rawValue)),
-                    ("mode", .string(r.configuration.mode.rawValue)),
-                    ("options", .strings(r.configuration.options.map(\.rawValue))), ("source", .string(r.source.rawValue)),
-                ]
-                if let file = r.file { entry.append(("file", .string(file))) }
-                if let line = r.line { entry.append(("line", .uint32(UInt32(clamping: line)))) }
-                return .properties(entry)
-            })])
-        case "ListPlatformSources":
-            reply(m, [.array(element: "a{sv}", platformSources())])
-        case "ListApplicationCategories":
-            reply(m, [.array(element: "(sssas)", host.engine.applicationRules.map { r in
-                .structure([
-                    .string(r.application), .string(r.configuration.category.rawValue),
-                    .string(r.configuration.mode.rawValue), .strings(r.configuration.options.map(\.rawValue)),
-                ])
-            })])
-        default:
-            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
+    func setApplicationCategory(_ c: VTable.Call) {
+        guard let host, let app = c.args[0].stringValue, let category = c.args[1].stringValue,
+            let mode = c.args[2].stringValue, let opts = c.args[3].stringArray
+        else { return }
+        guard !app.isEmpty else { return fail(c.message, Self.invalidArgs("the application name must not be empty")) }
+        if let e = nameTooLong(app, "the application name") ?? tooManyOptions(opts) { return fail(c.message, e) }
+        if !host.engine.applicationRules.contains(where: { $0.application == app }),
+            host.engine.applicationRules.count >= limits.rules
+        {
+            return fail(c.message, Self.limitExceeded(
+                "audiod holds \(limits.rules) application rules, its limit; remove one first (RemoveApplicationCategory)"))
         }
+        request(c.message) { .setApplicationCategory($0, application: app, category: category, mode: mode, options: opts) }
     }
 
-    private func streamEntry(_ s: StreamView) -> DBusValue {
+    static func ruleEntry(_ r: ApplicationRule) -> DBusValue {
+        var entry: [(String, DBusValue)] = [
+            ("application", .string(r.application)), ("category", .string(r.configuration.category.rawValue)),
+            ("mode", .string(r.configuration.mode.rawValue)),
+            ("options", .strings(r.configuration.options.map(\.rawValue))), ("source", .string(r.source.rawValue)),
+        ]
+        if let file = r.file { entry.append(("file", .string(file))) }
+        if let line = r.line { entry.append(("line", .uint32(UInt32(clamping: line)))) }
+        return .properties(entry)
+    }
+
+    static func streamEntry(_ s: StreamView) -> DBusValue {
         .properties([
             ("index", .uint32(s.info.id.index)),
             ("kind", .string(s.info.id.kind.rawValue)),
             ("pid", .uint32(s.info.pid ?? 0)),
             ("application-name", .string(s.info.applicationName)),
             ("media-role", .string(s.info.role ?? "")),
-            ("session", .objectPath(s.session.map(Self.sessionPath) ?? "/")),
+            ("session", .objectPath(s.session.map(sessionPath) ?? "/")),
             ("policy-muted", .bool(s.policyMuted)),
             ("duck-factor", .double(s.duckFactor)),
             ("corked", .bool(s.info.corked)),
@@ -820,7 +664,7 @@ public final class AudioSessionService {
         ])
     }
 
-    private func createSession(_ m: DBusMessage, _ hints: [String: DBusValue]) {
+    func createSession(_ m: DBusMessage, _ hints: [String: DBusValue]) {
         // Types first: a hint of the wrong type is InvalidArgs, whatever else is wrong.
         var name = ""
         if let v = hints["application-name"] {
@@ -914,30 +758,11 @@ public final class AudioSessionService {
         return false
     }
 
-    // MARK: Session methods
-
-    private func sessionCall(_ m: DBusMessage, _ member: String, _ args: [DBusValue], _ id: SessionID) {
-        switch member {
-        case "SetCategory":
-            guard let c = args[0].stringValue, let mode = args[1].stringValue, let o = args[2].stringArray else { return }
-            if let e = tooManyOptions(o) { return fail(m, e) }
-            request(m) { .setCategory($0, id, category: c, mode: mode, options: o) }
-        case "SetActive":
-            guard let active = args[0].boolValue, let o = args[1].stringArray else { return }
-            if let e = tooManyOptions(o) { return fail(m, e) }
-            request(m) { .setActive($0, id, active: active, options: o) }
-        case "Release":
-            request(m) { .release($0, id) }
-        default:
-            fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member)"))
-        }
-    }
-
     // MARK: Access and bounds
 
     /// Runs `body` if the caller has `access` (the interface table says which each method and property needs);
     /// answers AccessDenied otherwise.
-    private func authorize(_ m: DBusMessage, _ access: InterfaceDescription.Access, _ session: SessionID?,
+    func authorize(_ m: DBusMessage, _ access: InterfaceDescription.Access, _ session: SessionID?,
                            _ body: @escaping () -> Void) {
         switch access {
         case .anyone:
@@ -959,7 +784,7 @@ public final class AudioSessionService {
         }
     }
 
-    private static let shuttingDown = DBusError(
+    static let shuttingDown = DBusError(
         name: ErrorName.shuttingDown.busName, message: "audiod is stopping and decides nothing new")
 
     private static func limitExceeded(_ message: String) -> DBusError {
@@ -972,12 +797,12 @@ public final class AudioSessionService {
             "this connection owns \(limits.sessionsPerConnection) sessions, the limit per connection; release one first")
     }
 
-    private func nameTooLong(_ s: String, _ what: String) -> DBusError? {
+    func nameTooLong(_ s: String, _ what: String) -> DBusError? {
         guard s.utf8.count > limits.nameBytes else { return nil }
         return Self.limitExceeded("\(what) has \(s.utf8.count) bytes; at most \(limits.nameBytes) are accepted")
     }
 
-    private func tooManyOptions(_ o: [String]) -> DBusError? {
+    func tooManyOptions(_ o: [String]) -> DBusError? {
         guard o.count > limits.options else { return nil }
         return Self.limitExceeded("\(o.count) options given; at most \(limits.options) are accepted")
     }
