@@ -203,6 +203,12 @@ public struct StreamIdentity: Equatable, Sendable {
         public var pid: UInt32?
         public var app: String?
         public var instance: String?
+
+        public init(pid: UInt32?, app: String? = nil, instance: String? = nil) {
+            self.pid = pid
+            self.app = app
+            self.instance = instance
+        }
     }
 
     public static func of(_ properties: [String: String], client: UInt32?) -> StreamIdentity {

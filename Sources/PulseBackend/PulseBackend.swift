@@ -119,9 +119,9 @@ public final class PulseBackend {
     private var reconnectTimer: LoopTimer?
 
     private var streams: [StreamID: Tracked] = [:]
-    private var hostCache: [[String?]: (host: StreamIdentity.Host, chain: [UInt32], start: UInt64, at: UInt64, client: UInt32?, app: AppProfile?)] = [:]
-    /// The desktop's entries, read at the first stream that needs them and kept current through inotify.
-    private var desktopIndex: DesktopEntryIndex?
+    /// Who plays each stream (AppIdentity). The desktop's entries it resolves against are read off the loop at start
+    /// and kept current through inotify (`desktopWatch`).
+    private var identifier = StreamIdentifier()
     private var desktopWatch: IOWatch?
     /// Where the connection is, which server it is, which replies are the truth and where audiod's values may sit
     /// in the restore database: the pure part, scripted without a server (`ServerSession`, `StreamTracker`,
@@ -447,74 +447,23 @@ public final class PulseBackend {
             fromMonitor: t.raw.isRecord && (session.sources[t.raw.device]?.isMonitor ?? false), app: t.app)
     }
 
-    /// Who plays, from what a stream says of it, with its process chain. A burst of streams from one process (a
-    /// browser's tabs, a game's effects) reads /proc once: an answer stands while the process it names is the same
-    /// one and for at most `hostCacheNanoseconds` (a parent that exits changes the chain). The same one: on
-    /// PulseAudio a stream on the same, still connected client connection comes from it (a connection dies with its
-    /// process, and PulseAudio never gives a connection's index to another); otherwise — and on PipeWire, whose ids
-    /// may be given again — its start time in /proc must match.
+    /// Who plays, from what a stream says of it (`StreamIdentifier`, which keeps the answer for a burst of streams
+    /// from one process): on PulseAudio a client connection that is still there vouches for its process.
     private func hostOf(_ props: [String: String], client: UInt32?) -> (StreamIdentity.Host, [UInt32], AppProfile?) {
-        let key = StreamIdentity.sourceKeys.map { props[$0] }
-        let now = monotonicNow()
-        if let c = hostCache[key], now - c.at < Self.hostCacheNanoseconds, let pid = c.host.pid {
-            if !session.onPipeWire, let client, c.client == client, session.clients[client] != nil { return (c.host, c.chain, c.app) }
-            if let start = ProcessTable.stat(pid)?.start, start == c.start { return (c.host, c.chain, c.app) }
-        }
-        let host = StreamIdentity.host(props)
-        let walked = host.pid.map(ProcessTable.chainAndStart)
-        var chain = walked?.chain ?? []
-        // A process that already exited still has its pid: the engine matches by the pid first.
-        if chain.isEmpty, let pid = host.pid { chain = [pid] }
-        let app = profile(host: host, chain: chain, props: props)
-        if hostCache.count >= 64 {
-            hostCache = hostCache.filter { now - $0.value.at < Self.hostCacheNanoseconds }
-            if hostCache.count >= 64 { hostCache.removeAll() }
-        }
-        // Only a pid the stream itself names (the kernel's, or the reported one the host vouched for) is kept: any
-        // other answer came from scanning the sandboxes, which the next sandbox with the same inner pid and binary
-        // changes.
-        let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap { $0.flatMap { UInt32($0) } }
-        if let pid = host.pid, named.contains(pid), let start = walked?.start {
-            hostCache[key] = (host, chain, start, now, client, app)
-        }
-        return (host, chain, app)
-    }
-
-    /// Who the app is, as the desktop knows it (AppIdentity): read from /proc once per process (the host cache
-    /// keeps it for a burst of streams), resolved against the desktop entries. Without a believed pid, only what
-    /// the stream says.
-    private func profile(host: StreamIdentity.Host, chain: [UInt32], props: [String: String]) -> AppProfile? {
-        let index = desktopEntries()
-        let flatpak = host.app
-        guard let pid = host.pid else {
-            let facts = ProcessFacts(pid: 0, flatpakID: flatpak, applicationID: props["application.id"],
-                                     program: props["application.process.binary"])
-            return IdentityResolver.resolve(facts, index)
-        }
-        var (facts, notes) = ProcessReader.facts(
-            pid: pid, chain: chain, applicationID: props["application.id"], flatpakID: flatpak)
-        if facts.program == nil { facts.program = props["application.process.binary"] }
-        for n in notes { logger.debug("identity: \(n); the next-weaker evidence decides") }
-        let p = IdentityResolver.resolve(facts, index)
-        if logger.logLevel <= .debug, let id = p.id {
-            logger.debug("identity: pid \(pid) is \(id.name), found through \(id.source.phrase)\(p.entry.map { "; desktop entry \($0.path)" } ?? "")")
-        }
-        return p
-    }
-
-    /// The desktop entries once read (off the loop, at start: reading a desktop's few hundred entries takes ~10 ms,
-    /// which no decision should wait for); until then, none — the names from /proc still count, and the running
-    /// apps are judged again when the entries arrive. inotify keeps them current.
-    private func desktopEntries() -> any DesktopEntries {
-        if let i = desktopIndex { return i }
-        loadDesktopEntries()
-        return NoDesktopEntries()
+        let vouches = !session.onPipeWire && client.map { session.clients[$0] != nil } == true
+        if identifier.entries == nil { loadDesktopEntries() }
+        let found = identifier.identify(props, client: client, clientVouches: vouches, now: monotonicNow())
+        if logger.logLevel <= .debug { for n in found.notes { logger.debug("identity: \(n)") } }
+        return (found.host, found.chain, found.app)
     }
 
     private var loadingDesktopEntries = false
 
+    /// The desktop entries are read off the loop, at start: reading a desktop's few hundred entries takes ~10 ms,
+    /// which no decision should wait for. Until they arrive, the names from /proc still count, and the running apps
+    /// are judged again when they do.
     private func loadDesktopEntries() {
-        guard desktopIndex == nil, !loadingDesktopEntries else { return }
+        guard identifier.entries == nil, !loadingDesktopEntries else { return }
         loadingDesktopEntries = true
         let dirs = DesktopEntryIndex.applicationDirectories(environment: ProcessInfo.processInfo.environment)
         let loop = self.loop
@@ -526,30 +475,27 @@ public final class PulseBackend {
     }
 
     private func desktopEntriesLoaded(_ i: DesktopEntryIndex) {
-        desktopIndex = i
         logger.debug("identity: \(i.count) desktop entries read", metadata: ["refused": "\(i.refused.count)"])
         for path in i.refused.prefix(8) { logger.debug("identity: not a desktop entry, skipped: \(path)") }
         if i.fd >= 0 {
             desktopWatch = loop.watch(fd: i.fd, events: .input) { [weak self] _ in
-                guard let self, self.desktopIndex?.refresh() == true else { return }
-                self.rejudgeApps()
+                guard let self, let index = self.identifier.entries, index.refresh() else { return }
+                self.rejudgeApps(index)
             }
         }
-        rejudgeApps()
+        rejudgeApps(i)
     }
 
     /// The desktop entries changed (or arrived): every running app is identified again.
-    private func rejudgeApps() {
-        logger.debug("identity: desktop entries now \(desktopIndex?.count ?? 0); judging the running apps again")
-        hostCache.removeAll()
+    private func rejudgeApps(_ index: DesktopEntryIndex) {
+        logger.debug("identity: desktop entries now \(index.count); judging the running apps again")
+        identifier.entriesChanged(index)
         guard !session.isEnumerating else { return }
         for (id, t) in streams where t.fed != nil {
             streams[id]?.identitySource = []
             report(id)
         }
     }
-
-    private static let hostCacheNanoseconds: UInt64 = 1_000_000_000
 
     private func monotonicNow() -> UInt64 {
         var ts = timespec()
@@ -982,12 +928,6 @@ extension PulseBackend: PulseContextDelegate {
             }
         }
     }
-}
-
-/// No desktop entries (before they are read).
-private struct NoDesktopEntries: DesktopEntries {
-    func entry(id: String) -> DesktopEntry? { nil }
-    func entries(program: String) -> [DesktopEntry] { [] }
 }
 
 /// Hands the index, read on a worker thread, to the loop thread; nothing touches it on the worker afterwards.
