@@ -71,6 +71,8 @@ public struct StreamIdentifier {
     private var kept: [[String?]: Kept] = [:]
     /// The desktop's entries; nil until they have been read (then only what /proc says names an app).
     public private(set) var entries: DesktopEntryIndex?
+    /// Whether answers carry their notes (`--log-level debug`): none are formatted otherwise.
+    public var keepsNotes = false
 
     public init(processes: Processes = .proc) {
         self.processes = processes
@@ -129,8 +131,9 @@ public struct StreamIdentifier {
         }
         var (facts, read) = processes.facts(pid, chain, props["application.id"], host.app)
         if facts.program == nil { facts.program = props["application.process.binary"] }
-        notes += read.map { "\($0); the next-weaker evidence decides" }
         let p = IdentityResolver.resolve(facts, index)
+        guard keepsNotes else { return p }
+        notes += read.map { "\($0); the next-weaker evidence decides" }
         if let id = p.id {
             notes.append("pid \(pid) is \(id.name), found through \(id.source.phrase)\(p.entry.map { "; desktop entry \($0.path)" } ?? "")")
         }

@@ -66,44 +66,6 @@ public final class PulseBackend {
         }
     }
 
-    private struct Tracked {
-        var raw: RawStream
-        /// What the engine was last told; nil until the stream has been reported.
-        var fed: StreamInfo?
-        var chain: [UInt32] = []
-        var identity: StreamIdentity?
-        /// Who the app is, as the desktop knows it (settled with `identity`).
-        var app: AppProfile?
-        /// What the identity was settled from (its client's properties may arrive after the stream).
-        var identitySource: [String?] = []
-        /// What an earlier run's journal says audiod left on this stream, for its first report.
-        var recovered: PolicyValues?
-        /// What audiod last wrote to the stream, to tell its own changes from the user's.
-        var lastWritten = Written()
-        /// Found by the connection's first read of every stream: it existed before anything this connection did,
-        /// so a value on it cannot have come from a sibling's policy value of this run.
-        var preexisting = false
-        /// Reads made while it was not yet linked (PipeWire), to find its link when no event announces it.
-        var unlinkedReads = 0
-        /// The engine was told of it before its link (`Event.streamAnnounced`).
-        var announced = false
-    }
-
-    /// The mute and volume audiod last wrote to a stream (nil: never).
-    struct Written {
-        var muted: Bool?
-        var volume: [UInt32]?
-        /// The values shown are (as far as audiod wrote them) audiod's own.
-        func matches(muted m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
-            guard muted != nil || volume != nil else { return false }
-            if let muted, muted != m { return false }
-            if let volume, volume.count != v.count || !Volume(channels: v).isClose(to: Volume(channels: volume), tolerance: tolerance) {
-                return false
-            }
-            return true
-        }
-    }
-
     let loop: MainLoop
     let options: Options
     var logger: Logger
@@ -112,20 +74,19 @@ public final class PulseBackend {
 
     private var context: PulseContext?
     public private(set) var server: ServerInfo?
-    /// Re-reads of streams not yet linked (see `report`).
+    /// Re-reads of streams not yet linked (`StreamReport.readAgainAfter`).
     private var unlinkedReadTimers: [StreamID: LoopTimer] = [:]
-    static let unlinkedReadLimit = 40
     public var isConnected: Bool { session.isReady && server != nil && context != nil }
     private var reconnectTimer: LoopTimer?
 
-    private var streams: [StreamID: Tracked] = [:]
-    /// Who plays each stream (AppIdentity). The desktop's entries it resolves against are read off the loop at start
-    /// and kept current through inotify (`desktopWatch`).
-    private var identifier = StreamIdentifier()
+    /// The desktop's entries that identities are resolved against (`session.identifier`) are read off the loop at
+    /// start and kept current through inotify.
     private var desktopWatch: IOWatch?
-    /// Where the connection is, which server it is, which replies are the truth and where audiod's values may sit
-    /// in the restore database: the pure part, scripted without a server (`ServerSession`, `StreamTracker`,
-    /// `RestoreLedger`).
+    /// Every fact about the server and its streams, and every decision on them: where the connection is, which
+    /// server it is, which replies are the truth, what the engine hears of each stream, who plays it and where
+    /// audiod's values may sit in the restore database — the pure part, scripted without a server
+    /// (`ServerSession`, StreamReports.swift, `StreamTracker`, `RestoreLedger`, AppIdentity's `StreamIdentifier`).
+    /// This class carries its answers out over libpulse.
     private var session: ServerSession<RawStream>
     private var expiryTimer: LoopTimer?
     private var confirmTimer: LoopTimer?
@@ -136,8 +97,6 @@ public final class PulseBackend {
     /// Set while a new connection's streams are first reported.
     private var holdingJournal = false
     private var pendingOperations = 0
-    /// Streams whose policy value was lifted, with the writes carrying the lift not yet acknowledged.
-    private var liftsAwaitingWrite: [StreamID: Int] = [:]
     private var flushWaiters: [() -> Void] = []
 
     /// How far a volume the server shows may be from the one audiod set and still count as audiod's: the engine's
@@ -165,13 +124,15 @@ public final class PulseBackend {
             }
         }
         recovery = loaded
+        var identifier = StreamIdentifier()
+        identifier.keepsNotes = logger.logLevel <= .debug
         session = ServerSession(
             tracker: StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds),
             ledger: RestoreLedger(
                 leaks: loaded?.leaks ?? [:], volumeTolerance: volumeTolerance,
                 leakWindowNanoseconds: options.leakWindowNanoseconds, restoreSettleNanoseconds: options.restoreSettleNanoseconds),
             initialBackoffNanoseconds: options.initialBackoffNanoseconds,
-            maximumBackoffNanoseconds: options.maximumBackoffNanoseconds)
+            maximumBackoffNanoseconds: options.maximumBackoffNanoseconds, identifier: identifier)
         if let r = loaded, let path = options.journalPath {
             logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
         }
@@ -224,10 +185,8 @@ public final class PulseBackend {
         // disconnected), so the next connection can undo it if the streams are still there, and otherwise knows
         // which restore-database entries carry policy values.
         if recovery == nil, let j = journalLog?.written, !j.isEmpty { recovery = j }
-        let gone = streams.keys.sorted()
-        streams.removeAll()
+        let gone = session.streamIDs
         unlinkedReadTimers.removeAll()
-        liftsAwaitingWrite.removeAll()
         let delay = session.dropped()
         expiryTimer?.cancel()
         expiryTimer = nil
@@ -297,7 +256,7 @@ public final class PulseBackend {
         }
         guard let server else { return dropConnection(reason: "the server did not describe itself") }
         logger.info("connected to the sound server", metadata: [
-            "server": "\(server.name)", "streams": "\(streams.count)", "restore-database": "\(session.hasRestoreDatabase)",
+            "server": "\(server.name)", "streams": "\(session.streamCount)", "restore-database": "\(session.hasRestoreDatabase)",
         ])
         // Devices first, so that streams are reported on known devices; gone devices are reported gone.
         for e in session.devicesSettled() { onEvent?(.policy(e)) }
@@ -307,7 +266,7 @@ public final class PulseBackend {
         // as its own, the old journal is their only record. (The operations decided meanwhile leave the process only
         // when the loop next runs, after this write.)
         holdingJournal = true
-        for id in streams.keys.sorted() { report(id) }
+        for id in session.streamIDs { report(id) }
         holdingJournal = false
         // The live streams that showed a leaked value are being put back, and the server saves that as the key's
         // value: the entry is the user's again.
@@ -322,20 +281,7 @@ public final class PulseBackend {
     private func recover(_ server: ServerInfo) {
         guard let journal = recovery else { return }
         recovery = nil
-        var found = 0
-        for e in journal.entries {
-            let id = StreamID(e.record ? .record : .playback, e.index)
-            if journal.serverCookie == server.cookie,
-                streams[id]?.raw.properties["application.name", default: ""] == e.applicationName
-            {
-                streams[id]?.recovered = PolicyValues(
-                    mute: e.unmute, volume: e.appliedVolume.map(Volume.init(channels:)),
-                    userVolume: e.restoreVolume.map(Volume.init(channels:)))
-                found += 1
-            } else if let key = e.restoreKey {
-                session.ledger.recorded(Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume), for: key)
-            }
-        }
+        let found = session.recover(journal, serverCookie: server.cookie)
         if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; the engine decides on them") }
     }
 
@@ -364,97 +310,30 @@ public final class PulseBackend {
     }
 
     private func accept(_ raw: RawStream) {
-        let id = raw.id
-        var t = streams[id] ?? Tracked(raw: raw, preexisting: session.isEnumerating)
-        t.raw = raw
-        streams[id] = t
-        if !session.isEnumerating { report(id) }
+        if session.accepted(raw) { report(raw.id) }
     }
 
-    /// Tells the engine about a stream: appeared (after correcting a leaked policy value) or changed.
+    /// Tells the engine what `session` decides it hears of a stream (StreamReports.swift), and carries out the rest:
+    /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
-        guard var t = streams[id] else { return }
-        // pipewire-pulse lists a new stream before its node is linked, with no device and a volume of 0 that is
-        // nobody's: WirePlumber gives it its saved values around the link. Unlinked, it cannot be heard, so it is
-        // first reported once linked — or the engine would take the placeholder, then the saved value, for the
-        // user's (and a leaked duck for the user's volume).
-        if t.fed == nil, session.onPipeWire, t.raw.device == UInt32.max {
-            // A change event normally announces the link. One that raced the connection's first listing is not
-            // announced again (measured: 2 in 10 server restarts left a player's stream unreported for good), so
-            // the stream is read again until it is linked — every 50 ms, for at most 2 s; then it is reported as
-            // it is.
-            if t.unlinkedReads < Self.unlinkedReadLimit {
-                t.unlinkedReads += 1
-                // Its first sample is mixed a graph cycle after the link, ~5 ms from now: a call's stream silences
-                // what it will interrupt before then (the engine decides whether it is a call's).
-                var announce: StreamInfo?
-                if !t.announced, id.kind == .playback {
-                    t.announced = true
-                    announce = info(id, &t, mergedProperties(t.raw))
-                }
-                streams[id] = t
-                if let announce { onEvent?(.policy(.streamAnnounced(announce))) }
-                if unlinkedReadTimers[id] == nil {
-                    unlinkedReadTimers[id] = loop.timer(afterNanoseconds: 50_000_000) { [weak self] in
-                        self?.unlinkedReadTimers[id] = nil
-                        if self?.streams[id]?.fed == nil { self?.read(id) }
-                    }
-                }
-                return
+        carryOut(session.report(id, now: monotonicNow()), id)
+    }
+
+    private func carryOut(_ r: StreamReport, _ id: StreamID) {
+        for n in r.notes { logger.debug("identity: \(n)") }
+        for key in r.leaks { journalLeak(key) }
+        if let key = r.leakFoundUnder {
+            logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
+                "stream": "\(id)", "key": "\(key)",
+            ])
+        }
+        for e in r.events { onEvent?(.policy(e)) }
+        if let after = r.readAgainAfter, unlinkedReadTimers[id] == nil {
+            unlinkedReadTimers[id] = loop.timer(afterNanoseconds: after) { [weak self] in
+                self?.unlinkedReadTimers[id] = nil
+                if self?.session.unreported(id) == true { self?.read(id) }
             }
         }
-        let props = mergedProperties(t.raw)
-        if t.fed == nil { session.ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
-        // What audiod left on the stream goes to the engine with the report: it decides what to put back.
-        let left = t.recovered ?? leakShown(id, t)
-        t.recovered = nil
-        var info = info(id, &t, props)
-        let first = t.fed == nil
-        let changed = t.fed != info || left != nil
-        if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
-            // The server saved this change in the stream's entry: it holds non-policy values again.
-            let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: volumeTolerance)
-            for key in session.ledger.changed(id, byAudiod: byAudiod) { journalLeak(key) }
-        }
-        t.fed = info
-        streams[id] = t
-        info.leftByPolicy = left
-        if first {
-            onEvent?(.policy(.streamAppeared(info)))
-        } else if changed {
-            onEvent?(.policy(.streamChanged(info)))
-        }
-    }
-
-    /// The stream as the engine sees it, from what the server shows now.
-    private func info(_ id: StreamID, _ t: inout Tracked, _ props: [String: String]) -> StreamInfo {
-        // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
-        // where the kernel or the host vouches for it.
-        let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
-        if t.identity == nil || source != t.identitySource {
-            let (host, chain, app) = hostOf(props, client: t.raw.client)
-            t.identity = StreamIdentity.of(host, client: t.raw.client)
-            t.identitySource = source
-            t.chain = chain
-            t.app = app
-        }
-        return StreamInfo(
-            id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
-            applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
-            role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
-            corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
-            device: deviceName(t.raw), identity: t.identity?.identity,
-            fromMonitor: t.raw.isRecord && (session.sources[t.raw.device]?.isMonitor ?? false), app: t.app)
-    }
-
-    /// Who plays, from what a stream says of it (`StreamIdentifier`, which keeps the answer for a burst of streams
-    /// from one process): on PulseAudio a client connection that is still there vouches for its process.
-    private func hostOf(_ props: [String: String], client: UInt32?) -> (StreamIdentity.Host, [UInt32], AppProfile?) {
-        let vouches = !session.onPipeWire && client.map { session.clients[$0] != nil } == true
-        if identifier.entries == nil { loadDesktopEntries() }
-        let found = identifier.identify(props, client: client, clientVouches: vouches, now: monotonicNow())
-        if logger.logLevel <= .debug { for n in found.notes { logger.debug("identity: \(n)") } }
-        return (found.host, found.chain, found.app)
     }
 
     private var loadingDesktopEntries = false
@@ -463,7 +342,7 @@ public final class PulseBackend {
     /// which no decision should wait for. Until they arrive, the names from /proc still count, and the running apps
     /// are judged again when they do.
     private func loadDesktopEntries() {
-        guard identifier.entries == nil, !loadingDesktopEntries else { return }
+        guard session.identifier.entries == nil, !loadingDesktopEntries else { return }
         loadingDesktopEntries = true
         let dirs = DesktopEntryIndex.applicationDirectories(environment: ProcessInfo.processInfo.environment)
         let loop = self.loop
@@ -479,7 +358,7 @@ public final class PulseBackend {
         for path in i.refused.prefix(8) { logger.debug("identity: not a desktop entry, skipped: \(path)") }
         if i.fd >= 0 {
             desktopWatch = loop.watch(fd: i.fd, events: .input) { [weak self] _ in
-                guard let self, let index = self.identifier.entries, index.refresh() else { return }
+                guard let self, let index = self.session.identifier.entries, index.refresh() else { return }
                 self.rejudgeApps(index)
             }
         }
@@ -489,12 +368,7 @@ public final class PulseBackend {
     /// The desktop entries changed (or arrived): every running app is identified again.
     private func rejudgeApps(_ index: DesktopEntryIndex) {
         logger.debug("identity: desktop entries now \(index.count); judging the running apps again")
-        identifier.entriesChanged(index)
-        guard !session.isEnumerating else { return }
-        for (id, t) in streams where t.fed != nil {
-            streams[id]?.identitySource = []
-            report(id)
-        }
+        for id in session.desktopEntriesChanged(index) { report(id) }
     }
 
     private func monotonicNow() -> UInt64 {
@@ -503,42 +377,10 @@ public final class PulseBackend {
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
-    private func mergedProperties(_ raw: RawStream) -> [String: String] {
-        // The server copies the client's properties into its streams; the client's own count where the stream
-        // lacks them (and for a PULSE_PROP set after the stream was made).
-        guard let c = raw.client, let client = session.clients[c] else { return raw.properties }
-        return raw.properties.merging(client.properties) { stream, _ in stream }
-    }
-
-    private func deviceName(_ raw: RawStream) -> String {
-        let table = raw.isRecord ? session.sources : session.sinks
-        return table[raw.device]?.name ?? "#\(raw.device)"
-    }
-
-    /// A new stream that starts with a policy value audiod left in the server's restore database (on a stream
-    /// of the same app that ended while silenced, or that is silenced now): the value is reported as audiod's
-    /// (`StreamInfo.leftByPolicy`), or the engine would take it for the user's; the engine then puts the user's
-    /// back, or keeps it if its policy still wants it (the rules: `RestoreLedger`).
-    private func leakShown(_ id: StreamID, _ t: Tracked) -> PolicyValues? {
-        let (values, journal) = session.ledger.shown(
-            id, first: t.fed == nil, preexisting: t.preexisting, muted: t.raw.muted, volume: t.raw.volume,
-            now: monotonicNow())
-        for key in journal { journalLeak(key) }
-        if values != nil {
-            logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
-                "stream": "\(id)", "key": "\(session.ledger.key(of: id) ?? "")",
-            ])
-        }
-        return values
-    }
-
     // MARK: Server events
 
     private func removed(_ id: StreamID) {
-        session.tracker.removed(id)
-        guard let t = streams.removeValue(forKey: id) else { return }
-        for key in session.ledger.removed(id, muted: t.raw.muted, now: monotonicNow()) { journalLeak(key) }
-        if t.fed != nil || t.announced { onEvent?(.policy(.streamRemoved(id))) }
+        carryOut(session.streamRemoved(id, now: monotonicNow()), id)
     }
 
     private func deviceChanged(source: Bool, index: UInt32, _ change: Change) {
@@ -558,9 +400,7 @@ public final class PulseBackend {
             }
             // Streams reported on a device not yet known get its name now.
             guard !self.session.isEnumerating else { return }
-            for (id, t) in self.streams where t.raw.device == index && t.raw.isRecord == source && t.fed != nil {
-                self.report(id)
-            }
+            for id in self.session.reportedStreams(onDevice: index, source: source) { self.report(id) }
         }
     }
 
@@ -571,7 +411,7 @@ public final class PulseBackend {
         }
         context?.client(index: index) { [weak self] cl in
             guard let self, let cl, self.session.clientRead(cl) else { return }
-            for (id, t) in self.streams where t.raw.client == index && t.fed != nil { self.report(id) }
+            for id in self.session.reportedStreams(ofClient: index) { self.report(id) }
         }
     }
 
@@ -583,73 +423,36 @@ public final class PulseBackend {
         loop.assertOnLoop()
         for e in effects {
             switch e {
-            case .setStreamMute(let id, let mute):
-                guard streams[id] != nil else { continue }
-                liftsAwaitingWrite[id]? += 1
-                operate(id, mute: mute)
-            case .setStreamVolume(let id, let v):
-                guard streams[id] != nil else { continue }
-                liftsAwaitingWrite[id]? += 1
-                operate(id, volume: v.channels)
-            default:
-                continue
+            case .setStreamMute(let id, let mute): operate(id, .setStreamMute(id, mute), mute: mute)
+            case .setStreamVolume(let id, let v): operate(id, e, volume: v.channels)
+            default: continue
             }
         }
-        // A lift that no write carries (the user changed the stream, or the engine let go of it): journaled now.
-        let unwritten = liftsAwaitingWrite.filter { $0.value == 0 }.map(\.key).sorted()
-        for id in unwritten { liftsAwaitingWrite[id] = nil }
-        journalStreams(unwritten)
+        journalStreams(session.writesSent())
     }
 
-    private func operate(_ id: StreamID, mute: Bool) {
-        guard let c = context else { return }
+    private func operate(_ id: StreamID, _ effect: Effect, mute: Bool? = nil, volume: [UInt32]? = nil) {
+        guard let c = context, session.writing(id, mute: mute, volume: volume, now: monotonicNow()) else { return }
         // Every write, at debug: each one must follow the arbiter's "decided" line that names it.
-        logger.debug("write: \(Effect.setStreamMute(id, mute).sentence)")
-        session.tracker.sent(id, mute: mute, now: monotonicNow())
+        logger.debug("write: \(effect.sentence)")
         armExpiry()
-        session.ledger.wrote(id)
-        // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
-        // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
-        // would take for the user's change.
-        streams[id]?.raw.muted = mute
-        streams[id]?.lastWritten.muted = mute
         pendingOperations += 1
-        c.setMute(record: id.kind == .record, index: id.index, mute) { [weak self] ok in
-            self?.operationDone(id, ok, "mute")
-        }
-    }
-
-    private func operate(_ id: StreamID, volume: [UInt32]) {
-        guard let c = context else { return }
-        logger.debug("write: \(Effect.setStreamVolume(id, Volume(channels: volume)).sentence)")
-        session.tracker.sent(id, volume: volume, now: monotonicNow())
-        armExpiry()
-        session.ledger.wrote(id)
-        streams[id]?.raw.volume = volume
-        streams[id]?.lastWritten.volume = volume
-        pendingOperations += 1
-        c.setVolume(record: id.kind == .record, index: id.index, volume) { [weak self] ok in
-            self?.operationDone(id, ok, "volume")
+        let record = id.kind == .record
+        if let mute {
+            c.setMute(record: record, index: id.index, mute) { [weak self] ok in self?.operationDone(id, ok, "mute") }
+        } else if let volume {
+            c.setVolume(record: record, index: id.index, volume) { [weak self] ok in self?.operationDone(id, ok, "volume") }
         }
     }
 
     private func operationDone(_ id: StreamID, _ ok: Bool, _ what: String) {
-        if !ok, streams[id] != nil {
+        let answer = session.writeAnswered(id, ok: ok)
+        if !ok, session.streams[id] != nil {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
-            // Nothing will show audiod's value: the next read is the truth.
-            if let r = session.tracker.refused(id) { send(r) }
         }
-        if ok { repairRestoreDatabase(id) }
-        if let n = liftsAwaitingWrite[id] {
-            if n > 1 {
-                liftsAwaitingWrite[id] = n - 1
-            } else {
-                // Refused, the stream still shows audiod's value: its entry stays (a stale entry is harmless — the
-                // engine undoes only what a stream still shows).
-                liftsAwaitingWrite[id] = nil
-                if ok { journalStreams([id]) }
-            }
-        }
+        if let r = answer.readAgain { send(r) }
+        if answer.repairRestoreEntry { repairRestoreDatabase(id) }
+        if answer.journal { journalStreams([id]) }
         finishOperation()
     }
 
@@ -719,7 +522,7 @@ public final class PulseBackend {
             c.restoreEntries { [weak self] entries in
                 guard let self else { return }
                 // A key the list lacks: the server saved nothing for it, so nothing of audiod's is in it.
-                let (repairs, _) = self.session.ledger.repairRecorded(entries?.map(Self.ledgerEntry), now: self.monotonicNow())
+                let repairs = self.session.ledger.repairRecorded(entries?.map(Self.ledgerEntry), now: self.monotonicNow())
                 for r in repairs {
                     guard let entry = entries?.first(where: { $0.name == r.key }) else { continue }
                     self.writeEntry(entry, r)
@@ -735,9 +538,9 @@ public final class PulseBackend {
             // WirePlumber has taken them (the read lists an entry once WirePlumber has it).
             let writes = session.ledger.blindRepairs
             for w in writes { writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
-            confirm(writes, attemptsLeft: Self.confirmAttempts) { [weak self] confirmed in
+            confirm(writes, attempt: 1) { [weak self] confirmed in
                 guard let self else { return done(confirmed.count, 0) }
-                _ = self.session.ledger.confirmed(confirmed)
+                self.session.ledger.confirmed(confirmed)
                 repaired = confirmed.count
                 if confirmed.count < writes.count {
                     self.logger.warning("\(writes.count - confirmed.count) restore-database entr\(writes.count - confirmed.count == 1 ? "y was" : "ies were") not confirmed; the journal keeps them for the next start")
@@ -749,29 +552,18 @@ public final class PulseBackend {
         }
     }
 
-    /// Reads pipewire-pulse's entries until each written one shows the values written (every 20 ms, a bounded
-    /// number of times); calls `done` with the names confirmed.
-    /// Reads of a blind write (every 20 ms: 3 s), and how often an entry not shown yet is written again.
-    static let confirmAttempts = 150
-    static let rewriteEvery = 50
-
-    private func confirm(_ writes: [RestoreLedger.Repair], attemptsLeft: Int, _ done: @escaping (Set<String>) -> Void) {
+    /// Reads pipewire-pulse's entries until each written one shows the values written (`RestoreLedger.blindRound`
+    /// says when to write again and when to stop); calls `done` with the names confirmed.
+    private func confirm(_ writes: [RestoreLedger.Repair], attempt: Int, _ done: @escaping (Set<String>) -> Void) {
         guard !writes.isEmpty, let c = context else { return done([]) }
         c.restoreEntries { [weak self] entries in
             guard let self else { return done([]) }
-            let listed = (entries ?? []).map(Self.ledgerEntry)
-            let confirmed = Set(writes.filter { self.session.ledger.shows($0, in: listed) }.map(\.key))
-            guard confirmed.count < writes.count, attemptsLeft > 1 else { return done(confirmed) }
-            // Seen once in a full test run: a write not shown after 1 s. Written again, it is not lost for good if
-            // WirePlumber dropped it or saved an older value over it.
-            if (Self.confirmAttempts - attemptsLeft + 1) % Self.rewriteEvery == 0 {
-                for w in writes where !confirmed.contains(w.key) {
-                    self.writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w)
-                }
-            }
+            let round = self.session.ledger.blindRound(writes, listed: (entries ?? []).map(Self.ledgerEntry), attempt: attempt)
+            if round.done { return done(round.confirmed) }
+            for w in round.rewrite { self.writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
             self.confirmTimer = self.loop.timer(afterNanoseconds: 20_000_000) { [weak self] in
                 self?.confirmTimer = nil
-                self?.confirm(writes, attemptsLeft: attemptsLeft - 1, done)
+                self?.confirm(writes, attempt: attempt + 1, done)
             }
         }
     }
@@ -799,17 +591,10 @@ public final class PulseBackend {
 
     /// Streams that appeared lately and are not yet linked to a device: on PipeWire, WirePlumber gives a new stream
     /// its saved values around the time it links, so a stop waits for these (bounded) to correct what they show.
-    public var hasUnlinkedNewStreams: Bool {
-        let now = monotonicNow()
-        return session.onPipeWire && streams.values.contains { t in
-            t.raw.device == UInt32.max && !t.preexisting && session.ledger.watching(t.raw.id, now: now)
-        }
-    }
+    public var hasUnlinkedNewStreams: Bool { session.hasUnlinkedNewStreams(now: monotonicNow()) }
 
-    /// How long a stop waits, after the server has acknowledged the restore, before it repairs the restore
-    /// database: WirePlumber saves a stream's change only once the node reports it, and a save of audiod's own
-    /// last value landing after the repair would undo it. module-stream-restore saves at once.
-    public var restoreSettleBeforeRepairNanoseconds: UInt64 { session.onPipeWire ? 300_000_000 : 0 }
+    /// How long a stop waits before it repairs the restore database (`Flavor.settlesBeforeRepairNanoseconds`).
+    public var restoreSettleBeforeRepairNanoseconds: UInt64 { session.flavor?.settlesBeforeRepairNanoseconds ?? 0 }
 
     /// Writes `entry` with the ledger's values in place of the server's.
     private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair) {
@@ -837,19 +622,7 @@ public final class PulseBackend {
     /// that a step's journal costs what it changed. Journals it before the operations are sent.
     public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
-        let dirty = session.ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: monotonicNow())
-        // A lift from a live stream is journaled once the server has the write that lifts it (`apply`,
-        // `operationDone`): killed between the two, the journal must still name what the stream shows.
-        var now: [StreamID] = []
-        for id in dirty {
-            if session.ledger.journalEntry(id) == nil, streams[id] != nil {
-                liftsAwaitingWrite[id] = 0
-            } else {
-                liftsAwaitingWrite[id] = nil
-                now.append(id)
-            }
-        }
-        journalStreams(now)
+        journalStreams(session.appliedChanged(changes, now: monotonicNow()))
     }
 
     private func journalStreams(_ ids: [StreamID]) {

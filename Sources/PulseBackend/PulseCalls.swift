@@ -18,7 +18,7 @@ import Synchronization
 // MARK: - Values read from the server
 
 /// A playback (sink-input) or record (source-output) stream as the server describes it.
-struct RawStream: TrackedStreamValue {
+struct RawStream: ServerStreamValue {
     var index: UInt32
     var isRecord: Bool
     var client: UInt32?
@@ -599,9 +599,6 @@ public struct PulseError: Error, Equatable, Sendable, CustomStringConvertible {
     public struct Code: RawRepresentable, Equatable, Sendable {
         public let rawValue: Int32
         public init(rawValue: Int32) { self.rawValue = rawValue }
-        public static let connectionRefused = Code(rawValue: Int32(PA_ERR_CONNECTIONREFUSED.rawValue))
-        public static let connectionTerminated = Code(rawValue: Int32(PA_ERR_CONNECTIONTERMINATED.rawValue))
-        public static let noEntity = Code(rawValue: Int32(PA_ERR_NOENTITY.rawValue))
         public static let badState = Code(rawValue: Int32(PA_ERR_BADSTATE.rawValue))
         public static let outOfMemory = Code(rawValue: Int32(PA_ERR_INTERNAL.rawValue))
     }

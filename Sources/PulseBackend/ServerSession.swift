@@ -1,3 +1,4 @@
+import AppIdentity
 import AudioPolicy
 
 /// The sound-server connection as a state machine: where the connection is (connecting, reading the server's first
@@ -6,7 +7,7 @@ import AudioPolicy
 /// the restore database). Inputs are the connection's events and the first reads' answers; the answers are what the
 /// backend does next (read, report connected, reconnect after a delay). No libpulse, no clock: scripted in
 /// `ServerSessionTests` (docs/BACKEND.md, "An exact model").
-public struct ServerSession<Stream: TrackedStreamValue> {
+public struct ServerSession<Stream: ServerStreamValue> {
     /// What kind of server answers the pulse protocol. The differences that matter to audiod, each one measured
     /// (docs/BACKEND.md):
     public enum Flavor: Equatable, Sendable {
@@ -30,6 +31,10 @@ public struct ServerSession<Stream: TrackedStreamValue> {
         public var savesLate: Bool { self == .pipeWire }
         /// The restore database's entries can be read and written back (module-stream-restore).
         public var listsRestoreEntries: Bool { self == .pulseAudio }
+        /// How long a stop waits, after the server has acknowledged the restore, before it repairs the restore
+        /// database: WirePlumber saves a stream's change only once the node reports it, and a save of audiod's own
+        /// last value landing after the repair would undo it. module-stream-restore saves at once.
+        public var settlesBeforeRepairNanoseconds: UInt64 { self == .pipeWire ? 300_000_000 : 0 }
     }
 
     /// The reads that make up the server's first state; reports wait until every one has answered.
@@ -79,11 +84,18 @@ public struct ServerSession<Stream: TrackedStreamValue> {
     /// Sinks the engine has been told are available, by name (kept across connections, so that the next one says
     /// what came and went).
     private(set) var availableDevices: Set<String> = []
+    /// Every stream of the connection, between the server's reads and the engine's reports (StreamReports.swift).
+    var streams: [StreamID: TrackedStream<Stream>] = [:]
+    /// Streams whose policy value was lifted, with the writes carrying the lift not yet acknowledged.
+    var liftsAwaitingWrite: [StreamID: Int] = [:]
+    /// Who plays each stream.
+    public var identifier: StreamIdentifier
 
     public init(
         tracker: StreamTracker<Stream>, ledger: RestoreLedger, initialBackoffNanoseconds: UInt64,
-        maximumBackoffNanoseconds: UInt64
+        maximumBackoffNanoseconds: UInt64, identifier: StreamIdentifier = StreamIdentifier()
     ) {
+        self.identifier = identifier
         self.tracker = tracker
         self.ledger = ledger
         self.initialBackoffNanoseconds = initialBackoffNanoseconds
@@ -153,6 +165,9 @@ public struct ServerSession<Stream: TrackedStreamValue> {
 
     /// The connection is gone (or could not be made). Returns the delay before the next attempt; nil when stopped.
     public mutating func dropped() -> UInt64? {
+        // The streams went with the connection (the engine hears of it from `streamIDs`, read before).
+        streams.removeAll()
+        liftsAwaitingWrite.removeAll()
         tracker.reset()
         ledger.connectionDropped()
         clients.removeAll()

@@ -4,9 +4,14 @@ import Testing
 
 /// The connection's life, scripted: no server, no clock.
 struct ServerSessionTests {
-    struct Value: TrackedStreamValue {
+    struct Value: ServerStreamValue {
         var muted = false
         var volume: [UInt32] = [65536]
+        var id = StreamID(.playback, 1)
+        var client: UInt32?
+        var device: UInt32 = 0
+        var properties: [String: String] = [:]
+        var corked = false
     }
 
     typealias Session = ServerSession<Value>
@@ -61,6 +66,8 @@ struct ServerSessionTests {
         #expect(f.listsUnlinkedStreams && f.confirmsLate && f.savesLate && !f.listsRestoreEntries)
         let p = Session.Flavor(serverName: "pulseaudio 16.1")
         #expect(p == .pulseAudio && !p.listsUnlinkedStreams && p.listsRestoreEntries)
+        #expect(f.settlesBeforeRepairNanoseconds == 300 * Self.ms, "WirePlumber saves a change once the node reports it")
+        #expect(p.settlesBeforeRepairNanoseconds == 0, "module-stream-restore saves at once")
     }
 
     @Test func aServerThatNeverDescribesItselfIsDropped() {

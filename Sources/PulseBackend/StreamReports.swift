@@ -1,0 +1,320 @@
+import AppIdentity
+import AudioPolicy
+
+/// A stream as the server shows it, as far as the session reads it (`RawStream` from libpulse; plain values in tests).
+public protocol ServerStreamValue: TrackedStreamValue {
+    var id: StreamID { get }
+    /// Its client connection, if the server says.
+    var client: UInt32? { get }
+    /// Its sink (playback) or source (record) index; `UInt32.max` for none (pipewire-pulse, before the link).
+    var device: UInt32 { get }
+    var properties: [String: String] { get }
+    var corked: Bool { get }
+}
+
+/// One stream between the server's reads and the engine's reports.
+struct TrackedStream<Stream: ServerStreamValue> {
+    var raw: Stream
+    /// What the engine was last told; nil until the stream has been reported.
+    var fed: StreamInfo?
+    var chain: [UInt32] = []
+    var identity: StreamIdentity?
+    /// Who the app is, as the desktop knows it (settled with `identity`).
+    var app: AppProfile?
+    /// What the identity was settled from (its client's properties may arrive after the stream).
+    var identitySource: [String?] = []
+    /// What an earlier run's journal says audiod left on this stream, for its first report.
+    var recovered: PolicyValues?
+    /// What audiod last wrote to the stream, to tell its own changes from the user's.
+    var lastWritten = WrittenValues()
+    /// Found by the connection's first read of every stream: it existed before anything this connection did, so a
+    /// value on it cannot have come from a sibling's policy value of this run.
+    var preexisting = false
+    /// Reads made while it was not yet linked (PipeWire), to find its link when no event announces it.
+    var unlinkedReads = 0
+    /// The engine was told of it before its link (`Event.streamAnnounced`).
+    var announced = false
+}
+
+/// The mute and volume audiod last wrote to a stream (nil: never).
+struct WrittenValues {
+    var muted: Bool?
+    var volume: [UInt32]?
+    /// The values shown are (as far as audiod wrote them) audiod's own.
+    func matches(muted m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
+        guard muted != nil || volume != nil else { return false }
+        if let muted, muted != m { return false }
+        if let volume, volume.count != v.count || !Volume(channels: v).isClose(to: Volume(channels: volume), tolerance: tolerance) {
+            return false
+        }
+        return true
+    }
+}
+
+/// What the backend does after a stream's report was decided.
+public struct StreamReport: Equatable {
+    /// For the engine, in order.
+    public var events: [Event] = []
+    /// Restore-database keys whose journal line must be written again.
+    public var leaks: [String] = []
+    /// Not yet linked: read it again after this many ns.
+    public var readAgainAfter: UInt64?
+    /// It started with a policy value audiod left in the restore database under this key.
+    public var leakFoundUnder: String?
+    /// For the debug log: who plays it, and what could not be read.
+    public var notes: [String] = []
+}
+
+extension ServerSession {
+    /// Re-reads of a stream not yet linked: every 50 ms, 40 times (2 s); then it is reported as it is.
+    static var unlinkedReadLimit: Int { 40 }
+    static var unlinkedReadNanoseconds: UInt64 { 50_000_000 }
+
+    /// Every stream known, in index order.
+    public var streamIDs: [StreamID] { streams.keys.sorted() }
+    public var streamCount: Int { streams.count }
+    /// The stream's last read mute, as far as audiod knows (its own writes count until a read says otherwise).
+    public func shownMute(_ id: StreamID) -> Bool? { streams[id]?.raw.muted }
+    /// Not yet reported to the engine (on PipeWire: not yet linked).
+    public func unreported(_ id: StreamID) -> Bool { streams[id].map { $0.fed == nil } ?? false }
+
+    /// A read the tracker believes. Returns true when the stream is to be reported now (after the first state is
+    /// in; the connection's first listing is reported all at once).
+    public mutating func accepted(_ raw: Stream) -> Bool {
+        let id = raw.id
+        var t = streams[id] ?? TrackedStream(raw: raw, preexisting: isEnumerating)
+        t.raw = raw
+        streams[id] = t
+        return !isEnumerating
+    }
+
+    /// What a previous run (or connection) left on streams, by the journal: a stream that still exists — same
+    /// server run, same app — carries its entry to the engine with its first report (the engine takes the values as
+    /// its own and decides); a change on a stream that is gone becomes a restore-database leak. Returns how many
+    /// streams still carry one.
+    public mutating func recover(_ journal: Journal, serverCookie: UInt32) -> Int {
+        var found = 0
+        for e in journal.entries {
+            let id = StreamID(e.record ? .record : .playback, e.index)
+            if journal.serverCookie == serverCookie, let t = streams[id],
+                t.raw.properties["application.name", default: ""] == e.applicationName
+            {
+                streams[id]?.recovered = PolicyValues(
+                    mute: e.unmute, volume: e.appliedVolume.map(Volume.init(channels:)),
+                    userVolume: e.restoreVolume.map(Volume.init(channels:)))
+                found += 1
+            } else if let key = e.restoreKey {
+                ledger.recorded(Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume), for: key)
+            }
+        }
+        return found
+    }
+
+    /// Decides what the engine hears of a stream now: nothing yet (pipewire-pulse lists it before it is linked),
+    /// its announcement, its appearance (with any policy value audiod left on it) or its change.
+    public mutating func report(_ id: StreamID, now: UInt64) -> StreamReport {
+        guard var t = streams[id] else { return StreamReport() }
+        var out = StreamReport()
+        // pipewire-pulse lists a new stream before its node is linked, with no device and a volume of 0 that is
+        // nobody's: WirePlumber gives it its saved values around the link. Unlinked, it cannot be heard, so it is
+        // first reported once linked — or the engine would take the placeholder, then the saved value, for the
+        // user's (and a leaked duck for the user's volume).
+        if t.fed == nil, onPipeWire, t.raw.device == UInt32.max, t.unlinkedReads < Self.unlinkedReadLimit {
+            // A change event normally announces the link. One that raced the connection's first listing is not
+            // announced again (measured: 2 in 10 server restarts left a player's stream unreported for good), so the
+            // stream is read again until it is linked; then it is reported as it is.
+            t.unlinkedReads += 1
+            // Its first sample is mixed a graph cycle after the link, ~5 ms from now: a call's stream silences what
+            // it will interrupt before then (the engine decides whether it is a call's).
+            if !t.announced, id.kind == .playback {
+                t.announced = true
+                out.events.append(.streamAnnounced(info(id, &t, mergedProperties(t.raw), now: now, notes: &out.notes)))
+            }
+            streams[id] = t
+            out.readAgainAfter = Self.unlinkedReadNanoseconds
+            return out
+        }
+        let props = mergedProperties(t.raw)
+        if t.fed == nil { ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
+        // What audiod left on the stream goes to the engine with the report: it decides what to put back.
+        var left = t.recovered
+        if left == nil {
+            let (values, journal) = ledger.shown(
+                id, first: t.fed == nil, preexisting: t.preexisting, muted: t.raw.muted, volume: t.raw.volume, now: now)
+            out.leaks += journal
+            left = values
+            if values != nil { out.leakFoundUnder = ledger.key(of: id) ?? "" }
+        }
+        t.recovered = nil
+        var info = info(id, &t, props, now: now, notes: &out.notes)
+        let first = t.fed == nil
+        let changed = t.fed != info || left != nil
+        if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
+            // The server saved this change in the stream's entry: it holds non-policy values again.
+            let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance)
+            out.leaks += ledger.changed(id, byAudiod: byAudiod)
+        }
+        t.fed = info
+        streams[id] = t
+        info.leftByPolicy = left
+        if first {
+            out.events.append(.streamAppeared(info))
+        } else if changed {
+            out.events.append(.streamChanged(info))
+        }
+        return out
+    }
+
+    /// The reported streams on a device whose name may have changed, or of a client whose properties did.
+    public func reportedStreams(onDevice index: UInt32, source: Bool) -> [StreamID] {
+        streams.filter { $0.value.raw.device == index && $0.key.kind == (source ? .record : .playback) && $0.value.fed != nil }
+            .keys.sorted()
+    }
+
+    public func reportedStreams(ofClient index: UInt32) -> [StreamID] {
+        streams.filter { $0.value.raw.client == index && $0.value.fed != nil }.keys.sorted()
+    }
+
+    /// The desktop entries changed (or arrived): every reported stream's app is identified again at its next
+    /// report. Returns the streams to report now (none while the first state is read).
+    public mutating func desktopEntriesChanged(_ index: DesktopEntryIndex) -> [StreamID] {
+        identifier.entriesChanged(index)
+        guard !isEnumerating else { return [] }
+        let ids = streams.filter { $0.value.fed != nil }.keys.sorted()
+        for id in ids { streams[id]?.identitySource = [] }
+        return ids
+    }
+
+    /// The server removed a stream.
+    public mutating func streamRemoved(_ id: StreamID, now: UInt64) -> StreamReport {
+        tracker.removed(id)
+        guard let t = streams.removeValue(forKey: id) else { return StreamReport() }
+        var out = StreamReport()
+        out.leaks = ledger.removed(id, muted: t.raw.muted, now: now)
+        if t.fed != nil || t.announced { out.events.append(.streamRemoved(id)) }
+        return out
+    }
+
+    // MARK: Writes
+
+    /// audiod writes a mute or volume to a stream (the engine's effect). False for a stream the server removed a
+    /// moment ago: nothing is sent.
+    public mutating func writing(_ id: StreamID, mute: Bool? = nil, volume: [UInt32]? = nil, now: UInt64) -> Bool {
+        guard streams[id] != nil else { return false }
+        liftsAwaitingWrite[id]? += 1
+        if let mute { tracker.sent(id, mute: mute, now: now) }
+        if let volume { tracker.sent(id, volume: volume, now: now) }
+        ledger.wrote(id)
+        // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
+        // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
+        // would take for the user's change.
+        if let mute {
+            streams[id]?.raw.muted = mute
+            streams[id]?.lastWritten.muted = mute
+        }
+        if let volume {
+            streams[id]?.raw.volume = volume
+            streams[id]?.lastWritten.volume = volume
+        }
+        return true
+    }
+
+    /// A step's writes are sent: the lifts that no write carries (the user changed the stream, or the engine let
+    /// go of it) are journaled now.
+    public mutating func writesSent() -> [StreamID] {
+        let unwritten = liftsAwaitingWrite.filter { $0.value == 0 }.map(\.key).sorted()
+        for id in unwritten { liftsAwaitingWrite[id] = nil }
+        return unwritten
+    }
+
+    /// What the server's answer to a write means.
+    public struct WriteAnswer: Equatable {
+        /// Refused: nothing will show audiod's value, and this read is the truth.
+        public var readAgain: StreamRead?
+        /// Accepted: the restore database may now hold audiod's value.
+        public var repairRestoreEntry: Bool
+        /// The last write carrying a lift is acknowledged: the stream's journal line may now drop it.
+        public var journal: Bool
+    }
+
+    public mutating func writeAnswered(_ id: StreamID, ok: Bool) -> WriteAnswer {
+        var answer = WriteAnswer(readAgain: nil, repairRestoreEntry: ok, journal: false)
+        if !ok, streams[id] != nil { answer.readAgain = tracker.refused(id) }
+        if let n = liftsAwaitingWrite[id] {
+            if n > 1 {
+                liftsAwaitingWrite[id] = n - 1
+            } else {
+                // Refused, the stream still shows audiod's value: its entry stays (a stale entry is harmless — the
+                // engine undoes only what a stream still shows).
+                liftsAwaitingWrite[id] = nil
+                answer.journal = ok
+            }
+        }
+        return answer
+    }
+
+    /// What the engine holds on these streams now (nil: nothing). Returns the streams whose journal line is to be
+    /// written now; a lift from a live stream waits for the write that carries it (`writeAnswered`): killed
+    /// between the two, the journal must still name what the stream shows.
+    public mutating func appliedChanged(_ changes: [(StreamID, AppliedChange?)], now: UInt64) -> [StreamID] {
+        let dirty = ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: now)
+        var journalNow: [StreamID] = []
+        for id in dirty {
+            if ledger.journalEntry(id) == nil, streams[id] != nil {
+                liftsAwaitingWrite[id] = 0
+            } else {
+                liftsAwaitingWrite[id] = nil
+                journalNow.append(id)
+            }
+        }
+        return journalNow
+    }
+
+    /// Streams that appeared lately and are not yet linked to a device: on PipeWire, WirePlumber gives a new stream
+    /// its saved values around the time it links, so a stop waits for these (bounded) to correct what they show.
+    public func hasUnlinkedNewStreams(now: UInt64) -> Bool {
+        onPipeWire && streams.values.contains { t in
+            t.raw.device == UInt32.max && !t.preexisting && ledger.watching(t.raw.id, now: now)
+        }
+    }
+
+    // MARK: What a stream is
+
+    /// The stream as the engine sees it, from what the server shows now.
+    private mutating func info(
+        _ id: StreamID, _ t: inout TrackedStream<Stream>, _ props: [String: String], now: UInt64, notes: inout [String]
+    ) -> StreamInfo {
+        // Who plays is settled once per stream (and again if its pid or client changes): a pid is believed only
+        // where the kernel or the host vouches for it. On PulseAudio a client connection still there vouches for
+        // its process.
+        let source = StreamIdentity.sourceKeys.map { props[$0] } + [t.raw.client.map { "\($0)" }]
+        if t.identity == nil || source != t.identitySource {
+            let vouches = !onPipeWire && t.raw.client.map { clients[$0] != nil } == true
+            let found = identifier.identify(props, client: t.raw.client, clientVouches: vouches, now: now)
+            notes += found.notes
+            t.identity = StreamIdentity.of(found.host, client: t.raw.client)
+            t.identitySource = source
+            t.chain = found.chain
+            t.app = found.app
+        }
+        let record = id.kind == .record
+        return StreamInfo(
+            id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
+            applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
+            role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
+            corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
+            device: deviceName(t.raw.device, source: record), identity: t.identity?.identity,
+            fromMonitor: record && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
+    }
+
+    /// The server copies the client's properties into its streams; the client's own count where the stream lacks
+    /// them (and for a PULSE_PROP set after the stream was made).
+    func mergedProperties(_ raw: Stream) -> [String: String] {
+        guard let c = raw.client, let client = clients[c] else { return raw.properties }
+        return raw.properties.merging(client.properties) { stream, _ in stream }
+    }
+
+    func deviceName(_ index: UInt32, source: Bool) -> String {
+        (source ? sources : sinks)[index]?.name ?? "#\(index)"
+    }
+}
