@@ -56,12 +56,6 @@ public struct Volume: Hashable, Sendable, CustomStringConvertible {
         return UInt32(roundHalfUp(scaled))
     }
 
-    /// `pa_sw_volume_to_linear`: `(v/NORM)³`.
-    public static func toLinear(_ v: UInt32) -> Double {
-        let f = Double(v) / Double(norm)
-        return f * f * f
-    }
-
     /// `lround` for the non-negative values used here, by integer conversion: `rounded()` would pull in libm,
     /// and this target links nothing.
     static func roundHalfUp(_ x: Double) -> UInt64 {

@@ -121,28 +121,6 @@ public final class DBusMessage {
     public var destination: String? { dbus_message_get_destination(raw).map { String(cString: $0) } }
     public var errorName: String? { dbus_message_get_error_name(raw).map { String(cString: $0) } }
     public var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
-    /// libdbus numbers a message as it sends it; setting a serial is for messages that never go through it (tests).
-    public internal(set) var serial: UInt32 {
-        get { dbus_message_get_serial(raw) }
-        set { dbus_message_set_serial(raw, newValue) }
-    }
-    public var replySerial: UInt32 { dbus_message_get_reply_serial(raw) }
-    /// The message in wire form (`dbus_message_marshal`), as libdbus would write it.
-    var marshalled: [UInt8]? {
-        var p: UnsafeMutablePointer<CChar>?
-        var n: Int32 = 0
-        guard dbus_message_marshal(raw, &p, &n) != 0, let p else { return nil }
-        defer { dbus_free(p) }
-        return UnsafeRawBufferPointer(start: p, count: Int(n)).map { $0 }
-    }
-
-    /// A message read from wire form; nil unless libdbus's validation accepts every byte (`dbus_message_demarshal`).
-    static func demarshal(_ bytes: UnsafeRawBufferPointer) -> DBusMessage? {
-        guard let base = bytes.baseAddress else { return nil }
-        return dbus_message_demarshal(base.assumingMemoryBound(to: CChar.self), Int32(bytes.count), nil)
-            .map { DBusMessage(taking: $0) }
-    }
-
     /// Asks the bus not to start the destination's service if it is not running (`dbus_message_set_auto_start`):
     /// audiod talks only to services that are there, and never starts one by asking.
     public func setNoAutoStart() { dbus_message_set_auto_start(raw, 0) }
@@ -354,10 +332,6 @@ public enum DBusSyntax {
     public static func isErrorName(_ s: String) -> Bool { s.withCString { dbus_validate_error_name($0, nil) != 0 } }
     public static func isBusName(_ s: String) -> Bool { s.withCString { dbus_validate_bus_name($0, nil) != 0 } }
     public static func isSignature(_ s: String) -> Bool { s.withCString { dbus_signature_validate($0, nil) != 0 } }
-    /// Exactly one complete type (`dbus_signature_validate_single`): an array's element, a variant's content.
-    public static func isSingleType(_ s: String) -> Bool {
-        s.withCString { dbus_signature_validate_single($0, nil) != 0 }
-    }
 }
 
 // MARK: - Errors
