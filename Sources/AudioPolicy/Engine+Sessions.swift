@@ -415,6 +415,10 @@ extension Engine {
         published[id] = nil
         out.removed.append(id)
         for sid in owned { streams[sid]?.session = nil }
+        // Its audible streams are nobody's until `reassignOwnership` attaches them (which moves each one's count
+        // from nobody to its new owner). Left on the removed session, the count went below zero for nobody, and no
+        // session was ever the only audible one again: OtherAudioPlaying stopped being announced.
+        sessionlessAudible += s.audibleCount
         // Primary audio is left to the settle pass (`updatePrimary`): it ends the hint and re-decides the ambient
         // streams the removed session's primary audio silenced. Cleared here, those stayed muted.
         reassignOwnership(of: owned)

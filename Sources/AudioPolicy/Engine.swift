@@ -278,10 +278,10 @@ public struct SessionView: Sendable, Equatable {
     /// Every property the engine decides, with its value, in docs/API.md order.
     public var properties: [SessionProperty] { (0..<Self.propertyCount).map(property(at:)) }
 
-    static let propertyCount = 15
+    public static let propertyCount = 15
 
     /// The property at `i` in docs/API.md order (the one list of them).
-    func property(at i: Int) -> SessionProperty {
+    public func property(at i: Int) -> SessionProperty {
         switch i {
         case 0: .category(configuration.category)
         case 1: .mode(configuration.mode)
@@ -299,6 +299,33 @@ public struct SessionView: Sendable, Equatable {
         case 13: .prefersNoInterruptionsFromSystemAlerts(prefersNoInterruptionsFromSystemAlerts)
         default: .identity(identity)
         }
+    }
+
+    /// The view with `changes` (`changes(from:)`, a `PropertiesChanged`) applied: what a reader of the published
+    /// properties holds. `Mixable` follows from the configuration.
+    public mutating func apply(_ changes: [SessionProperty]) {
+        var category = configuration.category, mode = configuration.mode, options = configuration.options
+        var configured = false
+        for p in changes {
+            switch p {
+            case .category(let c): (category, configured) = (c, true)
+            case .mode(let m): (mode, configured) = (m, true)
+            case .options(let o): (options, configured) = (o, true)
+            case .mixable: break
+            case .active(let b): active = b
+            case .interrupted(let b): interrupted = b
+            case .secondaryAudioShouldBeSilencedHint(let b): secondaryAudioShouldBeSilencedHint = b
+            case .otherAudioPlaying(let b): otherAudioPlaying = b
+            case .handlesSecondaryAudio(let b): handlesSecondaryAudio = b
+            case .applicationName(let n): applicationName = n
+            case .processID(let pid): processID = pid
+            case .streams(let s): streams = s
+            case .recordStreams(let s): recordStreams = s
+            case .prefersNoInterruptionsFromSystemAlerts(let b): prefersNoInterruptionsFromSystemAlerts = b
+            case .identity(let i): identity = i
+            }
+        }
+        if configured { configuration = Configuration(category: category, mode: mode, options: options) }
     }
 
     /// The properties whose value differs from `old`'s, with the new values. Compared one by one: every step

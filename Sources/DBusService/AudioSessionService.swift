@@ -77,7 +77,9 @@ public final class AudioSessionService {
     private var lastServerName: String?
     /// Every session's properties as the bus last saw them (`InterfacesAdded`, `PropertiesChanged`), and the
     /// manager's: what `Get` and `GetAll` answer, and which session objects exist on the bus.
-    private(set) var publishedSessions: [SessionID: [String: DBusValue]] = [:]
+    private(set) var publishedSessions: [SessionID: SessionView] = [:]
+    /// Where each session property sits in `SessionView.property(at:)`, by name (read from the first view).
+    private(set) var sessionPropertySlots: [String: Int] = [:]
     private(set) var publishedManager: [String: DBusValue] = [:]
     private var mpris: MPRISWatcher?
     private var gameMode: GameModeWatcher?
@@ -436,9 +438,10 @@ public final class AudioSessionService {
                 releaseHeld()
             case .sessionAdded(let view):
                 if view.isImplicit { watchImplicit(view.id, pid: view.processID) }
-                var values = Dictionary(view.properties.map(Self.value), uniquingKeysWith: { _, last in last })
-                values["Implicit"] = .bool(view.isImplicit)
-                publishedSessions[view.id] = values
+                if sessionPropertySlots.isEmpty {
+                    for (i, p) in view.properties.enumerated() { sessionPropertySlots[p.name] = i }
+                }
+                publishedSessions[view.id] = view
                 emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [
                     .objectPath(Self.sessionPath(view.id)), sessionInterfaces(view.id),
                 ])
@@ -452,10 +455,9 @@ public final class AudioSessionService {
             case .signal(let id, let s):
                 emitSignal(id, s)
             case .sessionPropertiesChanged(let id, let changed):
-                let values = changed.map(Self.value)
-                if publishedSessions[id] != nil { for (name, v) in values { publishedSessions[id]?[name] = v } }
+                publishedSessions[id]?.apply(changed)
                 emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
-                    .string(API.session.name), .properties(values), .strings([]),
+                    .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
                 ])
             case .mprisPause(let player):
                 guard let mpris else { continue }

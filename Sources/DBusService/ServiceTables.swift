@@ -10,7 +10,10 @@ extension AudioSessionService {
     /// announces it has gone out (the engine may be a step ahead while that step's stream operations travel).
     private static func published(_ name: String) -> VTable.Getter {
         { service, session in
-            if let session { service.publishedSessions[session]?[name] } else { service.publishedManager[name] }
+            guard let session else { return service.publishedManager[name] }
+            guard let view = service.publishedSessions[session] else { return nil }
+            if name == "Implicit" { return .bool(view.isImplicit) }
+            return service.sessionPropertySlots[name].map { AudioSessionService.value(view.property(at: $0)).1 }
         }
     }
 

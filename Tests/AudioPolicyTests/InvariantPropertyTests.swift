@@ -23,6 +23,17 @@ import Testing
         }
     }
 
+    /// Found by the property above once it also followed the published properties: a game's stream plays in an
+    /// explicit session, which is released — its stream goes to a new implicit session — and another game starts.
+    /// The release left the audible count of sessionless streams at −1, so no session counted as the only audible
+    /// one again and the first game's `OtherAudioPlaying` turned true without a `PropertiesChanged`.
+    @Test func aReleasedSessionsAudibleStreamStillCountsForOtherAudioPlaying() {
+        var sim = Simulation()
+        for code in [87655, 0, 85480, 2271, 99615] { sim.run(Simulation.Op(code: code)) }
+        #expect(sim.violations().isEmpty, "\(sim.violations())")
+        #expect(sim.engine.sessionlessAudible == 0)
+    }
+
     /// Found by the property above: a call's app becomes a game (GameMode) while a video app stops being one. The
     /// call turns ambient as the video takes primary audio from it — primary moves from one session to another,
     /// and the old primary, now ambient, must be silenced as secondary audio.
@@ -519,6 +530,13 @@ struct Simulation {
                 if !timers.contains(t) { timers.append(t) }
             case .cancelTimer(let t):
                 timers.removeAll { $0 == t }
+            // What a bus client that follows the signals holds (and what the service answers Get from).
+            case .sessionAdded(let view):
+                published[view.id] = view
+            case .sessionRemoved(let id):
+                published[id] = nil
+            case .sessionPropertiesChanged(let id, let changed):
+                published[id]?.apply(changed)
             default: break
             }
         }
@@ -532,6 +550,7 @@ struct Simulation {
     }
 
     var pendingPlayer: [(UInt32, PlaybackStatus)] = []
+    var published: [SessionID: SessionView] = [:]
 
     func pidOf(_ p: PlayerID) -> UInt32? {
         UInt32(p.busName.dropFirst("org.mpris.MediaPlayer2.p".count))
@@ -597,6 +616,14 @@ struct Simulation {
     /// Every invariant of docs/POLICY.md §9, checked against the simulated server.
     func violations() -> [String] {
         var v = problems
+        if engine.sessionlessAudible < 0 { v.append("the audible streams of no session count \(engine.sessionlessAudible)") }
+        // The signals tell a follower everything: what it holds is the engine's view of every session.
+        if Set(published.keys) != Set(engine.sessionIDs) {
+            v.append("published sessions \(published.keys.sorted()) are not the engine's \(engine.sessionIDs)")
+        }
+        for id in engine.sessionIDs where published[id] != nil && published[id] != engine.session(id) {
+            v.append("\(id) as published differs from the engine's: \(String(describing: published[id])) vs \(String(describing: engine.session(id)))")
+        }
         // A stream not yet linked is nobody's: nothing is decided on it before the link.
         for link in unlinked where engine.streamView(link.id) != nil || engine.sessionIDs.contains(where: { engine.session($0)?.streams.contains(link.id.index) == true }) {
             v.append("unlinked \(link.id) decided on before its link")
