@@ -488,7 +488,16 @@ struct StopAndRecoveryTests {
             d.child.kill()
             let r = try server.runStatus(try unitStopPost())
             output = r.output
-            #expect(r.status == 0 && r.output.contains("1 restore-database entry repaired"), "audiod --restore: \(r)")
+            #expect(r.status == 0, "audiod --restore: \(r)")
+            if kind == .pipewire, r.output.contains("not confirmed") {
+                // WirePlumber did not show the write back within the 3 s read-back (seen twice in full test runs on
+                // a loaded machine, never in a run of this test alone): the leak must stay in the journal for the
+                // next start to repair.
+                let kept = try? Journal.load(from: "\(server.directory)/audiod/journal")
+                #expect(kept?.leaks["sink-input-by-media-role:music"] != nil, "an unconfirmed repair left the journal: \(r)")
+            } else {
+                #expect(r.output.contains("1 restore-database entry repaired"), "audiod --restore: \(r)")
+            }
         }
         phone.kill()
         usleep(1_500_000)
