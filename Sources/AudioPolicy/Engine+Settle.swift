@@ -223,6 +223,9 @@ extension Engine {
         return effects
     }
 
+    /// Every manager property the engine decides, with its value now, in docs/API.md order.
+    public var managerProperties: [ManagerProperty] { managerValues(ManagerProperties(rawValue: .max)) }
+
     /// The values of the manager properties in `changed`, in docs/API.md order.
     func managerValues(_ changed: ManagerProperties) -> [ManagerProperty] {
         var values: [ManagerProperty] = []

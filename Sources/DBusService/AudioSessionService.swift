@@ -102,11 +102,7 @@ public final class AudioSessionService {
         self.host = host
         self.limits = limits
         self.logger = logger
-        let e = host.engine
-        publishedManager = Dictionary(
-            ([.silentMode(e.silentMode), .otherAudioPlaying(e.otherAudioPlaying), .primaryAudioSession(e.primaryAudioSession),
-              .duckLevel(e.duckLevel), .callState(e.callState), .screenLocked(e.screenLocked)] as [ManagerProperty]).map(Self.value),
-            uniquingKeysWith: { _, last in last })
+        publishedManager = Dictionary(host.engine.managerProperties.map(Self.value), uniquingKeysWith: { _, last in last })
         publishedManager["ServerName"] = .string(host.connectedServerName ?? "")
         publishedManager["ServerConnected"] = .bool(host.connectedServerName != nil)
         lastServerName = host.connectedServerName

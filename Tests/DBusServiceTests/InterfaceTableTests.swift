@@ -38,10 +38,14 @@ import Testing
     @Test("each manager property the engine decides is in the table with the type it is carried as")
     func managerTypesMatchTheValues() throws {
         let table = AudioSessionService.managerTable
-        let values: [ManagerProperty] = [
+        let values: [ManagerProperty] = Engine().managerProperties + [
             .silentMode(true), .otherAudioPlaying(false), .primaryAudioSession(SessionID(3)), .primaryAudioSession(nil),
             .duckLevel(0.3), .callState(.ringing), .screenLocked(true),
         ]
+        // The engine's list, in its order, is the table's but for what the service itself knows.
+        let decided = Engine().managerProperties.map { AudioSessionService.value($0).0 }
+        let own: Set<String> = ["ServerName", "ServerConnected", "Version"]
+        #expect(table.properties.map(\.name).filter { !own.contains($0) } == decided)
         for p in values {
             let (name, value) = AudioSessionService.value(p)
             let declared = try #require(table.property(name), "\(name) is not in the table")
