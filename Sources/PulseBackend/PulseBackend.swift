@@ -103,16 +103,13 @@ public final class PulseBackend {
     /// `Settings.volumeTolerance` (`volume-tolerance` in the config file), which the arbiter hands on at start and
     /// at every reload, so that the backend and the engine never judge one reading two ways.
     public var volumeTolerance: UInt32 {
-        didSet {
-            session.tracker.volumeTolerance = volumeTolerance
-            session.ledger.volumeTolerance = volumeTolerance
-        }
+        get { session.volumeTolerance }
+        set { session.volumeTolerance = newValue }
     }
 
     public init(loop: MainLoop, options: Options, volumeTolerance: UInt32 = Settings().volumeTolerance, logger: Logger) {
         self.loop = loop
         self.options = options
-        self.volumeTolerance = volumeTolerance
         self.logger = logger
         var loaded: Journal?
         var damaged: String?
@@ -447,7 +444,7 @@ public final class PulseBackend {
 
     private func operationDone(_ id: StreamID, _ ok: Bool, _ what: String) {
         let answer = session.writeAnswered(id, ok: ok)
-        if !ok, session.streams[id] != nil {
+        if !ok, session.tracks(id) {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
         }
         if let r = answer.readAgain { send(r) }

@@ -103,6 +103,16 @@ public struct ServerSession<Stream: ServerStreamValue> {
         self.nextBackoff = initialBackoffNanoseconds
     }
 
+    /// How far a volume the server shows may be from the one audiod set and still count as audiod's: one figure for
+    /// the tracker and the ledger, so that they never judge one reading two ways.
+    public var volumeTolerance: UInt32 {
+        get { tracker.volumeTolerance }
+        set {
+            tracker.volumeTolerance = newValue
+            ledger.volumeTolerance = newValue
+        }
+    }
+
     public var isEnumerating: Bool { if case .enumerating = phase { return true } else { return false } }
     public var isReady: Bool { if case .ready = phase { return true } else { return false } }
     public var isStopped: Bool { phase == .stopped }

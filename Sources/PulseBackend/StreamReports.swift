@@ -75,6 +75,8 @@ extension ServerSession {
     public var streamCount: Int { streams.count }
     /// The stream's last read mute, as far as audiod knows (its own writes count until a read says otherwise).
     public func shownMute(_ id: StreamID) -> Bool? { streams[id]?.raw.muted }
+    /// The server has the stream, as far as audiod knows.
+    public func tracks(_ id: StreamID) -> Bool { streams[id] != nil }
     /// Not yet reported to the engine (on PipeWire: not yet linked).
     public func unreported(_ id: StreamID) -> Bool { streams[id].map { $0.fed == nil } ?? false }
 

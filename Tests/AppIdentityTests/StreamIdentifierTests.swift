@@ -39,11 +39,16 @@ import Testing
 
     static let ms: UInt64 = 1_000_000
 
+    /// A table where these pids run, started at these times, and an identifier reading it.
+    static func identifier(starts: [UInt32: UInt64]) -> (Table, StreamIdentifier) {
+        let t = Table()
+        t.starts = starts
+        return (t, StreamIdentifier(processes: t.processes))
+    }
+
     @Test("a burst of streams from one process reads /proc once")
     func burstReadsOnce() {
-        let t = Table()
-        t.starts[100] = 5
-        var id = StreamIdentifier(processes: t.processes)
+        var (t, id) = Self.identifier(starts: [100: 5])
         for i in 0..<20 {
             let found = id.identify(Self.props(pid: 100), client: 7, clientVouches: false, now: UInt64(i) * 10 * Self.ms)
             #expect(found.host.pid == 100)
@@ -56,9 +61,7 @@ import Testing
 
     @Test("a pid given to another process (a different start time) is read again")
     func reusedPidIsReadAgain() {
-        let t = Table()
-        t.starts[100] = 5
-        var id = StreamIdentifier(processes: t.processes)
+        var (t, id) = Self.identifier(starts: [100: 5])
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: false, now: 0)
         t.starts[100] = 9
         let found = id.identify(Self.props(pid: 100), client: 7, clientVouches: false, now: 10 * Self.ms)
@@ -69,9 +72,7 @@ import Testing
 
     @Test("a client connection the server vouches for stands for its process without a read; another client does not")
     func vouchingClient() {
-        let t = Table()
-        t.starts[100] = 5
-        var id = StreamIdentifier(processes: t.processes)
+        var (t, id) = Self.identifier(starts: [100: 5])
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: 0)
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: Self.ms)
         #expect(t.startReads == 0)
@@ -85,9 +86,7 @@ import Testing
 
     @Test("an answer is kept for a second at most")
     func keptForASecond() {
-        let t = Table()
-        t.starts[100] = 5
-        var id = StreamIdentifier(processes: t.processes)
+        var (t, id) = Self.identifier(starts: [100: 5])
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: 0)
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: StreamIdentifier.keepNanoseconds - 1)
         #expect(t.hostReads == 1)
@@ -138,9 +137,7 @@ import Testing
 
     @Test("new desktop entries forget every kept answer")
     func entriesForget() throws {
-        let t = Table()
-        t.starts[100] = 5
-        var id = StreamIdentifier(processes: t.processes)
+        var (t, id) = Self.identifier(starts: [100: 5])
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: 0)
         #expect(id.keptCount == 1)
         id.entriesChanged(DesktopEntryIndex(directories: []))

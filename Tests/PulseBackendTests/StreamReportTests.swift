@@ -42,6 +42,15 @@ struct StreamReportTests {
         return s
     }
 
+    /// A PulseAudio session with one playback stream, `index`, reported to the engine.
+    static func reported(_ index: UInt32) -> (Session, StreamID) {
+        var s = session(pulseAudio)
+        let id = StreamID.playback(index)
+        _ = s.accepted(stream(index))
+        _ = s.report(id, now: 0)
+        return (s, id)
+    }
+
     static let pipeWire = "PulseAudio (on PipeWire 0.3.65)"
     static let pulseAudio = "pulseaudio 16.1"
 
@@ -161,10 +170,7 @@ struct StreamReportTests {
     }
 
     @Test func audiodsWriteStandsInReportsUntilAReadSaysOtherwise() {
-        var s = Self.session(Self.pulseAudio)
-        let id = StreamID.playback(50)
-        _ = s.accepted(Self.stream(50))
-        _ = s.report(id, now: 0)
+        var (s, id) = Self.reported(50)
         let r6 = s.writing(id, mute: true, now: Self.ms)
         #expect(r6)
         #expect(s.shownMute(id) == true)
@@ -201,10 +207,7 @@ struct StreamReportTests {
     }
 
     @Test func aLiftIsJournaledOnlyOnceTheWriteThatCarriesItIsAcknowledged() {
-        var s = Self.session(Self.pulseAudio)
-        let id = StreamID.playback(60)
-        _ = s.accepted(Self.stream(60))
-        _ = s.report(id, now: 0)
+        var (s, id) = Self.reported(60)
         let r8 = s.appliedChanged([(id, Self.muted(id))], now: 0)
         #expect(r8 == [id], "a new mute is journaled before it is sent")
         _ = s.writing(id, mute: true, now: 0)
@@ -229,10 +232,7 @@ struct StreamReportTests {
     }
 
     @Test func aLiftNoWriteCarriesIsJournaledOnceTheStepsWritesAreSent() {
-        var s = Self.session(Self.pulseAudio)
-        let id = StreamID.playback(61)
-        _ = s.accepted(Self.stream(61))
-        _ = s.report(id, now: 0)
+        var (s, id) = Self.reported(61)
         _ = s.appliedChanged([(id, Self.muted(id))], now: 0)
         let r15 = s.appliedChanged([(id, nil)], now: Self.ms)
         #expect(r15.isEmpty)
@@ -263,10 +263,7 @@ struct StreamReportTests {
     }
 
     @Test func aDroppedConnectionForgetsItsStreamsAndLifts() {
-        var s = Self.session(Self.pulseAudio)
-        let id = StreamID.playback(80)
-        _ = s.accepted(Self.stream(80))
-        _ = s.report(id, now: 0)
+        var (s, id) = Self.reported(80)
         _ = s.appliedChanged([(id, Self.muted(id))], now: 0)
         _ = s.appliedChanged([(id, nil)], now: Self.ms)
         #expect(s.streamIDs == [id])
