@@ -261,6 +261,11 @@ public struct Settings: Sendable, Equatable {
     /// it muted if the link does not come. Links take 2–15 ms (measured on PipeWire); one that never comes (no
     /// device, WirePlumber gone) must not keep the music muted.
     public var callLinkWaitNanoseconds: UInt64 = 500_000_000
+    /// The nice level audiod's loop thread asks for (`nice-level` in the config file; −20…19, 0 leaves it as
+    /// started). Not a policy setting: the engine ignores it; the daemon applies it at start and at every reload.
+    /// −11 is what PipeWire's and PulseAudio's own main threads run at, so that a decision is not queued behind the
+    /// work that links a new stream (docs/CONFIG.md).
+    public var niceLevel: Int32 = -11
 
     public init(
         duckLevel: Double = 0.2,

@@ -55,7 +55,7 @@ public enum ConfigFile {
     }
 
     static let configurationKeys = ["category", "mode", "options"]
-    static let topKeys = ["duck-level", "linger", "volume-tolerance", "default", "roles", "apps", "platform"]
+    static let topKeys = ["duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps", "platform"]
     static let platformKeys = ["lock-screen"]
 
     /// Parses config text; `file` names it in errors.
@@ -94,6 +94,12 @@ public enum ConfigFile {
                 throw fail("volume-tolerance", "must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)")
             }
             settings.volumeTolerance = UInt32(n)
+        }
+        if let v = table["nice-level"] {
+            guard let n = v.int, n >= -20, n <= 19 else {
+                throw fail("nice-level", "must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)")
+            }
+            settings.niceLevel = Int32(n)
         }
         if let v = table["default"] {
             guard let t = v.table else { throw fail("default", "must be a table: [default] with category, mode, options") }

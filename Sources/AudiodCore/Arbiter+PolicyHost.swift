@@ -27,6 +27,7 @@ extension Arbiter: PolicyHost {
             return .invalid("\(loaded?.file ?? "the built-in settings"): \(e.message)")
         }
         backend.volumeTolerance = settings.volumeTolerance
+        onReload?(settings)
         return .reloaded(file: loaded?.file)
     }
 

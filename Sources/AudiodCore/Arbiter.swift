@@ -38,6 +38,9 @@ public final class Arbiter {
     /// wrong with a broken one. Unset: audiod runs on built-in settings only.
     public var readSettings: (() throws -> (settings: Settings, file: String)?)?
 
+    /// Called after a reload took new settings (`Reload`, SIGHUP), for what the daemon applies outside the engine.
+    public var onReload: ((Settings) -> Void)?
+
     /// Where silent mode and D-Bus app rules are saved; nil for nowhere.
     let statePath: String?
     /// Saved-state writes leave the loop: a burst of rule changes costs one write per `persistDelay`, on this

@@ -292,11 +292,12 @@ public struct Daemon {
     }
 
     /// Starts the built audiod (debug logging unless `arguments` say otherwise) and waits until it answers.
+    /// `wrapper` runs it (`setpriv …`: the same process, with less privilege).
     public static func start(
         _ server: TestServer, arguments: [String] = ["--log-level", "debug"], log: String = "audiod.log",
-        environment: [String: String] = [:]
+        environment: [String: String] = [:], wrapper: [String] = []
     ) throws -> Daemon {
-        let child = try server.spawn([executable] + arguments, environment: environment, log: log)
+        let child = try server.spawn(wrapper + [executable] + arguments, environment: environment, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let client = try BusClient(address: address)
         guard waitFor(10, { if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }; return false }) else {

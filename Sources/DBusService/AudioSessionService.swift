@@ -86,6 +86,8 @@ public final class AudioSessionService {
     private var logind: LogindWatcher?
     /// The system bus (logind, ModemManager), while there is one.
     private var systemBus: DBusConnection?
+    /// The loop thread's scheduling priority (`setLoopPriority`), nil until asked.
+    private var loopPriority: LoopPriority?
     private var platformCalls: PlatformCalls?
     /// Call sources on the session bus (GNOME Calls, callaudiod) and on the system bus (ModemManager).
     private var sessionCallSources: [CallSource] = []
@@ -510,6 +512,14 @@ public final class AudioSessionService {
         checkPauseWaiters()
     }
 
+    /// Puts the loop thread — the one this service, the engine and the sound-server connection share — at nice
+    /// `level` (the config's `nice-level`), through RealtimeKit on the system bus when the kernel refuses audiod.
+    /// Call after `followPlatform` (which connects the system bus), and again after a reload.
+    public func setLoopPriority(nice level: Int32) {
+        if loopPriority == nil { loopPriority = LoopPriority(logger: logger) }
+        loopPriority?.apply(level, systemBus: systemBus)
+    }
+
     /// What audiod follows of the platform (`ListPlatformSources`, `audioctl status`).
     func platformSources() -> [DBusValue] {
         var rows: [(String, String, Bool, String)] = []
@@ -526,6 +536,10 @@ public final class AudioSessionService {
         for s in sessionCallSources + systemCallSources {
             rows.append((s.kind.rawValue, s.kind == .modemManager ? "system" : "session", s.owner != nil,
                          s.owner != nil ? "its calls interrupt others" : "not running"))
+        }
+        if let p = loopPriority {
+            let st = p.status
+            rows.append(("RealtimeKit", "system", st.found, st.detail))
         }
         if let g = gameMode {
             rows.append(("GameMode", "session", g.owner != nil, g.owner != nil ? "its games count as games" : "not running"))

@@ -44,6 +44,7 @@ public final class LoopThread: @unchecked Sendable {
         ended.withLock { $0 = false }
         startThread { [self] in
             thread.withLock { $0 = pthread_self() }
+            nameThisThread(name)
             body()
             // Work queued up to the moment the thread is marked ended still runs here; after it, in `execute`.
             while true {
@@ -121,6 +122,17 @@ public final class LoopThread: @unchecked Sendable {
             for w in work { w() }
         }
     }
+}
+
+/// Names the calling thread for `ps -L`, `top -H` and /proc/PID/task/*/comm, where the thread whose scheduling
+/// priority matters is found (the kernel keeps 15 bytes). Through /proc/thread-self/comm: Swift's Glibc exports
+/// neither `pthread_setname_np` nor (variadic) `prctl`.
+private func nameThisThread(_ name: String) {
+    let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    let bytes = Array(name.utf8.prefix(15))
+    _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    close(fd)
 }
 
 /// A detached thread running `body` (Foundation's Thread would pull libFoundation and ICU into the daemon: ~6 MB

@@ -43,6 +43,15 @@ import Testing
         #expect(try ConfigFile.parse("[platform]\nlock-screen = true", file: "t.toml").followsLockScreen)
     }
 
+    @Test("nice-level sets the loop thread's nice level; -11 by default, 0 leaves it as started")
+    func niceLevel() throws {
+        #expect(Settings().niceLevel == -11)
+        #expect(try ConfigFile.parse("nice-level = -4", file: "t.toml").niceLevel == -4)
+        #expect(try ConfigFile.parse("nice-level = 0", file: "t.toml").niceLevel == 0)
+        #expect(try ConfigFile.parse("nice-level = 19", file: "t.toml").niceLevel == 19)
+        #expect(try ConfigFile.parse("nice-level = -20", file: "t.toml").niceLevel == -20)
+    }
+
     @Test("an empty file is the built-in settings")
     func empty() throws {
         #expect(try ConfigFile.parse("", file: "t.toml") == Settings())
@@ -51,7 +60,10 @@ import Testing
     @Test("errors name the file, the line and the key, and say what is accepted",
           arguments: [
             ("duck-level = 2", "t.toml:1: duck-level: must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)"),
-            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, volume-tolerance, default, roles, apps, platform"),
+            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, volume-tolerance, nice-level, default, roles, apps, platform"),
+            ("nice-level = -21", "t.toml:1: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"),
+            ("\nnice-level = \"high\"", "t.toml:2: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"),
+            ("nice-level = -5.5", "t.toml:1: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"),
             ("[platform]\nlock-screen = \"no\"", "t.toml:2: platform.lock-screen: must be true (ambient sound stops while the screen is locked) or false"),
             ("[platform]\nsleep = true", "t.toml:2: platform.sleep: unknown key; accepted: lock-screen"),
             ("[apps.mpv]\ncategory = \"loud\"",
