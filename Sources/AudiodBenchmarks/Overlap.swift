@@ -250,6 +250,12 @@ private func settle(ms: Double) {
     usleep(useconds_t(ms * 1000))
 }
 
+/// BENCH_OVERLAP_ROWS=activation,phone,pip,silent,ring: only these transitions (the method's checks always run).
+private func wanted(_ row: String) -> Bool {
+    guard let only = ProcessInfo.processInfo.environment["BENCH_OVERLAP_ROWS"] else { return true }
+    return only.split(separator: ",").contains { $0 == row }
+}
+
 func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     var out = OverlapResults()
     let server = try TestServer(kind)
@@ -407,25 +413,27 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     }
 
     // 1. An explicit non-mixable activation over music: the app activates, then starts its sound.
-    var activation = OverlapRow(transition: "explicit playback activation over music", by: "audiod")
-    try record { r in
-        let music = try play("music-app", oldLong, ["media.role=music"])
-        defer { music.child.kill() }
-        let session = try bus.makeSession(pid: holder.pid, "playback")
-        var movie: Child?
-        try each(&activation, old: music.index, r: r, trigger: {
-            let t = nowNs()
-            try expectSuccess(bus.session(session, "SetActive", [.bool(true), .strings([])]), "SetActive")
-            movie = try play("movie-app", newLong, ["audiod.session=\(sessionID(session))"]).child
-            return t
-        }, restore: {
-            usleep(burst)
-            movie?.kill()
-            try expectSuccess(bus.session(session, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]), "SetActive false")
-        })
-        _ = bus.session(session, "Release")
+    if wanted("activation") {
+        var activation = OverlapRow(transition: "explicit playback activation over music", by: "audiod")
+        try record { r in
+            let music = try play("music-app", oldLong, ["media.role=music"])
+            defer { music.child.kill() }
+            let session = try bus.makeSession(pid: holder.pid, "playback")
+            var movie: Child?
+            try each(&activation, old: music.index, r: r, trigger: {
+                let t = nowNs()
+                try expectSuccess(bus.session(session, "SetActive", [.bool(true), .strings([])]), "SetActive")
+                movie = try play("movie-app", newLong, ["audiod.session=\(sessionID(session))"]).child
+                return t
+            }, restore: {
+                usleep(burst)
+                movie?.kill()
+                try expectSuccess(bus.session(session, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]), "SetActive false")
+            })
+            _ = bus.session(session, "Release")
+        }
+        out.rows.append(activation)
     }
-    out.rows.append(activation)
 
     // 2. An unmanaged phone-role stream over music (and on PulseAudio, module-role-cork doing the same job).
     func phoneOverMusic(by: String) throws -> OverlapRow {
@@ -446,91 +454,99 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
         }
         return row
     }
-    out.rows.append(try phoneOverMusic(by: "audiod"))
-    if kind == .pulseaudio {
-        audiod.signal(SIGTERM)
-        _ = audiod.wait(timeout: 10)
-        let module = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        out.rows.append(try phoneOverMusic(by: "module-role-cork"))
-        _ = try server.pactl(["unload-module", module])
-        (audiod, _) = try startAudiod(server, config: config, client: bus, part: "-overlap")
+    if wanted("phone") {
+        out.rows.append(try phoneOverMusic(by: "audiod"))
+        if kind == .pulseaudio {
+            audiod.signal(SIGTERM)
+            _ = audiod.wait(timeout: 10)
+            let module = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            out.rows.append(try phoneOverMusic(by: "module-role-cork"))
+            _ = try server.pactl(["unload-module", module])
+            (audiod, _) = try startAudiod(server, config: config, client: bus, part: "-overlap")
+        }
     }
 
     // 3. Picture-in-picture: the muted video is unmuted (by the user, as a player's mute button does) over a game.
-    var pip = OverlapRow(transition: "picture-in-picture unmuted over a game", by: "audiod")
-    try record { r in
-        let game = try play("game-app", oldLong)
-        defer { game.child.kill() }
-        let video = try play("video-app", newLong)
-        defer { video.child.kill() }
-        _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
-        guard observer.wait([video.index], muted: true) != nil else { throw BenchFailure("the video is not muted") }
-        try each(&pip, old: game.index, r: r, trigger: {
-            let t = nowNs()
-            _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "0"])
-            return t
-        }, restore: {
-            usleep(burst)
+    if wanted("pip") {
+        var pip = OverlapRow(transition: "picture-in-picture unmuted over a game", by: "audiod")
+        try record { r in
+            let game = try play("game-app", oldLong)
+            defer { game.child.kill() }
+            let video = try play("video-app", newLong)
+            defer { video.child.kill() }
             _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
-        })
+            guard observer.wait([video.index], muted: true) != nil else { throw BenchFailure("the video is not muted") }
+            try each(&pip, old: game.index, r: r, trigger: {
+                let t = nowNs()
+                _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "0"])
+                return t
+            }, restore: {
+                usleep(burst)
+                _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
+            })
+        }
+        out.rows.append(pip)
     }
-    out.rows.append(pip)
 
     // 4. Silent mode switched on over a game: no new sound; from the property write to the game's last window.
-    var silent = OverlapRow(transition: "silent mode on over a game", by: "audiod")
-    try record { r in
-        let game = try play("game-app", oldLong)
-        defer { game.child.kill() }
-        func silentMode(_ on: Bool) throws {
-            try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
-                                       [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
+    if wanted("silent") {
+        var silent = OverlapRow(transition: "silent mode on over a game", by: "audiod")
+        try record { r in
+            let game = try play("game-app", oldLong)
+            defer { game.child.kill() }
+            func silentMode(_ on: Bool) throws {
+                try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
+                                           [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
+            }
+            try each(&silent, old: game.index, r: r, newSound: false, trigger: {
+                let t = nowNs()
+                try silentMode(true)
+                return t
+            }, restore: {
+                usleep(burst)
+                try silentMode(false)
+            })
         }
-        try each(&silent, old: game.index, r: r, newSound: false, trigger: {
-            let t = nowNs()
-            try silentMode(true)
-            return t
-        }, restore: {
-            usleep(burst)
-            try silentMode(false)
-        })
+        out.rows.append(silent)
     }
-    out.rows.append(silent)
 
     // 5. The platform rings (GNOME Calls' InterfacesAdded for an incoming call) over music.
-    var ring = OverlapRow(transition: "a platform call rings over music", by: "audiod")
-    try record { r in
-        let calls = try BusClient(address: busAddress, recordSignals: false)
-        defer { calls.close() }
-        guard case .success(let got) = calls.callBus("RequestName", [.string("org.gnome.Calls"), .uint32(4)]), got.first == .uint32(1) else {
-            throw BenchFailure("could not own org.gnome.Calls")
+    if wanted("ring") {
+        var ring = OverlapRow(transition: "a platform call rings over music", by: "audiod")
+        try record { r in
+            let calls = try BusClient(address: busAddress, recordSignals: false)
+            defer { calls.close() }
+            guard case .success(let got) = calls.callBus("RequestName", [.string("org.gnome.Calls"), .uint32(4)]), got.first == .uint32(1) else {
+                throw BenchFailure("could not own org.gnome.Calls")
+            }
+            usleep(300_000)
+            let music = try play("music-app", oldLong, ["media.role=music"])
+            defer { music.child.kill() }
+            var n = 0
+            var current = ""
+            try each(&ring, old: music.index, r: r, newSound: false, trigger: {
+                n += 1
+                current = "/org/gnome/Calls/Call/\(n)"
+                guard let added = DBusMessage.signal(path: "/org/gnome/Calls", interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded")
+                else { throw BenchFailure("cannot build InterfacesAdded") }
+                added.append([
+                    .objectPath(current),
+                    .dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties([("State", .uint32(5)), ("Inbound", .bool(true))]))]),
+                ])
+                let t = nowNs()
+                calls.send(added)
+                return t
+            }, restore: {
+                usleep(burst)
+                guard let ended = DBusMessage.signal(path: current, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+                else { throw BenchFailure("cannot build PropertiesChanged") }
+                ended.append([.string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]), .strings([])])
+                calls.send(ended)
+            })
         }
-        usleep(300_000)
-        let music = try play("music-app", oldLong, ["media.role=music"])
-        defer { music.child.kill() }
-        var n = 0
-        var current = ""
-        try each(&ring, old: music.index, r: r, newSound: false, trigger: {
-            n += 1
-            current = "/org/gnome/Calls/Call/\(n)"
-            guard let added = DBusMessage.signal(path: "/org/gnome/Calls", interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded")
-            else { throw BenchFailure("cannot build InterfacesAdded") }
-            added.append([
-                .objectPath(current),
-                .dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties([("State", .uint32(5)), ("Inbound", .bool(true))]))]),
-            ])
-            let t = nowNs()
-            calls.send(added)
-            return t
-        }, restore: {
-            usleep(burst)
-            guard let ended = DBusMessage.signal(path: current, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
-            else { throw BenchFailure("cannot build PropertiesChanged") }
-            ended.append([.string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]), .strings([])])
-            calls.send(ended)
-        })
+        out.rows.append(ring)
     }
-    out.rows.append(ring)
     return out
 }
 

@@ -12,7 +12,10 @@
 // start-up always), BENCH_OVERLAP_DEBUG=1 (per overlap round: what the recording held), BENCH_OVERLAP_DUMP=PATH (and
 // each round's samples, raw s16le mono, in PATH.1, PATH.2, …), BENCH_OVERLAP_TRACE=1 (per overlap round: the
 // trigger, the new sound's first window and the old one's end, on the clock of audiod's trace; with BENCH_LOG the
-// overlap part's audiod log is kept as $TMPDIR/audiod-bench-KIND-overlap.log to lay beside them).
+// overlap part's audiod log is kept as $TMPDIR/audiod-bench-KIND-overlap.log to lay beside them), BENCH_NICE_LEVEL=0
+// (audiod's `nice-level`: 0 runs it as started, for the figures before its loop asked for the sound server's -11),
+// BENCH_OVERLAP_ROWS=activation,phone,pip,silent,ring (only these transitions of the overlap part),
+// BENCH_OVERLAP_ROUNDS (rounds per overlap row; default 100).
 
 import AudioPolicy
 import AudiodCore
@@ -94,6 +97,12 @@ func startAudiod(_ server: TestServer, config: String, client: BusClient, part: 
     // The journal on tmpfs, where $XDG_RUNTIME_DIR is on a desktop; BENCH_JOURNAL=disk puts it in this run's
     // directory, on disk.
     let journal = journalOnDisk ? "\(server.directory)/journal" : "/dev/shm/audiod-bench-\(getpid())\(part)/journal"
+    if let level = ProcessInfo.processInfo.environment["BENCH_NICE_LEVEL"],
+        let text = try? String(contentsOfFile: config, encoding: .utf8), !text.contains("nice-level")
+    {
+        // Top-level keys go before the first table.
+        try "nice-level = \(level)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
+    }
     let child = try server.spawn([TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"], log: "audiod.log")
     while nowNs() - t0 < 10_000_000_000 {
         if case .success = client.call(API.managerPath, API.peer.name, "Ping") {
@@ -340,8 +349,9 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     // What a person hears: how long two sounds that must not mix sound together (its own server and audiod).
     if wants("overlap") {
         // At most 100 rounds per row, ~0.5 s each: a full run (200 iterations) gives 100, the test command's brief
-        // run 20.
-        r.overlap = try overlaps(kind, rounds: min(iterations, 100))
+        // run 20; BENCH_OVERLAP_ROUNDS sets it.
+        let rounds = ProcessInfo.processInfo.environment["BENCH_OVERLAP_ROUNDS"].flatMap { Int($0) } ?? min(iterations, 100)
+        r.overlap = try overlaps(kind, rounds: rounds)
     }
 
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
