@@ -99,18 +99,14 @@ struct PriorityTests {
     /// RealtimeKit1 from dbusmock: its `MinNiceLevel`, and the methods that renice a thread as the real one does.
     func realtimeKit(_ server: TestServer, minNice: Int32, withPID: Bool) throws -> (TestBus, Child, BusClient) {
         let system = try TestBus()
-        let child = try server.spawn(["/usr/bin/python3", "-m", "dbusmock", "--system", Self.rtkit, Self.rtkitPath, Self.rtkit],
-                                     environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], log: "rtkit.log")
-        let bus = try BusClient(address: system.address)
-        guard waitFor(10, {
-            if case .success = bus.callAny(destination: Self.rtkit, Self.rtkitPath, "org.freedesktop.DBus.Peer", "Ping", []) { return true }
-            return false
-        }) else {
-            bus.close()
-            child.kill()
+        let started: PlatformCallTests.Mock
+        do {
+            started = try PlatformCallTests().mock(server, name: Self.rtkit, path: Self.rtkitPath, address: system.address, system: true)
+        } catch {
             system.stop()
-            throw TestKitError("dbusmock's RealtimeKit1 did not start: \(server.file("rtkit.log"))")
+            throw error
         }
+        let (child, bus) = (started.child, started.bus)
         func call(_ member: String, _ args: [DBusValue]) throws {
             if case .failure(let e) = bus.callAny(destination: Self.rtkit, Self.rtkitPath, Self.mock, member, args) {
                 throw TestKitError("\(member): \(e)")
