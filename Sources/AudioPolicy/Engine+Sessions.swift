@@ -294,6 +294,10 @@ extension Engine {
     /// an implicit session's playing MPRIS players are paused.
     mutating func interrupt(_ id: SessionID, reason: InterruptionReason, by interrupter: SessionID?, spokenOnly: Bool = false) {
         guard var s = sessions[id], !isPlatformCall(id) else { return }
+        // The session taking over in a handover is interrupted: its handover ends. Whoever took primary audio
+        // (or the session that counted as it) from it takes over in turn, until its own first sound (§5).
+        if handover == id { endHandover() }
+        if id == primary, let interrupter, interrupter != id { beginHandover(interrupter) }
         let wasActive = s.active
         if s.interrupter != nil { untie(id) }
         s = sessions[id] ?? s
@@ -340,6 +344,9 @@ extension Engine {
     /// Deactivates a session (if active) and then resolves the sessions tied to it with its notify flag.
     mutating func deactivate(_ id: SessionID, notify: Bool, cause: DeactivationCause) {
         guard var s = sessions[id] else { return }
+        // Primary audio now, or the last primary audio with none since (its stream ended just before).
+        let wasPrimary = primary == id || (primary == nil && lastPrimary == id)
+        if handover == id { endHandover() }
         if s.active {
             s.active = false
             sessions[id] = s
@@ -348,11 +355,17 @@ extension Engine {
             markStreamsDirty(of: id)
             touch(id)
         }
-        resolveTies(of: id, notify: notify, cause: cause, interrupterWasCall: s.isCall)
+        let resumed = resolveTies(of: id, notify: notify, cause: cause, interrupterWasCall: s.isCall)
+        // Primary audio hands over to a session it interrupted that may resume now (§5): it counts as primary
+        // until its first sound, so nothing secondary plays in between.
+        if wasPrimary, let taker = resumed.filter(mayTakeOver).max() { beginHandover(taker) }
     }
 
-    mutating func resolveTies(of id: SessionID, notify: Bool, cause: DeactivationCause, interrupterWasCall: Bool) {
-        guard let tied = tiedTo.removeValue(forKey: id) else { return }
+    /// Ends the interruptions tied to `id`; returns the sessions told `InterruptionEnded(should_resume = true)`.
+    @discardableResult
+    mutating func resolveTies(of id: SessionID, notify: Bool, cause: DeactivationCause, interrupterWasCall: Bool) -> [SessionID] {
+        guard let tied = tiedTo.removeValue(forKey: id) else { return [] }
+        var resumed: [SessionID] = []
         for other in tied.sorted() {
             guard sessions[other]?.interrupter == id else { continue }
             if waitsForHolder(other, otherThan: id) { continue }
@@ -360,7 +373,31 @@ extension Engine {
             let shouldResume = notify || o.spokenOnly
             let mayPlay = o.spokenOnly || (notify && (cause != .ownerVanished || interrupterWasCall))
             endInterruption(other, shouldResume: shouldResume, playPlayers: shouldResume && mayPlay)
+            if shouldResume { resumed.append(other) }
         }
+        return resumed
+    }
+
+    // MARK: Handovers (§5)
+
+    /// Whether a session can hold primary audio through a handover: one that may become primary audio by
+    /// playing — non-mixable, able to play (not `record`), not interrupted.
+    func mayTakeOver(_ id: SessionID) -> Bool {
+        guard let s = sessions[id] else { return false }
+        return !s.mixable && s.configuration.category != .record && !s.interrupted
+    }
+
+    mutating func beginHandover(_ id: SessionID) {
+        guard mayTakeOver(id) else { return }
+        if let old = handover, old != id { out.timers.append(.cancelTimer(.handover(old))) }
+        handover = id
+        out.timers.append(.scheduleTimer(.handover(id), afterNanoseconds: settings.lingerNanoseconds))
+    }
+
+    mutating func endHandover() {
+        guard let h = handover else { return }
+        handover = nil
+        out.timers.append(.cancelTimer(.handover(h)))
     }
 
     /// Ends an interruption. An explicit session stays silenced until its SetActive(true); an implicit one is
@@ -395,6 +432,8 @@ extension Engine {
     mutating func removeSession(_ id: SessionID) {
         // The caller has deactivated it, which resolved the sessions tied to it; it may itself be tied to someone.
         untie(id)
+        if handover == id { endHandover() }
+        if lastPrimary == id { lastPrimary = nil }
         guard let s = sessions[id] else { return }
         cancelLinger(id)
         let owned = s.playbackStreams.union(s.recordStreams)

@@ -138,8 +138,12 @@ extension Engine {
     }
 
     /// Primary audio (§0) starts and stops at once; the hint and its enforcement follow in the same step (§5).
+    /// During a handover the session taking over counts as primary until some session is audibly primary.
     mutating func updatePrimary() {
-        let new = activeNonMixable.filter { (sessions[$0]?.audibleCount ?? 0) > 0 }.max()
+        let audible = activeNonMixable.filter { (sessions[$0]?.audibleCount ?? 0) > 0 }.max()
+        if let h = handover, audible != nil || !mayTakeOver(h) { endHandover() }
+        let new = audible ?? handover
+        if let new { lastPrimary = new }
         guard new != primary else { return }
         let old = primary
         primary = new

@@ -25,7 +25,7 @@ extension Engine {
     /// The session a stream belongs to now, making its implicit session if needed. a11y streams and streams of
     /// a process that has exited belong to none.
     mutating func owner(of st: StreamState, processGone: Bool) -> SessionID? {
-        if st.isA11y { return nil }
+        if st.isA11y || settings.decidesNothing { return nil }
         if let call = platformCallOwner(st) { return call }
         if let s = explicitOwner(chain: st.info.processChain, tag: st.info.sessionTag) { return s }
         if processGone { return nil }
@@ -527,6 +527,8 @@ extension Engine {
             }
         case .callLinkOverdue(let call):
             withdrawAnnouncement(call)
+        case .handover(let id):
+            if handover == id { handover = nil }
         case .linger(let id):
             guard let s = sessions[id], s.lingerScheduled else { return }
             sessions[id]?.lingerScheduled = false

@@ -43,7 +43,15 @@ public struct Engine: Sendable {
     /// Audible streams in all.
     var totalAudible = 0
     var sessionsWithAudio: Set<SessionID> = []
+    /// `PrimaryAudioSession` (§0): the active non-mixable session with an audible stream, or else the session
+    /// taking over during a handover.
     var primary: SessionID?
+    /// The session taking over the audio from primary audio (docs/POLICY.md §5 "Handovers"), until its first
+    /// audible stream, its deactivation or interruption, or the linger.
+    var handover: SessionID?
+    /// The last session that was primary audio, while no other has been since: a player that exits loses its
+    /// stream a moment before its session is released, and its release with notify still hands over (§5).
+    var lastPrimary: SessionID?
     /// Processes that exited while the server still lists their streams.
     var goneProcesses: Set<UInt32> = []
     /// Host pids GameMode has registered as games.
@@ -96,8 +104,12 @@ public struct Engine: Sendable {
     /// The DuckLevel in force.
     public var duckLevel: Double { settings.duckLevel }
 
-    /// `PrimaryAudioSession`: the active, non-mixable session that is audible now.
+    /// `PrimaryAudioSession`: the active, non-mixable session that is audible now, or the one taking over during a
+    /// handover (§5).
     public var primaryAudioSession: SessionID? { primary }
+
+    /// The session taking over primary audio in a handover now, if any (§5).
+    public var handoverSession: SessionID? { handover }
 
     /// `OtherAudioPlaying` (manager): some stream is audible now.
     public var otherAudioPlaying: Bool { totalAudible > 0 }

@@ -266,6 +266,10 @@ public struct Settings: Sendable, Equatable {
     /// −11 is what PipeWire's and PulseAudio's own main threads run at, so that a decision is not queued behind the
     /// work that links a new stream (docs/CONFIG.md).
     public var niceLevel: Int32 = -11
+    /// The stop path's and `audiod --restore`'s engine (`restoreOnly`): no stream belongs to any session, so no
+    /// category is derived (no role, rule, desktop entry, game evidence, voice-call rule or MPRIS) and no policy
+    /// applies; the only effects put back what the journal or the restore database say an earlier run left.
+    public var decidesNothing = false
 
     public init(
         duckLevel: Double = 0.2,
@@ -287,14 +291,15 @@ public struct Settings: Sendable, Equatable {
         self.volumeTolerance = volumeTolerance
     }
 
-    /// Settings under which nothing is ever silenced — every app mixes, whatever its role — so that the only stream
-    /// effects are the ones that put back what an earlier run left (`StreamInfo.leftByPolicy`). `audiod --restore`
-    /// runs the engine with these after audiod is gone.
+    /// Settings under which the engine decides nothing: every stream belongs to no session (as an a11y stream
+    /// does), so nothing is silenced or ducked whatever the app is — and the only stream effects are the ones that
+    /// put back what an earlier run left (`StreamInfo.leftByPolicy`): correcting a leak is not a decision (SPEC §8).
+    /// `audiod --restore` runs the engine with these after audiod is gone, and a stopping audiod for the streams
+    /// that change while it stops. If audiod starts again later, that run decides afresh.
     public static var restoreOnly: Settings {
-        let mixing = Configuration(category: .playback, options: [.mixWithOthers])
-        var roles: [String: Configuration] = [:]
-        for tier in builtInRoles { for role in tier.roles { roles[role] = mixing } }
-        return Settings(defaultConfiguration: mixing, roleConfigurations: roles)
+        var s = Settings()
+        s.decidesNothing = true
+        return s
     }
 
     /// The built-in role map of docs/POLICY.md §7, in priority order (highest first).

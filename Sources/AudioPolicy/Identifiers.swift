@@ -51,6 +51,8 @@ public enum TimerID: Hashable, Sendable {
     /// A call's stream announced before its link (`Event.streamAnnounced`) that has not linked in time: what it
     /// silenced ahead of it comes back.
     case callLinkOverdue(StreamID)
+    /// A handover (docs/POLICY.md §5) whose session has not made a sound within the linger: primary audio ends.
+    case handover(SessionID)
 }
 
 /// A point in time, in nanoseconds on a monotonic clock of the shell's choosing. The engine never reads a clock.

@@ -35,6 +35,7 @@ extension Event {
         case .timerFired(.linger(let id)): "\(id) has had no audible stream for the linger"
         case .timerFired(.voiceCallEnd(let id)): "\(id) has not both captured and played for the linger"
         case .timerFired(.callLinkOverdue(let id)): "\(Self.words(id)) was announced but not linked in time"
+        case .timerFired(.handover(let id)): "\(id) took over the audio but has made no sound for the linger"
         case .gameModeGames(let pids): "GameMode lists \(pids.count) game\(pids.count == 1 ? "" : "s")"
         case .platformCall(let call?):
             "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
@@ -95,6 +96,7 @@ extension Effect {
         case .linger(let id): "\(id)'s linger"
         case .voiceCallEnd(let id): "\(id)'s end-of-call wait"
         case .callLinkOverdue(let id): "the wait for \(Event.words(id))'s link"
+        case .handover(let id): "\(id)'s handover"
         }
     }
 }

@@ -17,12 +17,14 @@ import Testing
         #expect(h.activate(b) == [
             .setStreamMute(.playback(1), true),
             .signal(a, .interruptionBegan(.default, interrupter: b)),
-            .sessionPropertiesChanged(a, [.active(false), .interrupted(true)]),
-            // B was made while A played; now nothing plays: no hint, no other audio.
+            .sessionPropertiesChanged(a, [.active(false), .interrupted(true), .secondaryAudioShouldBeSilencedHint(true)]),
+            // B was made while A played; nothing plays now, but B takes over primary audio until its first sound
+            // (§5 "Handovers"): A gets the hint, B loses it.
             .sessionPropertiesChanged(b, [
                 .active(true), .secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false),
             ]),
-            .managerPropertiesChanged([.otherAudioPlaying(false), .primaryAudioSession(nil)]),
+            .managerPropertiesChanged([.otherAudioPlaying(false), .primaryAudioSession(b)]),
+            .scheduleTimer(.handover(b), afterNanoseconds: 2_000_000_000),
             h.ok,
         ])
         _ = h.echo([.setStreamMute(.playback(1), true)])

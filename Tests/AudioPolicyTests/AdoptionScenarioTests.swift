@@ -86,4 +86,39 @@ import Testing
             leftByPolicy: Self.leftMute)))
         #expect(streamOps(all) == [.setStreamMute(.playback(5), false)])
     }
+
+    /// Issue 40: the restore derived categories again — a game from its desktop entry beside a player's entry was
+    /// secondary audio once more, and kept the mute it was left with. Under `restoreOnly` no evidence makes a
+    /// category: not a desktop entry, GameMode, MPRIS, a role or a rule; every value left is put back.
+    @Test func restoreOnlyDerivesNoCategoryFromAnyEvidence() {
+        var settings = Settings.restoreOnly
+        settings.configRules = [ApplicationRule(
+            application: "ruled", configuration: Configuration(category: .ambient), source: .configFile)]
+        var h = Harness(settings: settings)
+        func app(_ id: String, _ categories: [String]) -> AppProfile {
+            AppProfile(names: [.init(id, .launcherEnvironment)],
+                       entry: .init(id: id, path: "/apps/\(id).desktop", categories: categories, foundThrough: .launcherEnvironment))
+        }
+        var all: [Effect] = []
+        all += h.send(.gameModeGames([300]))
+        all += h.send(.playerAppeared(PlayerInfo(id: PlayerID("org.mpris.MediaPlayer2.mpv"), pid: 200, status: .playing)))
+        // The player, from its desktop entry (Player) and with MPRIS: primary audio, if anything decided.
+        all += h.send(.streamAppeared(StreamInfo(
+            id: .playback(1), processChain: [200], applicationName: "mpv", role: "video", volume: .normal,
+            app: app("mpv", ["AudioVideo", "Player"]))))
+        // The game from its desktop entry, left silenced as secondary audio and ducked.
+        let user = Volume(uniform: 40_000)
+        let ducked = user.multiplied(by: Volume.fromLinear(0.2))
+        all += h.send(.streamAppeared(StreamInfo(
+            id: .playback(2), processChain: [100], applicationName: "game", muted: true, volume: ducked,
+            leftByPolicy: PolicyValues(mute: true, volume: ducked, userVolume: user),
+            app: app("org.example.Game", ["Game", "ArcadeGame"]))))
+        // A GameMode game, a ruled app and a call-role stream, never silenced either.
+        all += h.play(3, pid: 300, name: "gamemode-game")
+        all += h.play(4, pid: 301, name: "ruled")
+        all += h.play(5, pid: 302, role: "phone", name: "call")
+        #expect(streamOps(all) == [.setStreamMute(.playback(2), false), .setStreamVolume(.playback(2), user)])
+        #expect(h.engine.sessionIDs.isEmpty, "the restore made sessions: \(h.engine.sessionIDs)")
+        #expect(h.engine.primaryAudioSession == nil)
+    }
 }

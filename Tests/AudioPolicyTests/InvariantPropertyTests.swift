@@ -645,6 +645,21 @@ struct Simulation {
             if !awake.isEmpty { v.append("sleep: sessions \(awake.map(\.id)) active while the machine sleeps") }
         }
         let primary = engine.primaryAudioSession
+        // §0/§5: primary audio is an active non-mixable session with an audible stream, or the session taking over
+        // in a handover: non-mixable, able to play, not interrupted, and with its linger running (so it ends).
+        if let primary, let p = engine.session(primary) {
+            // The engine's own audibility: a stream muted ahead of a call still counts as its session's sound.
+            let audibleHere = server.keys.contains { engine.streamView($0).map { $0.session == primary && $0.audible } ?? false }
+            if !(p.active && !p.mixable && audibleHere) {
+                if engine.handoverSession != primary || p.mixable || p.interrupted || p.configuration.category == .record {
+                    v.append("primary \(primary) is neither audible nor a session taking over: \(p)")
+                } else if !timers.contains(.handover(primary)) {
+                    v.append("handover to \(primary) with no linger running")
+                }
+            }
+        } else if let primary {
+            v.append("primary \(primary) is no session")
+        }
         let duckers = Set(views.filter { $0.active && $0.configuration.ducksOthers }.map(\.id))
         // Bounded: an exited pid is remembered only while a stream the engine tracks has it in its chain.
         let chained = Set(engine.streams.values.flatMap(\.info.processChain))
