@@ -104,6 +104,9 @@ public struct Engine: Sendable {
     /// The DuckLevel in force.
     public var duckLevel: Double { settings.duckLevel }
 
+    /// How far a reported volume may be from audiod's and still count as audiod's, in force.
+    public var volumeTolerance: UInt32 { settings.volumeTolerance }
+
     /// `PrimaryAudioSession`: the active, non-mixable session that is audible now, or the one taking over during a
     /// handover (§5).
     public var primaryAudioSession: SessionID? { primary }

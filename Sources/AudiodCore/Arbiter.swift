@@ -319,7 +319,9 @@ public final class Arbiter {
             saveState()
         }
         let effects = engine.restoreEverything()
-        restorer = Engine(settings: .restoreOnly)
+        var stopping = Settings.restoreOnly
+        stopping.volumeTolerance = engine.volumeTolerance
+        restorer = Engine(settings: stopping)
         logger.info("restoring \(effects.count) stream change(s) before exit")
         if logger.logLevel <= .debug { logDecisions("audiod stopping", effects) }
         backend.apply(effects)

@@ -39,6 +39,10 @@ public enum JournalRestore {
         guard let path = options.journalPath, FileManager.default.fileExists(atPath: path) else {
             return Outcome(hadJournal: false, connected: false, leaksRepaired: 0, journalKept: false)
         }
+        // It decides nothing, so it reads no desktop entries (and does not wait on a slow mount for them).
+        var undecided = options
+        undecided.readsDesktopEntries = false
+        let options = undecided
         let loop = try MainLoop()
         // Made before the loop runs; from then on opened only on it.
         let result = loop.bind(ResultBox(volumeTolerance: volumeTolerance))
@@ -52,7 +56,8 @@ public enum JournalRestore {
                 switch event {
                 case .policy(let e):
                     // The engine puts back what the journal says an earlier run left, by the same effects as in a
-                    // running audiod (journaled first); under `restoreOnly` it silences nothing itself.
+                    // running audiod (journaled first); under `restoreOnly` no stream belongs to a session, so it
+                    // derives no category and silences nothing itself.
                     let effects = result.value.engine.handle(e, at: Instant(nanoseconds: result.value.clock.next()))
                     backend.updateApplied(all: result.value.engine.appliedChanges)
                     backend.apply(effects)

@@ -48,6 +48,9 @@ public final class PulseBackend {
         /// A stream that ends this soon after audiod lifted a policy value from it may have left that value in
         /// the restore database (WirePlumber saves late).
         public var restoreSettleNanoseconds: UInt64
+        /// Whether apps are identified through the desktop's entries. `audiod --restore` decides nothing and so
+        /// reads none.
+        public var readsDesktopEntries = true
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
@@ -145,7 +148,7 @@ public final class PulseBackend {
     public func start() {
         loop.assertOnLoop()
         session.restart()
-        loadDesktopEntries()
+        if options.readsDesktopEntries { loadDesktopEntries() }
         connect()
     }
 
@@ -279,7 +282,7 @@ public final class PulseBackend {
         guard let journal = recovery else { return }
         recovery = nil
         let found = session.recover(journal, serverCookie: server.cookie)
-        if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; the engine decides on them") }
+        if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; taken as audiod's own, to keep (a running audiod deciding afresh) or put back") }
     }
 
     // MARK: Reads
@@ -320,7 +323,7 @@ public final class PulseBackend {
         for n in r.notes { logger.debug("identity: \(n)") }
         for key in r.leaks { journalLeak(key) }
         if let key = r.leakFoundUnder {
-            logger.info("a stream started with a policy value left in the restore database; the engine decides on it", metadata: [
+            logger.info("a stream started with a policy value left in the restore database; taken as audiod's own, to keep or put back", metadata: [
                 "stream": "\(id)", "key": "\(key)",
             ])
         }
