@@ -295,7 +295,7 @@ public struct Daemon {
     /// `wrapper` runs it (`setpriv …`: the same process, with less privilege).
     public static func start(
         _ server: TestServer, arguments: [String] = ["--log-level", "debug"], log: String = "audiod.log",
-        environment: [String: String] = [:], wrapper: [String] = []
+        environment: [String: String] = [:], wrapper: [String] = [], executable: String = Daemon.executable
     ) throws -> Daemon {
         let child = try server.spawn(wrapper + [executable] + arguments, environment: environment, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
