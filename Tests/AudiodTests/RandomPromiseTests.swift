@@ -280,7 +280,11 @@ final class PromiseRun {
         return "stop \(a.label)"
     }
 
-    func stream(of a: App) -> WatchedStream? { watcher.streams.values.first { $0.pid == UInt32(a.pid) } }
+    /// The app's stream as the server shows it — nil until linked: PipeWire lists a stream before WirePlumber links
+    /// it, at volume 0 (the test never sets 0), and after a server restart linking may wait for the device.
+    func stream(of a: App) -> WatchedStream? {
+        watcher.streams.values.first { $0.pid == UInt32(a.pid) && !(kind == .pipewire && $0.volume == 0) }
+    }
 
     func userMute() throws -> String {
         reached.insert("user-mute")
