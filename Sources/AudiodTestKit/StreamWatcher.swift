@@ -24,6 +24,8 @@ public final class StreamWatcher: @unchecked Sendable {
     private var table: [UInt32: WatchedStream] = [:]
     private var changeCount = 0
     private var lost = false
+    /// Every report, in order, with its time (monotonic nanoseconds): what the server said between two checks.
+    private var reports: [(at: UInt64, stream: WatchedStream)] = []
 
     public init(server: String) throws {
         guard let m = pa_threaded_mainloop_new() else { throw TestKitError("pa_threaded_mainloop_new failed") }
@@ -76,9 +78,11 @@ public final class StreamWatcher: @unchecked Sendable {
             index: i.index, pid: prop("application.process.id").flatMap { UInt32($0) },
             name: prop("application.name") ?? "", role: prop("media.role"), muted: i.mute != 0,
             volume: pa_cvolume_max(&volume), corked: i.corked != 0)
+        let at = DispatchTime.now().uptimeNanoseconds
         w.lock.withLock {
             w.table[i.index] = s
             w.changeCount += 1
+            w.reports.append((at, s))
         }
     }
 
@@ -93,6 +97,16 @@ public final class StreamWatcher: @unchecked Sendable {
 
     /// Every playback stream the server has reported and not removed.
     public var streams: [UInt32: WatchedStream] { lock.withLock { table } }
+    /// The reports of stream `index` since `after` (monotonic nanoseconds), oldest first.
+    public func reports(of index: UInt32, since after: UInt64) -> [WatchedStream] {
+        lock.withLock { reports.filter { $0.at >= after && $0.stream.index == index }.map(\.stream) }
+    }
+
+    /// Forgets the reports before `before`: a long run keeps only what the next check reads.
+    public func dropReports(before: UInt64) {
+        lock.withLock { reports.removeAll { $0.at < before } }
+    }
+
     /// How many reports have come: unchanged over a while means the server is quiet.
     public var changes: Int { lock.withLock { changeCount } }
     /// The server connection is gone (the server stopped).

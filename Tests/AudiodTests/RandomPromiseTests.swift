@@ -149,10 +149,11 @@ final class PromiseRun {
         do { try startAudiod() } catch { return (0, "seed \(seed): \(error)") }
         for i in 0..<stepCount {
             let step: String
+            let before = stepStart()
             do { step = try randomStep() } catch { step = "a step failed to run: \(error)" }
             log.append(step)
             watcher.settle()
-            let v = violations()
+            let v = violations() + heardDuringStep(before, step: lastKind)
             if !v.isEmpty {
                 return (i + 1, "promises broken on \(kind), seed \(seed) (replay: AUDIOD_PROMISE_SEEDS=\(seed) AUDIOD_PROMISE_STEPS=\(i + 1)); "
                     + "the failing prefix, \(i + 1) step(s):\n  " + log.enumerated().map { "\($0.offset + 1). \($0.element)" }.joined(separator: "\n  ")
@@ -164,9 +165,14 @@ final class PromiseRun {
 
     // MARK: Steps
 
+    /// What the last step was, for the check of what was heard during it.
+    var lastKind = ""
+
     func randomStep() throws -> String {
         let up = daemon != nil
-        switch pick(20) {
+        let choice = pick(20)
+        lastKind = choice <= 7 ? "start" : choice == 13 ? "duck-level" : "other"
+        switch choice {
         case 0, 1, 2: return try startRole()
         case 3: return try startDesktopGame()
         case 4: return try startMPV()
@@ -257,8 +263,10 @@ final class PromiseRun {
         reached.insert("audioctl-run")
         counter += 1
         let name = "run-\(counter)"
+        // As a real player: its session is active ~300 ms before its stream opens — a handover (POLICY §5).
         let c = try server.spawn([TestServer.builtProduct("audioctl"), "run", "--category", "playback", "--",
-                                  "pacat", "--playback", "/dev/zero", "--client-name=\(name)"], log: "run-\(counter).log")
+                                  "sh", "-c", "sleep 0.3; exec pacat --playback /dev/zero --client-name=\(name)"],
+                                 log: "run-\(counter).log")
         var pid: UInt32?
         _ = waitFor(10) {
             pid = watcher.streams.values.first { $0.name == name }?.pid
@@ -447,6 +455,42 @@ final class PromiseRun {
     func close(_ a: UInt32, _ b: UInt32) -> Bool { abs(Int(a) - Int(b)) <= 700 }
 
     // MARK: The oracle
+
+    struct StepStart {
+        var at: UInt64
+        var primary: String
+        /// Games silenced at the step's start (muted by audiod, not by the user), by stream index.
+        var silencedGames: [(label: String, index: UInt32)]
+    }
+
+    func primaryAudioSession() -> String {
+        daemon?.client.property(API.managerPath, API.manager.name, "PrimaryAudioSession")?.stringValue ?? "/"
+    }
+
+    func stepStart() -> StepStart {
+        let games = apps.compactMap { a -> (String, UInt32)? in
+            guard a.game, !a.userMuted, let s = stream(of: a), s.muted else { return nil }
+            return (a.label, s.index)
+        }
+        watcher.dropReports(before: DispatchTime.now().uptimeNanoseconds)
+        return StepStart(at: DispatchTime.now().uptimeNanoseconds, primary: primaryAudioSession(), silencedGames: games)
+    }
+
+    /// Promise 2 between checks, judged on every report the server made during the step: while primary audio
+    /// holds from the step's start to its end, a step that only starts apps (a new player taking over among them:
+    /// a handover, POLICY §5) or changes the duck level never lets a silenced game be heard, not even for one report.
+    func heardDuringStep(_ start: StepStart, step: String) -> [String] {
+        guard step == "start" || step == "duck-level", daemon != nil, start.primary != "/", primaryAudioSession() != "/" else {
+            return []
+        }
+        var v: [String] = []
+        for (label, index) in start.silencedGames {
+            if let heard = watcher.reports(of: index, since: start.at).first(where: { !$0.muted && !$0.corked && $0.volume > 0 }) {
+                v.append("\(label) (a game, silenced as the step began) was heard during the step while primary audio held: \(heard)")
+            }
+        }
+        return v
+    }
 
     func violations() -> [String] {
         var v = pending
