@@ -20,7 +20,7 @@ import Testing
 struct RandomPromiseTests {
     /// Seeds that reach every fault and every kind of app in the short run (checked by `coverage` below).
     static let fixedSeeds: [UInt64] = [119, 114, 112]
-    static var steps: Int { Int(ProcessInfo.processInfo.environment["AUDIOD_PROMISE_STEPS"] ?? "") ?? 14 }
+    static var steps: Int { Int(ProcessInfo.processInfo.environment["AUDIOD_PROMISE_STEPS"] ?? "") ?? 20 }
     static var seeds: [UInt64] {
         if let list = ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SEEDS"], !list.isEmpty {
             return list.split(separator: ",").compactMap { UInt64($0.trimmingCharacters(in: .whitespaces)) }
@@ -41,6 +41,11 @@ struct RandomPromiseTests {
 
     @Test("random sequences of apps, user actions, platform events and faults keep the promises", arguments: ServerKind.allCases)
     func promises(kind: ServerKind) throws {
+        // `AUDIOD_PROMISE_SERVER=pulseaudio` (or `pipewire`) runs one server alone.
+        if let only = ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SERVER"], !only.isEmpty, only != kind.rawValue {
+            print("promises: \(kind): skipped (AUDIOD_PROMISE_SERVER=\(only))")
+            return
+        }
         var failures: [String] = []
         var totalSteps = 0
         var reached: Set<String> = []
@@ -56,7 +61,7 @@ struct RandomPromiseTests {
         print("promises: \(kind): \(seeds.count) sequence(s), \(totalSteps) step(s), seeds \(seeds.map(String.init).joined(separator: ",")); "
             + "reached \(reached.sorted().joined(separator: " ")); \(failures.count) failing")
         for f in failures { Issue.record(Comment(rawValue: f)) }
-        if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SEEDS"] == nil && Self.steps >= 14 {
+        if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SEEDS"] == nil && Self.steps >= 20 {
             // The fixed seeds are chosen to reach every fault and every kind of app.
             let needed: Set<String> = ["sigterm", "kill+restore", "kill+restart", "server-restart", "role", "desktop-game",
                                        "mpv", "explicit", "audioctl-run", "lock", "sleep", "call", "silent", "duck-level",
@@ -113,6 +118,8 @@ final class PromiseRun {
     var calls = 0
     var entry: String
     var counter = 0
+    /// What the last step was, for the check of what was heard during it.
+    var lastKind = ""
 
     init(kind: ServerKind, seed: UInt64, steps: Int, audiod: String) throws {
         self.kind = kind
@@ -152,6 +159,7 @@ final class PromiseRun {
             let before = stepStart()
             do { step = try randomStep() } catch { step = "a step failed to run: \(error)" }
             log.append(step)
+            if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil { print("promises: \(kind): seed \(seed) step \(i + 1): \(step)") }
             watcher.settle()
             let v = violations() + heardDuringStep(before, step: lastKind)
             if !v.isEmpty {
@@ -165,29 +173,46 @@ final class PromiseRun {
 
     // MARK: Steps
 
-    /// What the last step was, for the check of what was heard during it.
-    var lastKind = ""
+    /// The steps and their weights: apps come and go often enough that faults meet held policy; a server restart,
+    /// which ends every app, is rare.
+    static let weights: [(String, Int)] = [
+        ("role", 8), ("desktop-game", 2), ("mpv", 4), ("explicit", 6), ("audioctl-run", 4), ("stop", 2),
+        ("user-mute", 4), ("user-volume", 2), ("silent", 2), ("duck-level", 2), ("lock", 2), ("sleep", 2),
+        ("call", 2), ("sigterm", 2), ("kill", 2), ("server-restart", 1),
+    ]
+    static let totalWeight = weights.reduce(0) { $0 + $1.1 }
 
     func randomStep() throws -> String {
         let up = daemon != nil
-        let choice = pick(20)
-        lastKind = choice <= 7 ? "start" : choice == 13 ? "duck-level" : "other"
+        var n = pick(Self.totalWeight)
+        var choice = ""
+        for (name, w) in Self.weights {
+            if n < w { choice = name; break }
+            n -= w
+        }
+        // `AUDIOD_PROMISE_SCRIPT=mpv,desktop-game,audioctl-run` names the steps in order (their details stay random).
+        if let script = ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SCRIPT"], !script.isEmpty {
+            let names = script.split(separator: ",").map(String.init)
+            choice = names[log.count % names.count]
+        }
+        lastKind = ["role", "desktop-game", "mpv", "explicit", "audioctl-run"].contains(choice) ? "start"
+            : choice == "duck-level" ? "duck-level" : "other"
         switch choice {
-        case 0, 1, 2: return try startRole()
-        case 3: return try startDesktopGame()
-        case 4: return try startMPV()
-        case 5, 6: return up ? try startExplicit() : try startRole()
-        case 7: return try startAudioctlRun()
-        case 8: return stopApp()
-        case 9, 10: return try userMute()
-        case 11: return try userVolume()
-        case 12: return try silent()
-        case 13: return try duckLevel()
-        case 14: return lockOrUnlock()
-        case 15: return sleepAndWake()
-        case 16: return callStep()
-        case 17: return try sigterm()
-        case 18: return try pick(2) == 0 ? killThenRestore() : killThenRestart()
+        case "role": return try startRole()
+        case "desktop-game": return try startDesktopGame()
+        case "mpv": return try startMPV()
+        case "explicit": return up ? try startExplicit() : try startRole()
+        case "audioctl-run": return try startAudioctlRun()
+        case "stop": return stopApp()
+        case "user-mute": return try userMute()
+        case "user-volume": return try userVolume()
+        case "silent": return try silent()
+        case "duck-level": return try duckLevel()
+        case "lock": return lockOrUnlock()
+        case "sleep": return sleepAndWake()
+        case "call": return callStep()
+        case "sigterm": return try sigterm()
+        case "kill": return try pick(2) == 0 ? killThenRestore() : killThenRestart()
         default: return try restartServer()
         }
     }
@@ -464,7 +489,9 @@ final class PromiseRun {
     }
 
     func primaryAudioSession() -> String {
-        daemon?.client.property(API.managerPath, API.manager.name, "PrimaryAudioSession")?.stringValue ?? "/"
+        guard case .objectPath(let path)? = daemon?.client.property(API.managerPath, API.manager.name, "PrimaryAudioSession")
+        else { return "/" }
+        return path
     }
 
     func stepStart() -> StepStart {
@@ -480,6 +507,10 @@ final class PromiseRun {
     /// holds from the step's start to its end, a step that only starts apps (a new player taking over among them:
     /// a handover, POLICY §5) or changes the duck level never lets a silenced game be heard, not even for one report.
     func heardDuringStep(_ start: StepStart, step: String) -> [String] {
+        if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
+            print("promises: step began with primary \(start.primary), silenced games \(start.silencedGames.map(\.label)); "
+                + "ends with primary \(primaryAudioSession()); \(start.silencedGames.map { watcher.reports(of: $0.index, since: start.at).count }) report(s)")
+        }
         guard step == "start" || step == "duck-level", daemon != nil, start.primary != "/", primaryAudioSession() != "/" else {
             return []
         }
@@ -496,7 +527,8 @@ final class PromiseRun {
         var v = pending
         pending = []
         guard let d = daemon else { return v }
-        let primary = d.client.property(API.managerPath, API.manager.name, "PrimaryAudioSession")?.stringValue ?? "/"
+        _ = d
+        let primary = primaryAudioSession()
         let duck = d.client.property(API.managerPath, API.manager.name, "DuckLevel").flatMap { x -> Double? in
             if case .double(let x) = x { return x } else { return nil }
         } ?? 0.2
