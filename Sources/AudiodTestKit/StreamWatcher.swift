@@ -102,6 +102,11 @@ public final class StreamWatcher: @unchecked Sendable {
         lock.withLock { reports.filter { $0.at >= after && $0.stream.index == index }.map(\.stream) }
     }
 
+    /// The reports of the stream of process `pid` still kept, oldest first: the first is how it started.
+    public func reports(ofPid pid: UInt32) -> [WatchedStream] {
+        lock.withLock { reports.filter { $0.stream.pid == pid }.map(\.stream) }
+    }
+
     /// Forgets the reports before `before`: a long run keeps only what the next check reads.
     public func dropReports(before: UInt64) {
         lock.withLock { reports.removeAll { $0.at < before } }

@@ -111,6 +111,9 @@ final class PromiseRun {
     var apps: [App] = []
     /// The last value the user set under each key (what the server's restore database must give a new stream).
     var lastUser: [String: (muted: Bool, volume: UInt32)] = [:]
+    /// Every mute and volume the user gave a stream of each key (the server's starting values count).
+    var userMutes: [String: Set<Bool>] = [:]
+    var userVolumes: [String: Set<UInt32>] = [:]
     var log: [String] = []
     var reached: Set<String> = []
     var locked = false
@@ -221,7 +224,7 @@ final class PromiseRun {
     func adopt(_ label: String, pid: pid_t, game: Bool, child: Child?) -> String {
         var stream: WatchedStream?
         _ = waitFor(10) {
-            stream = watcher.streams.values.first { $0.pid == UInt32(pid) }
+            stream = watcher.streams.values.first { $0.pid == UInt32(pid) && linked($0) }
             return stream != nil
         }
         guard let s = stream else {
@@ -230,9 +233,32 @@ final class PromiseRun {
         }
         let key = s.role.map { "role:\($0)" } ?? "app:\(s.name)"
         let saved = lastUser[key] ?? (false, 65536)
-        apps.append(App(label: label, pid: pid, key: key, name: s.name, game: game, userMuted: saved.muted,
-                        userVolume: saved.volume, child: child))
-        return "\(label) (pid \(pid), key \(key))"
+        var mutes = userMutes[key] ?? [false]
+        var volumes = userVolumes[key] ?? [65536]
+        var muted = saved.muted, volume = saved.volume
+        var note = ""
+        // The server's restore database gives a new stream the values its key last saved — from whichever stream of
+        // the key changed last, audiod's own restores included — so a user value of the key, not always the last.
+        // Promise 1b: never a value audiod applied. Judged on streams started while audiod is down: nothing races.
+        let initial = watcher.reports(ofPid: UInt32(pid)).first(where: linked) ?? s
+        if daemon == nil {
+            if !mutes.contains(initial.muted) || !volumes.contains(where: { close($0, initial.volume) }) {
+                pending.append("\(label) started while audiod was down at muted=\(initial.muted) volume=\(initial.volume), "
+                    + "not a value the user gave \(key) (mutes \(mutes.sorted { !$0 && $1 }), volumes \(volumes.sorted()))")
+            }
+            muted = initial.muted
+            volume = initial.volume
+            note = ", started at muted=\(muted) volume=\(volume)"
+        } else if volumes.contains(where: { close($0, initial.volume) }) {
+            volume = initial.volume
+        }
+        mutes.insert(muted)
+        volumes.insert(volume)
+        userMutes[key] = mutes
+        userVolumes[key] = volumes
+        apps.append(App(label: label, pid: pid, key: key, name: s.name, game: game, userMuted: muted,
+                        userVolume: volume, child: child))
+        return "\(label) (pid \(pid), key \(key)\(note))"
     }
 
     func startRole() throws -> String {
@@ -316,8 +342,10 @@ final class PromiseRun {
     /// The app's stream as the server shows it — nil until linked: PipeWire lists a stream before WirePlumber links
     /// it, at volume 0 (the test never sets 0), and after a server restart linking may wait for the device.
     func stream(of a: App) -> WatchedStream? {
-        watcher.streams.values.first { $0.pid == UInt32(a.pid) && !(kind == .pipewire && $0.volume == 0) }
+        watcher.streams.values.first { $0.pid == UInt32(a.pid) && linked($0) }
     }
+
+    func linked(_ s: WatchedStream) -> Bool { !(kind == .pipewire && s.volume == 0) }
 
     func userMute() throws -> String {
         reached.insert("user-mute")
@@ -330,6 +358,7 @@ final class PromiseRun {
         _ = try server.pactl(["set-sink-input-mute", "\(s.index)", mute ? "1" : "0"])
         apps[i].userMuted = mute
         lastUser[apps[i].key] = (mute, apps[i].userVolume)
+        userMutes[apps[i].key, default: [false]].insert(mute)
         return "the user \(mute ? "mutes" : "unmutes") \(apps[i].label) in the mixer"
     }
 
@@ -342,6 +371,7 @@ final class PromiseRun {
         _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "\(v)"])
         apps[i].userVolume = v
         lastUser[apps[i].key] = (apps[i].userMuted, v)
+        userVolumes[apps[i].key, default: [65536]].insert(v)
         return "the user sets \(apps[i].label)'s volume to \(v * 100 / 65536) %"
     }
 
@@ -437,7 +467,8 @@ final class PromiseRun {
         let more = try whileDown()
         watcher.settle()
         try startAudiod()
-        return "SIGKILL audiod, then audiod --restore" + more + "; audiod starts again" + (v.isEmpty ? "" : " [\(v.joined(separator: "; "))]")
+        let said = out.output.split(separator: "\n").suffix(3).joined(separator: " / ")
+        return "SIGKILL audiod, then audiod --restore (\(said))" + more + "; audiod starts again" + (v.isEmpty ? "" : " [\(v.joined(separator: "; "))]")
     }
 
     func killThenRestart() throws -> String {
