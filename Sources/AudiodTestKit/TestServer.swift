@@ -203,7 +203,8 @@ public final class TestServer: @unchecked Sendable {
             _ = Self.killAndReap(busPID)
             busPID = 0
         }
-        try? FileManager.default.removeItem(atPath: directory)
+        // `AUDIOD_TEST_KEEP=1` keeps the run's directory (its logs) to look into a failure.
+        if ProcessInfo.processInfo.environment["AUDIOD_TEST_KEEP"] == nil { try? FileManager.default.removeItem(atPath: directory) }
     }
 
     // MARK: Processes
