@@ -34,93 +34,95 @@ struct PromiseTests {
         return (pid, mpv, name)
     }
 
-    @Test("SIGKILL with a game silenced as secondary audio, then audiod --restore: nothing stays muted",
-          arguments: ServerKind.allCases)
-    func restoreDecidesNothing(kind: ServerKind) throws {
-        let server = try TestServer(kind, streamRestore: true)
+    /// A run's server and audiod with the game silenced beside mpv; the game is ended after `body`.
+    func withGameBesideMPV(
+        _ kind: ServerKind, streamRestore: Bool = true,
+        _ body: (TestServer, Daemon, _ game: pid_t, _ mpv: Child, _ mpvName: String) throws -> Void
+    ) throws {
+        let server = try TestServer(kind, streamRestore: streamRestore)
         defer { server.stop() }
         let entry = try gameEntry(server)
         let d = try Daemon.start(server)
-        let (game, mpv, _) = try gameBesideMPV(server, d, entry: entry)
+        let (game, mpv, name) = try gameBesideMPV(server, d, entry: entry)
         defer { _ = kill(game, SIGKILL) }
-        d.child.signal(SIGKILL)
-        _ = d.child.wait(timeout: 10)
-        d.client.close()
-        let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
-        #expect(out.status == 0, "\(out.output)")
-        #expect(waitFor(5) { server.playbackStream(pid: game)?.muted == false },
-                "the game stays muted after --restore: \(out.output)")
-        #expect(server.playbackStream(pid: mpv.pid)?.muted == false)
-        // Nothing is left for a later start: the journal says so.
-        let again = try server.runStatus([Daemon.executable, "--restore"])
-        #expect(again.output.contains("no journal") || again.output.contains("restored from the journal; 0"), "\(again.output)")
+        try body(server, d, game, mpv, name)
+    }
+
+    @Test("SIGKILL with a game silenced as secondary audio, then audiod --restore: nothing stays muted",
+          arguments: ServerKind.allCases)
+    func restoreDecidesNothing(kind: ServerKind) throws {
+        try withGameBesideMPV(kind) { server, d, game, mpv, _ in
+            d.child.signal(SIGKILL)
+            _ = d.child.wait(timeout: 10)
+            d.client.close()
+            let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
+            #expect(out.status == 0, "\(out.output)")
+            #expect(waitFor(5) { server.playbackStream(pid: game)?.muted == false },
+                    "the game stays muted after --restore: \(out.output)")
+            #expect(server.playbackStream(pid: mpv.pid)?.muted == false)
+            // Nothing is left for a later start: the journal says so.
+            let again = try server.runStatus([Daemon.executable, "--restore"])
+            #expect(again.output.contains("no journal") || again.output.contains("restored from the journal; 0"), "\(again.output)")
+        }
     }
 
     @Test("SIGTERM with a game silenced as secondary audio and ducked: its mute and volume come back",
           arguments: ServerKind.allCases)
     func stopUndoesEveryReason(kind: ServerKind) throws {
-        let server = try TestServer(kind, streamRestore: true)
-        defer { server.stop() }
-        let entry = try gameEntry(server)
-        let d = try Daemon.start(server)
-        let (game, mpv, _) = try gameBesideMPV(server, d, entry: entry)
-        defer { _ = kill(game, SIGKILL) }
-        let holder = try server.spawn(["sleep", "3600"])
-        _ = try d.client.makeSession(pid: holder.pid, "playback", options: ["duck-others"], activate: true)
-        #expect(waitFor(10) {
-            guard let g = server.playbackStream(pid: game) else { return false }
-            return g.muted && (g.volume.max() ?? 65536) < 65536
-        }, "the game is not silenced and ducked: \(String(describing: server.playbackStream(pid: game)))")
-        d.client.close()
-        d.child.signal(SIGTERM)
-        #expect(d.child.wait(timeout: 10) == 0)
-        let g = server.playbackStream(pid: game)
-        #expect(g?.muted == false && g?.volume.max() == 65536, "the game after the stop: \(String(describing: g))")
-        let m = server.playbackStream(pid: mpv.pid)
-        #expect(m?.muted == false && m?.volume.max() == 65536, "mpv after the stop: \(String(describing: m))")
+        try withGameBesideMPV(kind) { server, d, game, mpv, _ in
+            let holder = try server.spawn(["sleep", "3600"])
+            _ = try d.client.makeSession(pid: holder.pid, "playback", options: ["duck-others"], activate: true)
+            #expect(waitFor(10) {
+                guard let g = server.playbackStream(pid: game) else { return false }
+                return g.muted && (g.volume.max() ?? 65536) < 65536
+            }, "the game is not silenced and ducked: \(String(describing: server.playbackStream(pid: game)))")
+            d.client.close()
+            d.child.signal(SIGTERM)
+            #expect(d.child.wait(timeout: 10) == 0)
+            let g = server.playbackStream(pid: game)
+            #expect(g?.muted == false && g?.volume.max() == 65536, "the game after the stop: \(String(describing: g))")
+            let m = server.playbackStream(pid: mpv.pid)
+            #expect(m?.muted == false && m?.volume.max() == 65536, "mpv after the stop: \(String(describing: m))")
+        }
     }
 
     @Test("a handover (a session that activates 300 ms before its first stream) never lets the game be heard",
           arguments: ServerKind.allCases)
     func handoverKeepsTheGameSilent(kind: ServerKind) throws {
-        let server = try TestServer(kind)
-        defer { server.stop() }
-        let entry = try gameEntry(server)
-        let d = try Daemon.start(server)
-        defer { d.stop() }
-        let (game, _, mpvName) = try gameBesideMPV(server, d, entry: entry)
-        defer { _ = kill(game, SIGKILL) }
-        // The new player: its session is made and activated, and its stream starts 300 ms later.
-        let player = try server.spawn(["sh", "-c", "sleep 1.3; exec pacat --playback /dev/zero --client-name=newplayer"])
-        let path = try d.client.makeSession(pid: player.pid, "playback")
-        usleep(1_000_000)
-        let activated = d.client.session(path, "SetActive", [.bool(true), .strings([])])
-        #expect((try? activated.get()) != nil, "\(activated)")
-        var heard: [String] = []
-        let started = Date()
-        var sawPlayer = false
-        while Date().timeIntervalSince(started) < 2.5 {
-            let all = (try? server.playbackStreams()) ?? []
-            if let g = all.first(where: { $0.pid == UInt32(game) }), !g.muted {
-                heard.append(String(format: "%.0f ms", Date().timeIntervalSince(started) * 1000))
+        try withGameBesideMPV(kind, streamRestore: false) { server, d, game, _, mpvName in
+            defer { d.stop() }
+            // The new player: its session is made and activated, and its stream starts 300 ms later.
+            let player = try server.spawn(["sh", "-c", "sleep 1.3; exec pacat --playback /dev/zero --client-name=newplayer"])
+            let path = try d.client.makeSession(pid: player.pid, "playback")
+            usleep(1_000_000)
+            let activated = d.client.session(path, "SetActive", [.bool(true), .strings([])])
+            #expect((try? activated.get()) != nil, "\(activated)")
+            var heard: [String] = []
+            let started = Date()
+            var sawPlayer = false
+            while Date().timeIntervalSince(started) < 2.5 {
+                let all = (try? server.playbackStreams()) ?? []
+                if let g = all.first(where: { $0.pid == UInt32(game) }), !g.muted {
+                    heard.append(String(format: "%.0f ms", Date().timeIntervalSince(started) * 1000))
+                }
+                if all.contains(where: { $0.properties["application.name"] == "newplayer" }) { sawPlayer = true }
             }
-            if all.contains(where: { $0.properties["application.name"] == "newplayer" }) { sawPlayer = true }
-        }
-        #expect(sawPlayer, "the new player never played")
-        #expect(heard.isEmpty, "the game was heard during the handover in \(heard.count) reads, from \(heard.first ?? "") to \(heard.last ?? "")")
-        #expect(players.status(server, mpvName) == "Paused", "mpv was not paused by the new player")
-        // The new player ends with notify: mpv is played again, and the game is not heard in between.
-        // As `audioctl run` ends: the player exits, then its session ends with notify.
-        player.kill()
-        _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
-        heard = []
-        let ended = Date()
-        while Date().timeIntervalSince(ended) < 1.5 {
-            if let g = server.playbackStream(pid: game), !g.muted {
-                heard.append(String(format: "%.0f ms", Date().timeIntervalSince(ended) * 1000))
+            #expect(sawPlayer, "the new player never played")
+            #expect(heard.isEmpty, "the game was heard during the handover in \(heard.count) reads, from \(heard.first ?? "") to \(heard.last ?? "")")
+            #expect(players.status(server, mpvName) == "Paused", "mpv was not paused by the new player")
+            // The new player ends with notify: mpv is played again, and the game is not heard in between.
+            // As `audioctl run` ends: the player exits, then its session ends with notify.
+            player.kill()
+            _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+            heard = []
+            let ended = Date()
+            while Date().timeIntervalSince(ended) < 1.5 {
+                if let g = server.playbackStream(pid: game), !g.muted {
+                    heard.append(String(format: "%.0f ms", Date().timeIntervalSince(ended) * 1000))
+                }
             }
+            #expect(waitFor(10) { players.status(server, mpvName) == "Playing" }, "mpv was not played again")
+            #expect(heard.isEmpty, "the game was heard while mpv resumed in \(heard.count) reads, from \(heard.first ?? "") to \(heard.last ?? "")")
         }
-        #expect(waitFor(10) { players.status(server, mpvName) == "Playing" }, "mpv was not played again")
-        #expect(heard.isEmpty, "the game was heard while mpv resumed in \(heard.count) reads, from \(heard.first ?? "") to \(heard.last ?? "")")
     }
 }

@@ -72,18 +72,6 @@ struct RandomPromiseTests {
     }
 }
 
-/// SplitMix64: a sequence is its seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// One random sequence against one server.
 final class PromiseRun {
     struct App {
@@ -103,7 +91,8 @@ final class PromiseRun {
     let seed: UInt64
     let stepCount: Int
     let audiod: String
-    var rng: SeededGenerator
+    /// The fuzz suite's SplitMix64: a sequence is its seed.
+    var rng: FuzzTests.Rng
     let server: TestServer
     let logind: LockAndSleepTests.Logind
     let modem: PlatformCallTests.Mock
@@ -130,7 +119,7 @@ final class PromiseRun {
         self.seed = seed
         stepCount = steps
         self.audiod = audiod
-        rng = SeededGenerator(state: seed)
+        rng = FuzzTests.Rng(state: seed)
         server = try TestServer(kind, streamRestore: true)
         // The game is a program of its own (a copy of pacat): an entry whose Exec is pacat itself would make every
         // pacat of the run that game, since a desktop entry is matched by its program.
@@ -152,7 +141,7 @@ final class PromiseRun {
         server.stop()
     }
 
-    func pick(_ n: Int) -> Int { Int(rng.next() % UInt64(n)) }
+    func pick(_ n: Int) -> Int { rng.int(n) }
 
     func startAudiod() throws {
         // Explicit sessions end with the connection that made them, which the stop closed: their apps are implicit
@@ -571,7 +560,6 @@ final class PromiseRun {
         var v = pending
         pending = []
         guard let d = daemon else { return v }
-        _ = d
         let primary = primaryAudioSession()
         let duck = d.client.property(API.managerPath, API.manager.name, "DuckLevel").flatMap { x -> Double? in
             if case .double(let x) = x { return x } else { return nil }
