@@ -33,13 +33,24 @@ public struct Journal: Codable, Equatable, Sendable {
         /// must write the whole entry (pipewire-pulse's, which writes the mute with every entry) puts there. Nil
         /// when audiod muted the stream (then the user had not) or when it is not known.
         public var userMuted: Bool?
+        /// The highest stream index of the entry's kind audiod had seen when the entry came to hold the value, in
+        /// the server run the journal names: a stream of that run with an index up to this one existed before, and
+        /// the server gave it its values from the entry then, not this one. Nil: not known (any stream may carry it).
+        public var existedBefore: UInt32?
 
-        public init(unmute: Bool, appliedVolume: [UInt32]?, restoreVolume: [UInt32]?, userMuted: Bool? = nil) {
+        public init(
+            unmute: Bool, appliedVolume: [UInt32]?, restoreVolume: [UInt32]?, userMuted: Bool? = nil,
+            existedBefore: UInt32? = nil
+        ) {
             self.unmute = unmute
             self.appliedVolume = appliedVolume
             self.restoreVolume = restoreVolume
             self.userMuted = userMuted
+            self.existedBefore = existedBefore
         }
+
+        /// A stream of the server run the leak was recorded in cannot carry it: it existed before the entry held it.
+        public func olderThanLeak(_ index: UInt32) -> Bool { existedBefore.map { index <= $0 } ?? false }
 
         /// The mute a repair writes: unmuted where audiod muted, the user's own mute where it only ducked.
         public var userMute: Bool { unmute ? false : userMuted ?? false }
@@ -95,7 +106,9 @@ public struct Journal: Codable, Equatable, Sendable {
 /// - `+ <p|r> <index> <unmute 0|1> <applied volume|-> <user volume|-> <restore key|-> <application name>` — audiod
 ///   holds this change on the stream (replacing any earlier line for it);
 /// - `- <p|r> <index>` — it holds nothing there any more;
-/// - `L <key> <unmute 0|1> <applied volume|-> <user volume|->` — a restore-database entry may hold a policy value;
+/// - `L <key> <unmute 0|1> <applied volume|-> <user volume|-> [<user's mute 0|1|-> [<highest index seen>]]` — a
+///   restore-database entry may hold a policy value (streams of the journal's server run up to that index existed
+///   before it did);
 /// - `l <key>` — it does not.
 public final class JournalLog {
     public let path: String
@@ -228,8 +241,10 @@ public final class JournalLog {
     }
 
     private static func line(leak key: String, _ l: Journal.Leak) -> String {
-        "L \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume))"
-            + (l.userMuted.map { " \($0 ? 1 : 0)" } ?? "") + "\n"
+        var line = "L \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume))"
+        if l.userMuted != nil || l.existedBefore != nil { line += " " + (l.userMuted.map { $0 ? "1" : "0" } ?? "-") }
+        if let before = l.existedBefore { line += " \(before)" }
+        return line + "\n"
     }
 
     private static func volume(_ v: [UInt32]?) -> String {
@@ -320,13 +335,19 @@ public final class JournalLog {
                     let k = UInt64(index) << 1 | (f[1] == "r" ? 1 : 0)
                     if entries.removeValue(forKey: k) != nil { order.removeAll { $0 == k } }
                 case "L":
-                    // A sixth field, the user's mute under a duck, was added later: journals without it still read.
-                    guard f.count == 5 || (f.count == 6 && (f[5] == "0" || f[5] == "1")), f[2] == "0" || f[2] == "1" else {
-                        throw fail()
+                    // The sixth field (the user's mute under a duck) and the seventh (the highest index seen) were
+                    // added later: journals without them still read.
+                    guard (5...7).contains(f.count), f[2] == "0" || f[2] == "1",
+                        f.count < 6 || ["0", "1", "-"].contains(f[5])
+                    else { throw fail() }
+                    var before: UInt32?
+                    if f.count == 7 {
+                        guard let b = UInt32(f[6]) else { throw fail() }
+                        before = b
                     }
                     j.leaks[try decode(f[1])] = Journal.Leak(
                         unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]), restoreVolume: try parseVolume(f[4]),
-                        userMuted: f.count == 6 ? f[5] == "1" : nil)
+                        userMuted: f.count >= 6 && f[5] != "-" ? f[5] == "1" : nil, existedBefore: before)
                 case "l":
                     guard f.count == 2 else { throw fail() }
                     j.leaks[try decode(f[1])] = nil
@@ -375,6 +396,8 @@ extension Journal.Leak {
         guard let earlier else { return self }
         var m = self
         m.unmute = unmute || earlier.unmute
+        // A stream may carry the merged value if it may carry either.
+        m.existedBefore = existedBefore.flatMap { a in earlier.existedBefore.map { min(a, $0) } }
         if appliedVolume == nil {
             m.appliedVolume = earlier.appliedVolume
             m.restoreVolume = earlier.restoreVolume

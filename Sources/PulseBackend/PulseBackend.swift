@@ -129,7 +129,7 @@ public final class PulseBackend {
         session = ServerSession(
             tracker: StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds),
             ledger: RestoreLedger(
-                leaks: loaded?.leaks ?? [:], volumeTolerance: volumeTolerance,
+                leaks: loaded?.leaks ?? [:], serverCookie: loaded?.serverCookie, volumeTolerance: volumeTolerance,
                 leakWindowNanoseconds: options.leakWindowNanoseconds, restoreSettleNanoseconds: options.restoreSettleNanoseconds),
             initialBackoffNanoseconds: options.initialBackoffNanoseconds,
             maximumBackoffNanoseconds: options.maximumBackoffNanoseconds, identifier: identifier)
@@ -279,6 +279,7 @@ public final class PulseBackend {
     /// with their first report (it takes the values as its own and decides), and turns changes on streams that are
     /// gone into restore-database leaks.
     private func recover(_ server: ServerInfo) {
+        session.ledger.connected(serverCookie: server.cookie)
         guard let journal = recovery else { return }
         recovery = nil
         let found = session.recover(journal, serverCookie: server.cookie)

@@ -64,12 +64,18 @@ public struct RestoreLedger {
     private var matchedAtConnect: Set<String> = []
     /// Values to undo if a new stream shows one, until a deadline (monotonic ns).
     private var corrections: [StreamID: (leaks: [Journal.Leak], until: UInt64)] = [:]
+    /// The server run (`pa_server_info.cookie`) the leaks' `existedBefore` indices refer to; nil: none known.
+    private var serverCookie: UInt32?
+    /// The highest index of each kind of stream reported on this connection: the streams a leak recorded now
+    /// cannot be in.
+    private var highestSeen: [StreamKind: UInt32] = [:]
 
     public init(
-        leaks: [String: Journal.Leak] = [:], volumeTolerance: UInt32, leakWindowNanoseconds: UInt64,
-        restoreSettleNanoseconds: UInt64
+        leaks: [String: Journal.Leak] = [:], serverCookie: UInt32? = nil, volumeTolerance: UInt32,
+        leakWindowNanoseconds: UInt64, restoreSettleNanoseconds: UInt64
     ) {
         self.leaks = leaks
+        self.serverCookie = serverCookie
         self.volumeTolerance = volumeTolerance
         self.leakWindowNanoseconds = leakWindowNanoseconds
         self.restoreSettleNanoseconds = restoreSettleNanoseconds
@@ -78,7 +84,19 @@ public struct RestoreLedger {
     public func key(of id: StreamID) -> String? { keys[id] }
 
     /// A stream's first report names its entry.
-    public mutating func keyed(_ id: StreamID, _ key: String?) { keys[id] = key }
+    public mutating func keyed(_ id: StreamID, _ key: String?) {
+        keys[id] = key
+        highestSeen[id.kind] = max(highestSeen[id.kind] ?? 0, id.index)
+    }
+
+    /// A connection to the server run `cookie` is up. Leaks recorded in another run keep their values, but not which
+    /// streams existed before them: stream indices start again with each run.
+    public mutating func connected(serverCookie cookie: UInt32) {
+        if serverCookie != cookie {
+            for key in Array(leaks.keys) { leaks[key]?.existedBefore = nil }
+        }
+        serverCookie = cookie
+    }
 
     /// The values a stream shows that audiod left in its entry (nil: none), to report as audiod's so that the
     /// engine does not take them for the user's. `first`: its first report; `preexisting`: found by the
@@ -90,8 +108,12 @@ public struct RestoreLedger {
         if first, let key = keys[id] {
             var sources: [Journal.Leak] = []
             if preexisting, let leak = leaks[key] {
-                sources.append(leak)
-                matchedAtConnect.insert(key)
+                // A stream that existed before the entry held audiod's value was not given it: its mute is the
+                // user's, or what audiod's journal says (a user who muted it is not unmuted at a restart).
+                if !leak.olderThanLeak(id.index) {
+                    sources.append(leak)
+                    matchedAtConnect.insert(key)
+                }
             } else if let leak = leaks.removeValue(forKey: key) {
                 sources.append(leak)
                 journal.append(key)
@@ -149,13 +171,17 @@ public struct RestoreLedger {
         }
         guard let key = keys[id] else { return [] }
         let before = leaks[key]
+        var leak: Journal.Leak?
         if let change = applied[id] {
             // It ended while silenced by audiod: the entry now holds the policy value.
-            var leak = Journal.Leak(change)
-            if !change.unmute { leak.userMuted = muted }
-            leaks[key] = leak.merged(with: leaks[key])
+            leak = Journal.Leak(change)
+            if !change.unmute { leak?.userMuted = muted }
         } else if let l = lifted[id], now - l.at < restoreSettleNanoseconds {
-            leaks[key] = l.leak.merged(with: leaks[key])
+            leak = l.leak
+        }
+        if var leak {
+            leak.existedBefore = max(highestSeen[id.kind] ?? 0, id.index)
+            leaks[key] = leak.merged(with: leaks[key])
         }
         return leaks[key] != before ? [key] : []
     }
@@ -268,7 +294,7 @@ public struct RestoreLedger {
     }
 
     /// A journal of an earlier run names a change on a stream that is gone: its value is in the entry.
-    public mutating func recorded(_ leak: Journal.Leak, for key: String) { leaks[key] = leak }
+    public mutating func recorded(_ leak: Journal.Leak, for key: String) { leaks[key] = leak.merged(with: leaks[key]) }
 
     /// Every stream found at connection has been reported: the leaked keys they showed are being put back, and the
     /// server saves that as the key's value.
@@ -284,6 +310,7 @@ public struct RestoreLedger {
         recentByKey.removeAll()
         corrections.removeAll()
         matchedAtConnect.removeAll()
+        highestSeen.removeAll()
     }
 
     /// The journal's entry for a stream audiod holds something on.

@@ -106,7 +106,12 @@ extension ServerSession {
                     userVolume: e.restoreVolume.map(Volume.init(channels:)))
                 found += 1
             } else if let key = e.restoreKey {
-                ledger.recorded(Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume), for: key)
+                // Streams of the same run below its index existed before it, so before it ended.
+                ledger.recorded(
+                    Journal.Leak(
+                        unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume,
+                        existedBefore: journal.serverCookie == serverCookie ? e.index : nil),
+                    for: key)
             }
         }
         return found

@@ -201,6 +201,44 @@ struct NothingLeftBehindTests {
         #expect(next.streamView(m.index)?.userVolume.channels == m.volume)
     }
 
+    /// A policy mute left in a role's entry is handed only to streams made after it: a stream of that role the user
+    /// had muted before is the user's at the next start. (Found by the random test, seed 780796: the next start took
+    /// the user's mute for the leak and undid it.)
+    @Test("a crashed run's leak does not unmute an older stream the user muted", arguments: servers)
+    func leakAfterCrashSparesOlderUserMute(kind: ServerKind) throws {
+        let server = try TestServer(kind, streamRestore: true)
+        defer { server.stop() }
+        let journal = "\(server.directory)/audiod/journal"
+        let crashing = try LiveArbiter(server, journal: journal)
+        let player = try playback(server, name: "player", role: "music")
+        let p = try server.waitForPlaybackStream(pid: player.pid)
+        let game = try playback(server, name: "game", role: "music")
+        let g = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(waitFor(5) { crashing.streamView(g.index) != nil })
+        _ = silence(crashing, pid: game.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
+        // The user mutes the older stream of the role; then the younger one ends while muted by policy.
+        _ = try server.pactl(["set-sink-input-mute", "\(p.index)", "1"])
+        #expect(waitFor(5) { crashing.streamView(p.index)?.userMuted == true }, "the user's mute did not reach the engine")
+        game.kill()
+        #expect(waitFor(5) { crashing.streamView(g.index) == nil })
+        crashing.crash()
+        let written = (try? String(contentsOfFile: journal, encoding: .utf8)) ?? ""
+        #expect(written.contains("L sink-input-by-media-role:music 1"), "the leak is not in the journal: \(written)")
+
+        let next = try LiveArbiter(server, journal: journal)
+        defer { next.shutdown() }
+        #expect(waitFor(5) { next.streamView(p.index) != nil })
+        usleep(500_000)
+        #expect(server.playbackStream(pid: player.pid)?.muted == true, "the next start undid the user's mute as a leak")
+        #expect(next.streamView(p.index)?.userMuted == true)
+        // The leak is still put back on the role's next stream.
+        let radio = try playback(server, name: "radio", role: "music")
+        let r = try server.waitForPlaybackStream(pid: radio.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: radio.pid)?.muted == false }, "the next music stream started muted")
+        #expect(waitFor(5) { next.streamView(r.index)?.userMuted == false })
+    }
+
     @Test("the server killed and restarted: audiod reconnects and re-applies the policy", arguments: servers)
     func serverRestart(kind: ServerKind) throws {
         let server = try TestServer(kind)

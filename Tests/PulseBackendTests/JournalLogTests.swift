@@ -28,7 +28,10 @@ struct JournalLogTests {
             } else {
                 j.entries.append(entry(i, volume: step % 2 == 0 ? [13_107, 13_107] : nil))
             }
-            if step % 7 == 0 { j.leaks["key \(step % 4)"] = Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil) }
+            if step % 7 == 0 {
+                j.leaks["key \(step % 4)"] = Journal.Leak(
+                    unmute: true, appliedVolume: nil, restoreVolume: nil, existedBefore: step % 2 == 0 ? UInt32(step) : nil)
+            }
             if step % 13 == 0 {
                 j.leaks["duck \(step % 3)"] = Journal.Leak(
                     unmute: false, appliedVolume: [13_107, 13_107], restoreVolume: [65_536, 65_536], userMuted: step % 2 == 0)
@@ -140,5 +143,14 @@ struct JournalLogTests {
         try Data(Array("audiod-journal 1 7\nL sink-input-by-media-role:music 0 100,100 200,200\n".utf8)).write(to: URL(fileURLWithPath: p))
         let old = try #require(try Journal.load(from: p))
         #expect(old.leaks["sink-input-by-media-role:music"] == Journal.Leak(unmute: false, appliedVolume: [100, 100], restoreVolume: [200, 200]))
+        // A seventh field, the highest index seen, needs the sixth: "-" when the user's mute is not known.
+        try Data(Array("audiod-journal 1 7\nL k 1 - - - 41\nL d 0 1,1 2,2 1 9\n".utf8)).write(to: URL(fileURLWithPath: p))
+        let newer = try #require(try Journal.load(from: p))
+        #expect(newer.leaks["k"] == Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil, existedBefore: 41))
+        #expect(newer.leaks["d"] == Journal.Leak(unmute: false, appliedVolume: [1, 1], restoreVolume: [2, 2], userMuted: true, existedBefore: 9))
+        for bad in ["L k 1 - - x", "L k 1 - - - -", "L k 1 - - 1 2 3", "L k 1 - - - -5"] {
+            try Data(Array("audiod-journal 1 7\n\(bad)\n".utf8)).write(to: URL(fileURLWithPath: p))
+            #expect(throws: JournalError.self, "\(bad)") { try Journal.load(from: p) }
+        }
     }
 }

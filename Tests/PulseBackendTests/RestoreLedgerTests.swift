@@ -192,6 +192,52 @@ struct RestoreLedgerTests {
         #expect(Self.appear(&l, StreamID.playback(3), muted: true, now: Self.ms) == nil)
     }
 
+    @Test func aStreamOlderThanTheLeakKeepsTheUsersMuteAtARestart() {
+        // One run: the user muted stream 1 of the app; stream 2 of it ended while audiod muted it, leaving the mute in
+        // the entry. Stream 1 existed before and never got the entry's value: its mute is the user's.
+        let user = StreamID.playback(1), gone = StreamID.playback(2), later = StreamID.playback(3)
+        var run = Self.ledger()
+        run.connected(serverCookie: 7)
+        _ = Self.appear(&run, user, muted: true)
+        _ = Self.appear(&run, gone)
+        _ = run.update([(gone, Self.muted(gone))], muted: { _ in true }, now: 0)
+        _ = run.removed(gone, muted: true, now: Self.ms)
+        let journal = run.journal(cookie: 7)
+        #expect(journal.leaks[Self.key]?.existedBefore == 2)
+
+        // The next run finds stream 1 in the same server run: not the leak's; a stream made after the leak is.
+        func restarted(cookie: UInt32) -> RestoreLedger {
+            var l = RestoreLedger(
+                leaks: journal.leaks, serverCookie: journal.serverCookie, volumeTolerance: 64,
+                leakWindowNanoseconds: 2_000 * Self.ms, restoreSettleNanoseconds: 2_000 * Self.ms)
+            l.connected(serverCookie: cookie)
+            return l
+        }
+        var same = restarted(cookie: 7)
+        #expect(Self.appear(&same, user, muted: true, preexisting: true) == nil, "the user's mute is kept")
+        #expect(Self.appear(&same, later, muted: true, preexisting: true)?.mute == true)
+        same.connectionListReported()
+        #expect(same.leaks.isEmpty)
+
+        // In another server run indices start again: stream 1 may be new, and may carry the leak.
+        var other = restarted(cookie: 8)
+        #expect(Self.appear(&other, user, muted: true, preexisting: true)?.mute == true)
+    }
+
+    @Test func aLeakOfTwoStreamsMayBeInAnyStreamNewerThanEither() {
+        var l = Self.ledger()
+        l.connected(serverCookie: 7)
+        let b = StreamID.playback(9)
+        _ = Self.appear(&l, b)
+        _ = l.update([(b, Self.muted(b))], muted: { _ in true }, now: 0)
+        _ = l.removed(b, muted: true, now: Self.ms)
+        // A journal of the run says stream 4, now gone, also carried a mute.
+        l.recorded(Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil, existedBefore: 4), for: Self.key)
+        #expect(l.leaks[Self.key]?.existedBefore == 4)
+        #expect(Self.appear(&l, StreamID.playback(5), muted: true, preexisting: true)?.mute == true)
+        #expect(Self.appear(&l, StreamID.playback(3), muted: true, preexisting: true) == nil)
+    }
+
     @Test func aDroppedConnectionForgetsItsStreamsButNotWhatAudiodAppliedOrLeft() {
         let a = StreamID.playback(1), b = StreamID.playback(2)
         var l = Self.ledger()
