@@ -93,6 +93,10 @@ public final class PulseBackend {
     private var session: ServerSession<RawStream>
     private var expiryTimer: LoopTimer?
     private var confirmTimer: LoopTimer?
+    /// The repair probes' connections (RepairProbe.swift): their streams are audiod's own, never reported.
+    private var probeClients: Set<UInt32> = []
+    private var probes: [RepairProbe] = []
+    private var probeTimer: LoopTimer?
 
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
@@ -311,6 +315,7 @@ public final class PulseBackend {
     }
 
     private func accept(_ raw: RawStream) {
+        if let c = raw.client, probeClients.contains(c) { return }
         if session.accepted(raw) { report(raw.id) }
     }
 
@@ -329,6 +334,8 @@ public final class PulseBackend {
             ])
         }
         for e in r.events { onEvent?(.policy(e)) }
+        if let mute = r.writeMuteAgain { operate(id, .setStreamMute(id, mute), mute: mute) }
+        if let volume = r.writeVolumeAgain { operate(id, .setStreamVolume(id, Volume(channels: volume)), volume: volume) }
         if let after = r.readAgainAfter, unlinkedReadTimers[id] == nil {
             unlinkedReadTimers[id] = loop.timer(afterNanoseconds: after) { [weak self] in
                 self?.unlinkedReadTimers[id] = nil
@@ -539,7 +546,15 @@ public final class PulseBackend {
             // WirePlumber has taken them (the read lists an entry once WirePlumber has it).
             let writes = session.ledger.blindRepairs
             for w in writes { writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
-            confirm(writes, attempt: 1) { [weak self] confirmed in
+            let confirming: (@escaping (Set<String>) -> Void) -> Void
+            if let name = server?.name, ServerSession<RawStream>.Flavor.ignoresBlindWrites(serverName: name) {
+                // WirePlumber 0.5 takes the write into pipewire-pulse's list but not into its state: only a stream
+                // of the key shows what the next one starts with.
+                confirming = { [weak self] in self?.probeRepair(writes[...], confirmed: [], $0) ?? $0([]) }
+            } else {
+                confirming = { [weak self] in self?.confirm(writes, attempt: 1, $0) ?? $0([]) }
+            }
+            confirming { [weak self] confirmed in
                 guard let self else { return done(confirmed.count, 0) }
                 self.session.ledger.confirmed(confirmed)
                 repaired = confirmed.count
@@ -550,6 +565,100 @@ public final class PulseBackend {
             }
         } else {
             finish()
+        }
+    }
+
+    /// Repairs each entry through probes of its key (RepairProbe.swift), one key after another: a probe shows what a
+    /// new stream of the key starts with; where that is audiod's value, the user's is written on the probe, and
+    /// WirePlumber saves it into the key; then a second probe must start with the user's values. Up to three rounds
+    /// per key. Calls `done` with the keys confirmed.
+    private func probeRepair(_ writes: ArraySlice<RestoreLedger.Repair>, confirmed: Set<String>, round: Int = 1,
+                             _ done: @escaping (Set<String>) -> Void) {
+        guard let w = writes.first else { return done(confirmed) }
+        let next = { [weak self] (ok: Bool) in
+            guard let self else { return done(confirmed) }
+            if ok || round >= 3 {
+                if !ok { self.logger.notice("restore-database entry \(w.key): probes still start with audiod's value") }
+                self.probeRepair(writes.dropFirst(), confirmed: ok ? confirmed.union([w.key]) : confirmed, done)
+            } else {
+                self.probeRepair(writes, confirmed: confirmed, round: round + 1, done)
+            }
+        }
+        guard let props = RepairProbe.clientProperties(forKey: w.key) else { return next(false) }
+        openProbe(props) { [weak self] first, close in
+            guard let self, let first, let c = self.context else {
+                close()
+                return next(false)
+            }
+            var writing = 0
+            let written = { [weak self] in
+                close()
+                // WirePlumber saves the probe's change when the node reports it.
+                self?.probeTimer = self?.loop.timer(afterNanoseconds: 100_000_000) { [weak self] in
+                    guard let self else { return next(false) }
+                    self.probeTimer = nil
+                    self.openProbe(props) { [weak self] second, close in
+                        close()
+                        guard let self, let second else { return next(false) }
+                        let shown = RestoreLedger.Entry(key: w.key, muted: second.muted, volume: second.volume)
+                        let ok = self.session.ledger.shows(w, in: [shown])
+                        self.logger.debug("restore-database entry \(w.key) probed: a new stream starts \(second.muted ? "muted" : "unmuted") at \(second.volume)\(ok ? "" : "; writing again")")
+                        next(ok)
+                    }
+                }
+            }
+            let acknowledged = { (_: Bool) in
+                writing -= 1
+                if writing == 0 { written() }
+            }
+            if first.muted != w.muted {
+                writing += 1
+                c.setMute(record: false, index: first.index, w.muted, acknowledged)
+            }
+            if !w.volume.isEmpty, !self.session.ledger.shows(w, in: [RestoreLedger.Entry(key: w.key, muted: w.muted, volume: first.volume)]) {
+                writing += 1
+                c.setVolume(record: false, index: first.index, w.volume, acknowledged)
+            }
+            self.logger.debug("restore-database entry \(w.key) probed: a new stream starts \(first.muted ? "muted" : "unmuted") at \(first.volume); \(writing) write(s) — \(w.because)")
+            if writing == 0 { written() }
+        }
+    }
+
+    /// Opens a repair probe with these client properties and reads its stream once WirePlumber has linked it (and
+    /// given it the key's saved values): `read` gets the stream (nil: none within 2 s) and the probe's `close`.
+    private func openProbe(_ props: [String: String], _ read: @escaping (RawStream?, _ close: @escaping () -> Void) -> Void) {
+        var probe: RepairProbe?
+        let close = { [weak self] in
+            guard let p = probe else { return }
+            probe = nil
+            p.close()
+            self?.probes.removeAll { $0 === p }
+        }
+        probe = RepairProbe(loop: loop, server: options.server, clientProperties: props) { [weak self] made in
+            guard let self, let made else { return read(nil, close) }
+            self.probeClients.insert(made.client)
+            self.readLinked(made.stream, attempt: 1) { read($0, close) }
+        }
+        if let probe { probes.append(probe) }
+    }
+
+    /// Reads a playback stream every 20 ms until it is linked, then once more 50 ms later (WirePlumber restores a
+    /// stream's values around its link); nil after 2 s.
+    private func readLinked(_ index: UInt32, attempt: Int, _ done: @escaping (RawStream?) -> Void) {
+        guard let c = context else { return done(nil) }
+        c.stream(record: false, index: index) { [weak self] raw in
+            guard let self else { return done(nil) }
+            let linked = raw.map { $0.device != UInt32.max } ?? false
+            guard attempt < 100 else { return done(nil) }
+            self.probeTimer = self.loop.timer(afterNanoseconds: linked ? 50_000_000 : 20_000_000) { [weak self] in
+                guard let self else { return done(nil) }
+                self.probeTimer = nil
+                if linked {
+                    c.stream(record: false, index: index) { done($0) }
+                } else {
+                    self.readLinked(index, attempt: attempt + 1, done)
+                }
+            }
         }
     }
 

@@ -22,6 +22,15 @@ public struct ServerSession<Stream: ServerStreamValue> {
         /// pipewire-pulse names itself `PulseAudio (on PipeWire 0.3.65)`.
         public init(serverName: String) { self = serverName.contains("PipeWire") ? .pipeWire : .pulseAudio }
 
+        /// pipewire-pulse of PipeWire 1.x, which comes with WirePlumber 0.5: a restore-database write lands in
+        /// pipewire-pulse's own list, and WirePlumber 0.5 takes none of it into its state (only the Notification
+        /// key). PipeWire 0.3 comes with WirePlumber 0.4, which merges the write.
+        public static func ignoresBlindWrites(serverName: String) -> Bool {
+            let words = serverName.split(separator: " ")
+            guard let at = words.firstIndex(of: "PipeWire"), at + 1 < words.count else { return false }
+            return (Int(words[at + 1].prefix { $0.isNumber }) ?? 0) >= 1
+        }
+
         /// A read after audiod's change can still show the old value.
         public var confirmsLate: Bool { self == .pipeWire }
         /// A new stream is listed before it can be heard (no device yet).

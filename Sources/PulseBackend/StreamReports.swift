@@ -34,12 +34,26 @@ struct TrackedStream<Stream: ServerStreamValue> {
     var unlinkedReads = 0
     /// The engine was told of it before its link (`Event.streamAnnounced`).
     var announced = false
+    /// When it was first reported linked to a device (monotonic ns).
+    var linkedAt: UInt64?
+    /// audiod's values written again over the server's late restore of saved ones.
+    var restoresOverwritten = 0
+    /// What the stream showed before audiod first wrote to it: a late restore puts it back.
+    var beforeWrite: WrittenValues?
 }
 
 /// The mute and volume audiod last wrote to a stream (nil: never).
 struct WrittenValues {
     var muted: Bool?
     var volume: [UInt32]?
+    /// audiod wrote a mute the stream does not show, or a volume below the one it shows: what it shows is louder
+    /// than what audiod wrote. (A lift that did not stick is no danger: the ledger's leak watch and the user decide.)
+    func silences(comparedTo m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
+        if muted == true && !m { return true }
+        if let volume, volume.count == v.count, zip(volume, v).contains(where: { $0.0 + tolerance < $0.1 }) { return true }
+        return false
+    }
+
     /// The values shown are (as far as audiod wrote them) audiod's own.
     func matches(muted m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
         guard muted != nil || volume != nil else { return false }
@@ -61,6 +75,9 @@ public struct StreamReport: Equatable {
     public var readAgainAfter: UInt64?
     /// It started with a policy value audiod left in the restore database under this key.
     public var leakFoundUnder: String?
+    /// The server gave the stream its saved values over audiod's write: write these again (nil fields: untouched).
+    public var writeMuteAgain: Bool?
+    public var writeVolumeAgain: [UInt32]?
     /// For the debug log: who plays it, and what could not be read.
     public var notes: [String] = []
 }
@@ -69,6 +86,12 @@ extension ServerSession {
     /// Re-reads of a stream not yet linked: every 50 ms, 40 times (2 s); then it is reported as it is.
     static var unlinkedReadLimit: Int { 40 }
     static var unlinkedReadNanoseconds: UInt64 { 50_000_000 }
+    /// How long after a new stream's first report WirePlumber may still give it its saved values (0.5 does so after
+    /// the link, over what audiod wrote at once), counted from the link, and how many times audiod's values go out
+    /// again over them. The tracker believes a value audiod's write never showed after 1 s. A user who puts back
+    /// the very values a stream had before audiod's write, within 1.5 s of its link, does it three times.
+    static var lateRestoreNanoseconds: UInt64 { 1_500_000_000 }
+    static var lateRestoreRewrites: Int { 2 }
 
     /// Every stream known, in index order.
     public var streamIDs: [StreamID] { streams.keys.sorted() }
@@ -153,6 +176,34 @@ extension ServerSession {
             if values != nil { out.leakFoundUnder = ledger.key(of: id) ?? "" }
         }
         t.recovered = nil
+        let wrote = t.lastWritten.muted != nil || t.lastWritten.volume != nil
+        if t.linkedAt == nil, t.raw.device != UInt32.max {
+            t.linkedAt = now
+            // pipewire-pulse drops a write to a stream WirePlumber has not linked yet (1.4, seen after a server
+            // restart, where a stream stayed unlinked for over 2 s): audiod's values go out again at the link.
+            if onPipeWire, t.fed != nil, wrote {
+                out.writeMuteAgain = t.lastWritten.muted
+                out.writeVolumeAgain = t.lastWritten.volume
+                out.notes.append("\(id): linked after audiod wrote to it; written again")
+            }
+        }
+        if left == nil, t.fed != nil, onPipeWire, wrote, let at = t.linkedAt, now &- at <= Self.lateRestoreNanoseconds,
+            t.restoresOverwritten < Self.lateRestoreRewrites,
+            t.lastWritten.silences(comparedTo: t.raw.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance),
+            t.beforeWrite?.matches(muted: t.raw.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance) == true
+        {
+            // The stream shows again what it showed before audiod's write: WirePlumber restored the key's saved
+            // values over it (0.5 does so around the link), or pipewire-pulse never applied it. That is the
+            // server's doing, not the user's change, and audiod's values go out again. (Taken for the user's, a
+            // game muted beside a video at its first sample played on.) A user's change to other values is the
+            // user's at once.
+            t.restoresOverwritten += 1
+            out.writeMuteAgain = t.lastWritten.muted
+            out.writeVolumeAgain = t.lastWritten.volume
+            out.notes.append("\(id): the server gave it its saved values over audiod's write; written again")
+            streams[id] = t
+            return out
+        }
         var info = info(id, &t, props, now: now, notes: &out.notes)
         let first = t.fed == nil
         let changed = t.fed != info || left != nil
@@ -207,7 +258,8 @@ extension ServerSession {
     /// audiod writes a mute or volume to a stream (the engine's effect). False for a stream the server removed a
     /// moment ago: nothing is sent.
     public mutating func writing(_ id: StreamID, mute: Bool? = nil, volume: [UInt32]? = nil, now: UInt64) -> Bool {
-        guard streams[id] != nil else { return false }
+        guard let t = streams[id] else { return false }
+        if t.beforeWrite == nil { streams[id]?.beforeWrite = WrittenValues(muted: t.raw.muted, volume: t.raw.volume) }
         liftsAwaitingWrite[id]? += 1
         if let mute { tracker.sent(id, mute: mute, now: now) }
         if let volume { tracker.sent(id, volume: volume, now: now) }

@@ -169,6 +169,77 @@ struct StreamReportTests {
         #expect(s.streamCount == 0)
     }
 
+    @Test func onPipeWireTheSavedValuesLandingOverAudiodsWriteAreNotTheUsersAndTheWriteGoesOutAgain() {
+        var s = Self.session("PulseAudio (on PipeWire 1.4.2)")
+        let id = StreamID.playback(22)
+        _ = s.accepted(Self.stream(22, device: 0))
+        #expect(Self.kinds(s.report(id, now: 0)) == ["appeared"])
+        _ = s.writing(id, mute: true, now: Self.ms)
+        _ = s.accepted(Self.stream(22, device: 0, muted: true))
+        _ = s.report(id, now: 2 * Self.ms)
+        // WirePlumber gives the stream its key's saved values (unmuted) after audiod's mute: twice written again.
+        for n in 1...2 {
+            _ = s.accepted(Self.stream(22, device: 0, muted: false))
+            let r = s.report(id, now: UInt64(n) * 500 * Self.ms)
+            #expect(r.events.isEmpty, "round \(n): the engine heard the server's restore as the user's unmute")
+            #expect(r.writeMuteAgain == true)
+            _ = s.writing(id, mute: true, now: UInt64(n) * 500 * Self.ms + Self.ms)
+            _ = s.accepted(Self.stream(22, device: 0, muted: true))
+            _ = s.report(id, now: UInt64(n) * 500 * Self.ms + 2 * Self.ms)
+        }
+        // A third time is the user's.
+        _ = s.accepted(Self.stream(22, device: 0, muted: false))
+        let third = s.report(id, now: 1_200 * Self.ms)
+        #expect(Self.kinds(third) == ["changed"])
+        #expect(third.writeMuteAgain == nil)
+    }
+
+    @Test func onPipeWireAChangeLaterThanOneAndAHalfSecondsAfterTheLinkOrToOtherValuesIsTheUsers() {
+        var s = Self.session(Self.pipeWire)
+        let id = StreamID.playback(23)
+        _ = s.accepted(Self.stream(23, device: 0))
+        _ = s.report(id, now: 0)
+        _ = s.writing(id, mute: true, now: Self.ms)
+        _ = s.accepted(Self.stream(23, device: 0, muted: true))
+        _ = s.report(id, now: 2 * Self.ms)
+        _ = s.accepted(Self.stream(23, device: 0, muted: false))
+        let r = s.report(id, now: 1_501 * Self.ms)
+        #expect(Self.kinds(r) == ["changed"])
+        #expect(r.writeMuteAgain == nil)
+        // Within the window, a change to values the stream never had before audiod's write is the user's too.
+        let other = StreamID.playback(26)
+        _ = s.accepted(Self.stream(26, device: 0))
+        _ = s.report(other, now: 0)
+        _ = s.writing(other, volume: [30000], now: Self.ms)
+        _ = s.accepted(Value(muted: false, volume: [30000], id: other, client: 9, device: 0, properties: ["application.name": "Softphone"]))
+        _ = s.report(other, now: 2 * Self.ms)
+        _ = s.accepted(Value(muted: false, volume: [40000], id: other, client: 9, device: 0, properties: ["application.name": "Softphone"]))
+        let user = s.report(other, now: 100 * Self.ms)
+        #expect(Self.kinds(user) == ["changed"])
+        #expect(user.writeVolumeAgain == nil)
+    }
+
+    @Test func onPipeWireAWriteToAStreamBeforeItsLinkGoesOutAgainAtTheLink() {
+        var s = Self.session(Self.pipeWire)
+        let id = StreamID.playback(24)
+        _ = s.accepted(Self.stream(24, device: .max))
+        for n in 0...40 { _ = s.report(id, now: UInt64(n) * 50 * Self.ms) }
+        // Reported unlinked after forty reads; audiod mutes it; the server drops the write.
+        _ = s.writing(id, mute: true, now: 2_100 * Self.ms)
+        _ = s.accepted(Self.stream(24, device: 0, muted: true))
+        let linked = s.report(id, now: 3_000 * Self.ms)
+        #expect(linked.writeMuteAgain == true)
+        // PulseAudio applies every write: nothing goes out again.
+        var (p, pid) = Self.reported(25)
+        _ = p.writing(pid, mute: true, now: Self.ms)
+        _ = p.accepted(Self.stream(25, device: 0, muted: true))
+        _ = p.report(pid, now: 2 * Self.ms)
+        _ = p.accepted(Self.stream(25, device: 0, muted: false))
+        let user = p.report(pid, now: 3 * Self.ms)
+        #expect(user.writeMuteAgain == nil)
+        #expect(Self.kinds(user) == ["changed"])
+    }
+
     @Test func audiodsWriteStandsInReportsUntilAReadSaysOtherwise() {
         var (s, id) = Self.reported(50)
         let r6 = s.writing(id, mute: true, now: Self.ms)
