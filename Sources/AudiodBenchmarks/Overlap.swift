@@ -307,7 +307,7 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
         if out.captureBlockMs == 0 { out.captureBlockMs = Double(r.medianBlock) * 1000 / Double(rate) }
         // PipeWire hands the capture one block per graph cycle: its driver quantum (pw-top has no batch mode in
         // 0.3.65, and pw-dump does not show the quantum in force).
-        if kind == .pipewire { out.periodMs = out.captureBlockMs }
+        if kind.isPipeWire { out.periodMs = out.captureBlockMs }
     }
 
     // The method on known cases, before anything arbitrates.
@@ -570,7 +570,7 @@ func overlapGoal(_ kind: ServerKind, _ row: OverlapRow, periodMs: Double) -> (St
     if row.by != "audiod" { return ("reference", .infinity) }
     switch row.transition {
     case "explicit playback activation over music": return ("0", 0)
-    case "phone-role stream over music": return kind == .pipewire ? ("0", 0) : ("≤ 1 period", periodMs)
+    case "phone-role stream over music": return kind.isPipeWire ? ("0", 0) : ("≤ 1 period", periodMs)
     case "picture-in-picture unmuted over a game": return ("≤ 1 period", periodMs)
     default: return ("none (no new sound)", .infinity)
     }

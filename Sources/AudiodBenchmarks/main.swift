@@ -363,7 +363,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         // Streams at the device's rate (no resampler to set up). Playing: the server mixes every live one, which
         // bounds the rate it can make them at. Paused (corked): the cheapest stream for the server, to reach the
         // rates themselves. PulseAudio: 4 threads of 8 apps each; PipeWire: a connection per stream (see `churn`).
-        let native: UInt32 = kind == .pipewire ? 48000 : 44100
+        let native: UInt32 = kind.isPipeWire ? 48000 : 44100
         let pooled = kind == .pulseaudio && env["BENCH_CHURN_CONNECTIONS"] == nil
         for corked in [false, true] {
             for rate in (env["BENCH_CHURN_RATES"] ?? "100,500,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
@@ -467,7 +467,12 @@ print("machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores, \
 print("audiod: \(TestServer.builtProduct("audiod"))")
 var all: [(ServerKind, Results)] = []
 for kind in kinds {
-    let version = (try? TestServer.runCapturing([kind == .pulseaudio ? "pulseaudio" : "pipewire", "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
+    let program = switch kind {
+    case .pulseaudio: "pulseaudio"
+    case .pipewire: "pipewire"
+    case .pipewire14: ServerKind.pipewire14Bin + "/pipewire"
+    }
+    let version = (try? TestServer.runCapturing([program, "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
     print("\(kind): \(version.split(separator: "\n").filter { !$0.isEmpty }.joined(separator: "; "))")
     do {
         print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, what is heard together, calls, churn, memory, peer)…")
@@ -551,7 +556,7 @@ if all.contains(where: { $0.1.overlap != nil }) {
     }
     for (kind, r) in all {
         guard let o = r.overlap else { continue }
-        print("\(kind): \(o.rate) Hz; period \(String(format: "%.2f", o.periodMs)) ms (\(kind == .pipewire ? "the driver's quantum" : "the null sink's latency")), capture block \(String(format: "%.2f", o.captureBlockMs)) ms; "
+        print("\(kind): \(o.rate) Hz; period \(String(format: "%.2f", o.periodMs)) ms (\(kind.isPipeWire ? "the driver's quantum" : "the null sink's latency")), capture block \(String(format: "%.2f", o.captureBlockMs)) ms; "
             + "the method: two tones started together heard together \(dms(dpercentile(o.together, 0.5))) p50 (of a 250 ms burst), "
             + "a tone muted before the other starts \(dms(dpercentile(o.mutedFirst, 0.99))) p99; at the edges: together \(dms(dpercentile(o.togetherEdge, 0.5))) p50, "
             + "muted first \(dms(dpercentile(o.mutedFirstEdge, 0.99))) p99 (negative: a gap)")

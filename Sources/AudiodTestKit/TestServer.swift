@@ -3,22 +3,72 @@
 // docs/TESTING.md has the recipes this follows.
 
 import Foundation
+import Synchronization
 
 /// Which sound server a test runs against.
 public enum ServerKind: String, CaseIterable, Sendable, CustomStringConvertible {
     case pulseaudio
-    /// PipeWire with WirePlumber and pipewire-pulse.
+    /// Debian 12's PipeWire 0.3.65 with WirePlumber 0.4.13 and pipewire-pulse.
     case pipewire
+    /// PipeWire 1.4.2 with WirePlumber 0.5.8 from bookworm-backports, unpacked into a private prefix by
+    /// `scripts/pipewire-1.4` (the stack of Debian 13, current Ubuntu and Fedora).
+    case pipewire14 = "pipewire-1.4"
 
     public var description: String { rawValue }
 
-    /// Whether this machine has the server's programs (CI installs both; a developer may have one).
+    /// PipeWire of either generation, behind pipewire-pulse.
+    public var isPipeWire: Bool { self != .pulseaudio }
+
+    /// Whether this machine has the server's programs (CI installs all; a developer may have one).
     public var isInstalled: Bool {
         switch self {
         case .pulseaudio: return TestServer.which("pulseaudio") != nil
         case .pipewire: return ["pipewire", "wireplumber", "pipewire-pulse"].allSatisfy { TestServer.which($0) != nil }
+        case .pipewire14: return FileManager.default.isExecutableFile(atPath: Self.pipewire14Bin + "/wireplumber")
         }
     }
+
+    /// The servers integration tests run on: all three, less PipeWire 1.4 when `AUDIOD_SKIP_PIPEWIRE_1_4=1` (a
+    /// machine that cannot reach the Debian mirror). Without it, a missing PipeWire 1.4 is installed into its prefix
+    /// on first use, and fails the tests that need it if that cannot be done.
+    /// `AUDIOD_TEST_SERVERS=pipewire-1.4` (a comma-separated list of `pulseaudio`, `pipewire`, `pipewire-1.4`) runs
+    /// the named servers alone.
+    public static let tested: [ServerKind] = {
+        var kinds = allCases
+        if let only = ProcessInfo.processInfo.environment["AUDIOD_TEST_SERVERS"], !only.isEmpty {
+            let names = only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            let unknown = names.filter { ServerKind(rawValue: $0) == nil }
+            if !unknown.isEmpty {
+                print("AUDIOD_TEST_SERVERS: \(unknown.joined(separator: ", ")) is not a server; "
+                    + "accepted: \(allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            kinds = allCases.filter { names.contains($0.rawValue) }
+            print("servers: \(kinds.map(\.rawValue).joined(separator: ", ")) alone (AUDIOD_TEST_SERVERS=\(only))")
+        }
+        if let why = skipsPipeWire14, kinds.contains(.pipewire14) {
+            print("PipeWire 1.4: skipped (\(why)); the tests run on PulseAudio and Debian 12's PipeWire only")
+            kinds.removeAll { $0 == .pipewire14 }
+        }
+        return kinds
+    }()
+
+    /// The PipeWire servers of `tested`: for what only pipewire-pulse does.
+    public static var testedPipeWires: [ServerKind] { tested.filter(\.isPipeWire) }
+
+    /// Why PipeWire 1.4 is left out, or nil.
+    public static var skipsPipeWire14: String? {
+        let v = ProcessInfo.processInfo.environment["AUDIOD_SKIP_PIPEWIRE_1_4"] ?? ""
+        return v.isEmpty || v == "0" ? nil : "AUDIOD_SKIP_PIPEWIRE_1_4=\(v)"
+    }
+
+    /// `AUDIOD_PIPEWIRE_1_4`, else `.build/pipewire-1.4` in this checkout.
+    public static var pipewire14Prefix: String {
+        if let p = ProcessInfo.processInfo.environment["AUDIOD_PIPEWIRE_1_4"], !p.isEmpty { return p }
+        return TestServer.repositoryRoot + "/.build/pipewire-1.4"
+    }
+
+    /// The wrappers that run the prefix's programs.
+    public static var pipewire14Bin: String { pipewire14Prefix + "/bin" }
 }
 
 public struct TestKitError: Error, CustomStringConvertible {
@@ -68,6 +118,11 @@ public final class TestServer: @unchecked Sendable {
             env["PULSE_COOKIE"] = "\(dir)/cookie"
         }
         env["PIPEWIRE_RUNTIME_DIR"] = dir
+        if kind == .pipewire14 {
+            // The prefix's wrappers come first: pipewire, wireplumber, pipewire-pulse, pw-cli, pw-link, wpctl.
+            try Self.installPipeWire14()
+            env["PATH"] = ServerKind.pipewire14Bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
+        }
         // No test reaches the machine's system bus (logind): a test that wants one starts its own.
         env["DBUS_SYSTEM_BUS_ADDRESS"] = "unix:path=\(dir)/no-system-bus"
         env.removeValue(forKey: "DISPLAY")
@@ -128,7 +183,7 @@ public final class TestServer: @unchecked Sendable {
             ]
             if streamRestore { argv += ["-L", "module-stream-restore"] }
             serverPIDs = [try spawnRaw(argv, log: "pulse-stdout.log")]
-        case .pipewire:
+        case .pipewire, .pipewire14:
             serverPIDs = [try spawnRaw(["pipewire"], log: "pipewire.log")]
             guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/pipewire-0") }) else {
                 throw TestKitError("pipewire did not start (see \(directory)/pipewire.log)")
@@ -139,7 +194,8 @@ public final class TestServer: @unchecked Sendable {
         guard waitFor(15, { (try? self.pactl(["info"])) != nil }) else {
             throw TestKitError("\(kind) did not answer pactl info (logs in \(directory))")
         }
-        if kind == .pipewire {
+        announceVersions()
+        if kind.isPipeWire {
             // PipeWire has no sink in a headless run until one is made.
             _ = try pactl(["load-module", "module-null-sink", "sink_name=null"])
             guard waitFor(10, { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("null") }) else {
@@ -150,8 +206,13 @@ public final class TestServer: @unchecked Sendable {
             // A probe that sits unlisted for 3 s is replaced: a new one is usually taken at once.
             var linked = false
             for _ in 0..<4 where !linked {
+                // WirePlumber 0.5 started a moment too early says "Failed to connect to PipeWire" and exits (seen
+                // once in five server restarts): nothing would link a stream. Started again, it connects.
+                if let wp = serverPIDs.dropFirst().first, waitpid(wp, nil, WNOHANG) == wp {
+                    serverPIDs[1] = try spawnRaw(["wireplumber"], log: "wireplumber.log")
+                }
                 let probe = try spawnRaw(["pacat", "--playback", "/dev/zero", "--client-name=audiod-test-probe"], log: nil)
-                linked = waitFor(3) { ((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
+                linked = waitFor(3) { Self.probeLinked((try? self.pactl(["list", "sink-inputs"])) ?? "") }
                 _ = Self.killAndReap(probe)
                 lock.withLock { children.removeAll { $0 == probe } }
             }
@@ -159,6 +220,34 @@ public final class TestServer: @unchecked Sendable {
             // Gone again before any test looks at the streams.
             _ = waitFor(5) { !((try? self.pactl(["list", "sink-inputs"])) ?? "").contains("audiod-test-probe") }
         }
+    }
+
+    private static let announced = Mutex<Set<ServerKind>>([])
+
+    /// Prints, once per server kind and test process, what the tests run on: the server's name and version as
+    /// `pactl info` gives them, and WirePlumber's.
+    private func announceVersions() {
+        guard Self.announced.withLock({ $0.insert(kind).inserted }) else { return }
+        let info = (try? pactl(["info"])) ?? ""
+        func field(_ name: String) -> String {
+            info.split(separator: "\n").first { $0.hasPrefix(name + ": ") }.map { String($0.dropFirst(name.count + 2)) } ?? "?"
+        }
+        var line = "server \(kind): \(field("Server Name")) \(field("Server Version"))"
+        if kind.isPipeWire {
+            let wp = (try? run(["wireplumber", "--version"])) ?? ""
+            let version = wp.split(separator: "\n").first { $0.hasPrefix("Linked with") }?.split(separator: " ").last
+            line += ", WirePlumber \(version.map(String.init) ?? "?")"
+        }
+        print(line)
+    }
+
+    /// The probe stream is listed on a sink: WirePlumber linked it (an unlinked stream's sink is unknown).
+    static func probeLinked(_ list: String) -> Bool {
+        for block in list.components(separatedBy: "Sink Input #") where block.contains("audiod-test-probe") {
+            guard let sink = block.split(separator: "\n").first(where: { $0.contains("Sink: ") }) else { return false }
+            return Int(sink.split(separator: " ").last ?? "").map { $0 >= 0 && $0 < Int(UInt32.max) } ?? false
+        }
+        return false
     }
 
     /// The sound server's processes (PulseAudio; or PipeWire, WirePlumber and pipewire-pulse).
@@ -231,6 +320,39 @@ public final class TestServer: @unchecked Sendable {
         (try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8)) ?? ""
     }
 
+    /// This checkout (the directory with Package.swift).
+    public static let repositoryRoot: String = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+
+    private static let pipewire14Install = Mutex<Result<Void, TestKitError>?>(nil)
+
+    /// Unpacks PipeWire 1.4 into its prefix once per test process (`scripts/pipewire-1.4`, a few seconds), or
+    /// says why it cannot.
+    static func installPipeWire14() throws {
+        let result = pipewire14Install.withLock { done -> Result<Void, TestKitError> in
+            if let done { return done }
+            let r: Result<Void, TestKitError>
+            if ServerKind.pipewire14.isInstalled {
+                r = .success(())
+            } else {
+                do {
+                    _ = try runCapturing(
+                        ["/bin/bash", repositoryRoot + "/scripts/pipewire-1.4", ServerKind.pipewire14Prefix],
+                        environment: ProcessInfo.processInfo.environment)
+                    r = ServerKind.pipewire14.isInstalled
+                        ? .success(()) : .failure(TestKitError("scripts/pipewire-1.4 left no wireplumber in its prefix"))
+                } catch {
+                    r = .failure(TestKitError(
+                        "PipeWire 1.4 is not in \(ServerKind.pipewire14Prefix) and scripts/pipewire-1.4 could not put it "
+                            + "there (\(error)); set AUDIOD_SKIP_PIPEWIRE_1_4=1 to test on the other two servers only"))
+                }
+            }
+            done = r
+            return r
+        }
+        try result.get()
+    }
+
     /// A program built by this package (next to the test bundle in `.build/<config>/`).
     public static func builtProduct(_ name: String) -> String {
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
@@ -284,8 +406,8 @@ public final class TestServer: @unchecked Sendable {
 
     // MARK: Helpers
 
-    public static func which(_ name: String) -> String? {
-        for dir in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+    public static func which(_ name: String, path: String? = nil) -> String? {
+        for dir in (path ?? ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
             let p = "\(dir)/\(name)"
             if FileManager.default.isExecutableFile(atPath: p) { return p }
         }
@@ -293,7 +415,7 @@ public final class TestServer: @unchecked Sendable {
     }
 
     static func posixSpawn(_ argv: [String], environment: [String: String], stdout: String) throws -> pid_t {
-        guard let exe = argv.first.flatMap({ $0.hasPrefix("/") ? $0 : which($0) }) else {
+        guard let exe = argv.first.flatMap({ $0.hasPrefix("/") ? $0 : which($0, path: environment["PATH"]) }) else {
             throw TestKitError("\(argv.first ?? "?") is not installed")
         }
         var actions = posix_spawn_file_actions_t()

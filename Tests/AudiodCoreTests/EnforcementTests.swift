@@ -10,7 +10,7 @@ import Testing
 /// server.
 @Suite(.serialized)
 struct EnforcementTests {
-    static let servers = ServerKind.allCases
+    static let servers = ServerKind.tested
 
     @Test("an interruption mutes the stream and re-activation unmutes it", arguments: servers)
     func muteAndUnmute(kind: ServerKind) throws {
@@ -162,7 +162,7 @@ struct EnforcementTests {
 /// Devices and tags: what the backend reads besides mute and volume.
 @Suite(.serialized)
 struct DeviceAndTagTests {
-    static let servers = ServerKind.allCases
+    static let servers = ServerKind.tested
 
     @Test("a stream tagged audiod.session through PULSE_PROP belongs to that session", arguments: servers)
     func sessionTag(kind: ServerKind) throws {
@@ -232,9 +232,9 @@ struct AnnouncedCallTests {
         return music
     }
 
-    @Test("PipeWire: a call's stream mutes the music before it is linked; the link brings the interruption")
-    func mutedBeforeTheLink() throws {
-        let server = try TestServer(.pipewire)
+    @Test("PipeWire: a call's stream mutes the music before it is linked; the link brings the interruption", arguments: ServerKind.testedPipeWires)
+    func mutedBeforeTheLink(kind: ServerKind) throws {
+        let server = try TestServer(kind)
         defer { server.stop() }
         let live = try LiveArbiter(server, settings: Self.settings(callLinkWait: 60_000_000_000))
         defer { live.shutdown() }
@@ -268,9 +268,9 @@ struct AnnouncedCallTests {
         #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false }, "the music did not come back after the call")
     }
 
-    @Test("PipeWire: a call's stream that ends before its link, or never links, gives the music back")
-    func aCallThatNeverSoundsGivesTheMusicBack() throws {
-        let server = try TestServer(.pipewire)
+    @Test("PipeWire: a call's stream that ends before its link, or never links, gives the music back", arguments: ServerKind.testedPipeWires)
+    func aCallThatNeverSoundsGivesTheMusicBack(kind: ServerKind) throws {
+        let server = try TestServer(kind)
         defer { server.stop() }
         let live = try LiveArbiter(server, settings: Self.settings(callLinkWait: 1_000_000_000))
         defer { live.shutdown() }

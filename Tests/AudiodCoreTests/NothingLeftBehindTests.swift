@@ -9,7 +9,7 @@ import Testing
 /// server restart.
 @Suite(.serialized)
 struct NothingLeftBehindTests {
-    static let servers = ServerKind.allCases
+    static let servers = ServerKind.tested
 
     /// Silent mode on and an active ambient session for `pid`: its streams are muted by policy.
     func silence(_ live: LiveArbiter, pid: pid_t) -> SessionID {
@@ -37,6 +37,32 @@ struct NothingLeftBehindTests {
         game.kill()
         #expect(waitFor(5) { live.streamView(g.index) == nil })
         return other
+    }
+
+    /// The method's check, with no audiod: every server here files a stream's mute under its role, so a mute set on
+    /// one app's music stream is applied to another app's next music stream (WirePlumber 0.5.8 keys its
+    /// `stream-properties` by role; module-stream-restore and WirePlumber 0.4 do too). That is what a policy mute
+    /// leaking into a role's entry would do to every app of the role, and what the tests below guard against.
+    @Test("without audiod, a mute set on one music stream is applied to another app's next music stream", arguments: servers)
+    func roleKeyedStateWithoutAudiod(kind: ServerKind) throws {
+        let server = try TestServer(kind, streamRestore: true)
+        defer { server.stop() }
+        let first = try playback(server, name: "player-one", role: "music")
+        let a = try server.waitForPlaybackStream(pid: first.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: first.pid)?.muted == false })
+        _ = try server.pactl(["set-sink-input-mute", "\(a.index)", "1"])
+        #expect(waitFor(5) { server.playbackStream(pid: first.pid)?.muted == true })
+        // WirePlumber saves once the node reports the change.
+        usleep(500_000)
+        first.kill()
+        let other = try playback(server, name: "player-two", role: "music")
+        _ = try server.waitForPlaybackStream(pid: other.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: other.pid)?.muted == true }, "on \(kind) the role's saved mute was not applied")
+        // Another role's stream is not touched.
+        let alarm = try playback(server, name: "player-two", role: "event")
+        _ = try server.waitForPlaybackStream(pid: alarm.pid)
+        usleep(500_000)
+        #expect(server.playbackStream(pid: alarm.pid)?.muted == false)
     }
 
     @Test("an app's next stream starts at the user's values, not at a policy mute it ended with", arguments: servers)

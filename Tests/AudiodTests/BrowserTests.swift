@@ -121,7 +121,7 @@ struct BrowserTests {
     /// neither paused it nor muted its streams (3 of 13 starts on PipeWire). `AUDIOD_FIREFOX_STARTS` sets the
     /// starts per server (scripts/reliability: 30).
     @Test("Firefox started again and again: each time, an activation 2.5 s after it plays silences it",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func firefoxEveryStart(kind: ServerKind) throws {
         let starts = ReliabilityTests.setting("AUDIOD_FIREFOX_STARTS", 5)
         let server = try TestServer(kind)

@@ -8,7 +8,7 @@ import Testing
 /// and pactl as the observer.
 @Suite(.serialized)
 struct BusScenarioTests {
-    static let servers = ServerKind.allCases
+    static let servers = ServerKind.tested
 
     @Test("two apps: one interrupts the other, which resumes after notify-on-deactivation", arguments: servers)
     func interruptAndResume(kind: ServerKind) throws {

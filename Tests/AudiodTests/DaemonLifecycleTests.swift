@@ -7,7 +7,7 @@ import Testing
 /// after SIGKILL by its next start.
 @Suite(.serialized)
 struct DaemonLifecycleTests {
-    static let servers = ServerKind.allCases
+    static let servers = ServerKind.tested
     let audiod = TestServer.builtProduct("audiod")
 
     func startDaemon(_ server: TestServer, log: String = "audiod.log") throws -> Child {

@@ -51,7 +51,7 @@ struct DesktopIdentityTests {
     }
 
     @Test("a real SDL game (ffplay) started from its desktop entry with Categories=Game: silenced while a player plays, back after",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func gameFromTheMenu(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -90,7 +90,7 @@ struct DesktopIdentityTests {
         #expect(apps.contains("org.example.SpaceGame") && apps.contains("Game"), "\(apps)")
     }
 
-    @Test("a program registered with the real gamemoded is a game", arguments: ServerKind.allCases)
+    @Test("a program registered with the real gamemoded is a game", arguments: ServerKind.tested)
     func gameMode(kind: ServerKind) throws {
         guard let lib = ["/usr/lib/x86_64-linux-gnu/libgamemodeauto.so.0", "/usr/lib/aarch64-linux-gnu/libgamemodeauto.so.0"]
             .first(where: FileManager.default.fileExists) else {
@@ -116,7 +116,7 @@ struct DesktopIdentityTests {
     }
 
     @Test("a GStreamer call (pulsesrc ! pulsesink on a microphone) pauses mpv, which plays again when the call ends",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func untaggedCall(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -133,7 +133,7 @@ struct DesktopIdentityTests {
         #expect(waitFor(15) { players.status(server, mpv) == "Playing" }, "mpv did not come back after the call")
     }
 
-    @Test("a level meter on a monitor source beside mpv interrupts nothing", arguments: ServerKind.allCases)
+    @Test("a level meter on a monitor source beside mpv interrupts nothing", arguments: ServerKind.tested)
     func levelMeter(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -151,7 +151,7 @@ struct DesktopIdentityTests {
     }
 
     @Test("the same game in an app scope named as GNOME names them: a game, found through its scope",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func gameInAppScope(kind: ServerKind) throws {
         guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.ScopedGame-4242.scope", tag: "\(kind)") else { return }
         defer { cleanup() }
@@ -182,7 +182,7 @@ struct DesktopIdentityTests {
     }
 
     @Test("a call whose program plays on after it stops capturing: the music comes back after the linger",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func callThatPlaysOn(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -206,7 +206,7 @@ struct DesktopIdentityTests {
         #expect(server.playbackStream(pid: call.pid) != nil, "the call's program stopped playing (nothing to test)")
     }
 
-    @Test("a game that captures and plays (voice chat) mixes: a running music app is untouched", arguments: ServerKind.allCases)
+    @Test("a game that captures and plays (voice chat) mixes: a running music app is untouched", arguments: ServerKind.tested)
     func gameVoiceChat(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -225,7 +225,7 @@ struct DesktopIdentityTests {
         #expect(found.flatMap { d.client.property($0.session, API.session.name, "Mixable")?.boolValue } == true)
     }
 
-    @Test("an interpreter and a program run in a terminal's scope take nobody's category", arguments: ServerKind.allCases)
+    @Test("an interpreter and a program run in a terminal's scope take nobody's category", arguments: ServerKind.tested)
     func interpreterAndTerminal(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }

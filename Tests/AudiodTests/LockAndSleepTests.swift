@@ -116,7 +116,7 @@ struct LockAndSleepTests {
     func muted(_ server: TestServer, _ p: Child) -> Bool? { server.playbackStream(pid: p.pid)?.muted }
 
     @Test("lock: the game goes silent while mixable playback plays on and a ringtone rings; unlock: the game is back",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func lockScreen(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -196,7 +196,7 @@ struct LockAndSleepTests {
     }
 
     @Test("sleep: audiod holds a delay inhibitor, pauses mpv and interrupts sessions (suspend), releases it; wake: takes it again, mpv stays paused",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func sleepAndWake(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -406,7 +406,7 @@ struct LockAndSleepTests {
     func silentMode(_ d: Daemon) -> Bool? { d.client.property(API.managerPath, API.manager.name, "SilentMode")?.boolValue }
 
     @Test("feedbackd's profile is the silent switch: quiet silences the game, audioctl silent off sets full, each change once",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func ringSilentProfile(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }

@@ -49,7 +49,7 @@ struct PromiseTests {
     }
 
     @Test("SIGKILL with a game silenced as secondary audio, then audiod --restore: nothing stays muted",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func restoreDecidesNothing(kind: ServerKind) throws {
         try withGameBesideMPV(kind) { server, d, game, mpv, _ in
             d.child.signal(SIGKILL)
@@ -67,7 +67,7 @@ struct PromiseTests {
     }
 
     @Test("SIGTERM with a game silenced as secondary audio and ducked: its mute and volume come back",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func stopUndoesEveryReason(kind: ServerKind) throws {
         try withGameBesideMPV(kind) { server, d, game, mpv, _ in
             let holder = try server.spawn(["sleep", "3600"])
@@ -87,7 +87,7 @@ struct PromiseTests {
     }
 
     @Test("a handover (a session that activates 300 ms before its first stream) never lets the game be heard",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func handoverKeepsTheGameSilent(kind: ServerKind) throws {
         try withGameBesideMPV(kind, streamRestore: false) { server, d, game, _, mpvName in
             defer { d.stop() }

@@ -55,7 +55,7 @@ struct ReliabilityTests {
     }
 
     @Test("audiod SIGKILLed while it holds mutes and ducks: the next start restores every stream within 1 s",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func killAudiodHoldingPolicy(kind: ServerKind) throws {
         let rounds = Self.setting("AUDIOD_RESTART_ROUNDS", 3)
         let server = try TestServer(kind)
@@ -82,7 +82,7 @@ struct ReliabilityTests {
     }
 
     @Test("the sound server restarted under load: audiod reconnects within 2 s and re-applies the policy",
-          arguments: ServerKind.allCases)
+          arguments: ServerKind.tested)
     func serverRestartsUnderLoad(kind: ServerKind) throws {
         let rounds = Self.setting("AUDIOD_SERVER_RESTARTS", kind == .pulseaudio ? 10 : 3)
         let server = try TestServer(kind)

@@ -8,7 +8,7 @@ import Testing
 /// (docs/IDENTITY.md); these tests build sandboxes with `bwrap --unshare-pid`, with and without a `.flatpak-info`.
 @Suite(.serialized)
 struct SandboxTests {
-    static let servers = ServerKind.allCases
+    static let servers = ServerKind.tested
 
     /// `argv` in a sandbox with a pid namespace of its own (the whole host file system otherwise), optionally with
     /// a `.flatpak-info` naming `flatpakApp` bound at its root, as Flatpak does.
@@ -125,9 +125,9 @@ struct SandboxTests {
         #expect(sessionOf(d, index: own.index) == session)
     }
 
-    @Test("a Flatpak-looking sandboxed mpv is paused over MPRIS by an activation and played again on notify")
-    func sandboxedPlayer() throws {
-        let server = try TestServer(.pipewire)
+    @Test("a Flatpak-looking sandboxed mpv is paused over MPRIS by an activation and played again on notify", arguments: ServerKind.testedPipeWires)
+    func sandboxedPlayer(kind: ServerKind) throws {
+        let server = try TestServer(kind)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
