@@ -69,6 +69,11 @@ public struct RestoreLedger {
     /// The highest index of each kind of stream reported on this connection: the streams a leak recorded now
     /// cannot be in.
     private var highestSeen: [StreamKind: UInt32] = [:]
+    /// The order of audiod's writes and the user's saved changes: the entry holds what was saved last, so a value
+    /// audiod holds on a sibling since before the user's last change of the key is not in it.
+    private var order: UInt64 = 0
+    private var appliedOrder: [StreamID: UInt64] = [:]
+    private var userChangeOrder: [String: UInt64] = [:]
 
     public init(
         leaks: [String: Journal.Leak] = [:], serverCookie: UInt32? = nil, volumeTolerance: UInt32,
@@ -158,6 +163,8 @@ public struct RestoreLedger {
         if !byAudiod {
             recentByKey[key] = nil
             for (other, k) in keys where k == key { lifted[other] = nil }
+            order += 1
+            userChangeOrder[key] = order
         }
         return journal
     }
@@ -203,6 +210,10 @@ public struct RestoreLedger {
             if let c {
                 lifted[id] = nil
                 if let key = keys[id] { remember(Journal.Leak(c), for: key, at: now) }
+                order += 1
+                appliedOrder[id] = order
+            } else {
+                appliedOrder[id] = nil
             }
             applied[id] = c
             dirty.append(id)
@@ -311,6 +322,7 @@ public struct RestoreLedger {
         corrections.removeAll()
         matchedAtConnect.removeAll()
         highestSeen.removeAll()
+        userChangeOrder.removeAll()
     }
 
     /// The journal's entry for a stream audiod holds something on.
@@ -331,7 +343,8 @@ public struct RestoreLedger {
     /// and what it set on them or lifted from them lately.
     func policySources(key: String, excluding id: StreamID? = nil, now: UInt64) -> [Journal.Leak] {
         var sources: [Journal.Leak] = leaks[key].map { [$0] } ?? []
-        for (other, change) in applied where other != id && keys[other] == key {
+        let userChanged = userChangeOrder[key] ?? 0
+        for (other, change) in applied where other != id && keys[other] == key && appliedOrder[other] ?? 0 > userChanged {
             sources.append(Journal.Leak(change))
         }
         for (other, l) in lifted where other != id && keys[other] == key && now - l.at < restoreSettleNanoseconds {

@@ -192,6 +192,22 @@ struct RestoreLedgerTests {
         #expect(Self.appear(&l, StreamID.playback(3), muted: true, now: Self.ms) == nil)
     }
 
+    @Test func aUsersChangeSavedAfterAudiodsMuteOfALiveSiblingIsWhatTheNextStreamStartsWith() {
+        // audiod mutes stream 1 of the role (a call interrupts it); then the user mutes stream 2 of the same role:
+        // the entry holds the user's mute, saved last. The role's next stream starts muted: the user's doing.
+        var l = Self.ledger()
+        let held = StreamID.playback(1), user = StreamID.playback(2), next = StreamID.playback(3)
+        _ = Self.appear(&l, held)
+        _ = Self.appear(&l, user)
+        _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 0)
+        #expect(l.changed(user, byAudiod: false) == [])
+        #expect(Self.appear(&l, next, muted: true, now: 10 * Self.ms) == nil, "the user's saved mute was taken for audiod's")
+        // audiod writes the sibling again after that: the entry may hold audiod's mute once more.
+        _ = l.update([(held, nil)], muted: { _ in true }, now: 20 * Self.ms)
+        _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 30 * Self.ms)
+        #expect(Self.appear(&l, StreamID.playback(4), muted: true, now: 40 * Self.ms)?.mute == true)
+    }
+
     @Test func aStreamOlderThanTheLeakKeepsTheUsersMuteAtARestart() {
         // One run: the user muted stream 1 of the app; stream 2 of it ended while audiod muted it, leaving the mute in
         // the entry. Stream 1 existed before and never got the entry's value: its mute is the user's.
