@@ -90,14 +90,20 @@ public final class TestServer: @unchecked Sendable {
     private var busPID: pid_t = 0
     private let streamRestore: Bool
     private let admitOtherUsers: Bool
+    private let roleLoopbacks: Bool
 
     /// Starts a private dbus-daemon and the server. `streamRestore` loads module-stream-restore on PulseAudio
     /// (the desktop default; PipeWire always runs WirePlumber, which has its own restore-stream).
     /// `admitOtherUsers`: the private bus lets any uid connect (tests of audiod's access rules).
-    public init(_ kind: ServerKind, streamRestore: Bool = false, admitOtherUsers: Bool = false) throws {
+    /// `roleLoopbacks` (PipeWire 1.4 only): WirePlumber runs the role-based policy of its example configuration
+    /// (`Tests/Fixtures/media-role-nodes.conf`): a loopback sink per role, `loopback.sink.role.*`, to which apps'
+    /// streams are linked by role, and the loopbacks' own streams on to the null sink.
+    public init(_ kind: ServerKind, streamRestore: Bool = false, admitOtherUsers: Bool = false, roleLoopbacks: Bool = false) throws {
         self.kind = kind
         self.streamRestore = streamRestore
         self.admitOtherUsers = admitOtherUsers
+        self.roleLoopbacks = roleLoopbacks
+        if roleLoopbacks && kind != .pipewire14 { throw TestKitError("role loopbacks need WirePlumber 0.5 (pipewire-1.4)") }
         var template = Array("/tmp/audiod-test-XXXXXX".utf8CString)
         guard let dir = template.withUnsafeMutableBufferPointer({ buf in
             buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
@@ -129,6 +135,12 @@ public final class TestServer: @unchecked Sendable {
         environment = env
         for sub in ["home", "home/.config", "state"] {
             try FileManager.default.createDirectory(atPath: "\(dir)/\(sub)", withIntermediateDirectories: true)
+        }
+        if roleLoopbacks {
+            let conf = "\(dir)/home/.config/wireplumber/wireplumber.conf.d"
+            try FileManager.default.createDirectory(atPath: conf, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(
+                atPath: Self.repositoryRoot + "/Tests/Fixtures/media-role-nodes.conf", toPath: conf + "/media-role-nodes.conf")
         }
         do {
             try startBus()
@@ -188,7 +200,8 @@ public final class TestServer: @unchecked Sendable {
             guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/pipewire-0") }) else {
                 throw TestKitError("pipewire did not start (see \(directory)/pipewire.log)")
             }
-            serverPIDs.append(try spawnRaw(["wireplumber"], log: "wireplumber.log"))
+            // The role loopbacks link on to a sink only if it is there when WirePlumber starts: the null sink first.
+            if !roleLoopbacks { serverPIDs.append(try spawnRaw(["wireplumber"], log: "wireplumber.log")) }
             serverPIDs.append(try spawnRaw(["pipewire-pulse"], log: "pipewire-pulse.log"))
         }
         guard waitFor(15, { (try? self.pactl(["info"])) != nil }) else {
@@ -200,6 +213,12 @@ public final class TestServer: @unchecked Sendable {
             _ = try pactl(["load-module", "module-null-sink", "sink_name=null"])
             guard waitFor(10, { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("null") }) else {
                 throw TestKitError("pipewire-pulse did not create the null sink")
+            }
+            if roleLoopbacks {
+                serverPIDs.insert(try spawnRaw(["wireplumber"], log: "wireplumber.log"), at: 1)
+                guard waitFor(10, { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("loopback.sink.role.alert") }) else {
+                    throw TestKitError("WirePlumber made no role loopbacks (see \(directory)/wireplumber.log)")
+                }
             }
             // pactl answering does not mean WirePlumber links new streams yet: a stream started too early can sit
             // unlisted (seen here about once in eight starts). Play a probe until the server lists it.

@@ -270,6 +270,7 @@ public final class PulseBackend {
         // as its own, the old journal is their only record. (The operations decided meanwhile leave the process only
         // when the loop next runs, after this write.)
         holdingJournal = true
+        for id in session.roleLoopbackStreams() { forgetInfrastructure(id) }
         for id in session.streamIDs { report(id) }
         holdingJournal = false
         // The live streams that showed a leaked value are being put back, and the server saves that as the key's
@@ -316,6 +317,7 @@ public final class PulseBackend {
 
     private func accept(_ raw: RawStream) {
         if let c = raw.client, probeClients.contains(c) { return }
+        if session.isRoleLoopback(raw) { return forgetInfrastructure(raw.id) }
         if session.accepted(raw) { report(raw.id) }
     }
 
@@ -323,6 +325,14 @@ public final class PulseBackend {
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
         carryOut(session.report(id, now: monotonicNow()), id)
+    }
+
+    /// A role loopback's stream is never an app: never reported, never written. One the engine heard of before its
+    /// sink was known is reported gone.
+    private func forgetInfrastructure(_ id: StreamID) {
+        guard session.tracks(id) else { return }
+        logger.debug("identity: \(id) is a role loopback of the session manager: not an app")
+        carryOut(session.streamRemoved(id, now: monotonicNow()), id)
     }
 
     private func carryOut(_ r: StreamReport, _ id: StreamID) {
@@ -408,6 +418,7 @@ public final class PulseBackend {
             }
             // Streams reported on a device not yet known get its name now.
             guard !self.session.isEnumerating else { return }
+            if !source { for id in self.session.roleLoopbackStreams() { self.forgetInfrastructure(id) } }
             for id in self.session.reportedStreams(onDevice: index, source: source) { self.report(id) }
         }
     }

@@ -50,6 +50,10 @@ struct RawDevice: Equatable {
     var isMonitor = false
     /// The device's own mute (a source's: the microphone switch).
     var muted = false
+    /// PipeWire's `node.link-group` and `client.id`: a loopback's sink and its stream share the group, and the
+    /// client that made both.
+    var linkGroup: String?
+    var ownerClient: String?
 }
 
 struct RawClient: Equatable {
@@ -529,7 +533,10 @@ private let sinkCallback: pa_sink_info_cb_t = { c, info, eol, userdata in
     let d = info.map { p -> RawDevice in
         let i = p.pointee
         let available = i.active_port.map { Int($0.pointee.available) != Int(PA_PORT_AVAILABLE_NO.rawValue) } ?? true
-        return RawDevice(index: i.index, name: string(i.name), available: available)
+        let props = properties(i.proplist)
+        return RawDevice(
+            index: i.index, name: string(i.name), available: available, linkGroup: props["node.link-group"],
+            ownerClient: props["client.id"])
     }
     me.deliver(item: d, eol: eol, request: n)
 }
@@ -562,6 +569,8 @@ private func string(_ p: UnsafePointer<CChar>?) -> String {
 private let wantedProperties = [
     "application.process.id", "application.name", "application.id", "application.process.binary", "media.role",
     "media.name", "audiod.session", "module-stream-restore.id",
+    // What a role loopback of the session manager shows (ServerSession.isRoleLoopback).
+    "node.passive", "node.link-group", "client.id",
 ]
 
 private func properties(_ p: OpaquePointer?) -> [String: String] {

@@ -205,6 +205,26 @@ public struct ServerSession<Stream: ServerStreamValue> {
 
     /// The first listing's devices and clients.
     mutating func listed(sinks list: [RawDevice]) { for d in list { sinks[d.index] = d } }
+
+    /// A role loopback's own stream (WirePlumber's role-based policy, `media-role-nodes.conf`): infrastructure, not
+    /// an app. Known by what the session manager makes, not by what a stream says: a passive playback stream in the
+    /// `node.link-group` of a `loopback.sink.role.*` sink that the same PipeWire client (`client.id`, which the server
+    /// sets) made. A stream that only says `media.role=Loopback`, or names a group, is arbitrated like any other.
+    func isRoleLoopback(_ raw: Stream) -> Bool {
+        guard raw.id.kind == .playback, raw.properties["node.passive"] == "true",
+            let group = raw.properties["node.link-group"], !group.isEmpty,
+            let owner = raw.properties["client.id"], !owner.isEmpty
+        else { return false }
+        return sinks.values.contains { d in
+            d.linkGroup == group && d.ownerClient == owner
+                && (d.name.hasPrefix("loopback.sink.role.") || d.name.hasPrefix("input.loopback.sink.role."))
+        }
+    }
+
+    /// The streams held that are role loopbacks after all (their sink was read after them).
+    func roleLoopbackStreams() -> [StreamID] {
+        streams.filter { isRoleLoopback($0.value.raw) }.keys.sorted()
+    }
     mutating func listed(sources list: [RawDevice]) { for d in list { sources[d.index] = d } }
     mutating func listed(clients list: [RawClient]) { for c in list { clients[c.index] = c } }
 
