@@ -24,7 +24,8 @@ public enum ServerKind: String, CaseIterable, Sendable, CustomStringConvertible 
         switch self {
         case .pulseaudio: return TestServer.which("pulseaudio") != nil
         case .pipewire: return ["pipewire", "wireplumber", "pipewire-pulse"].allSatisfy { TestServer.which($0) != nil }
-        case .pipewire14: return FileManager.default.isExecutableFile(atPath: Self.pipewire14Bin + "/wireplumber")
+        // scripts/pipewire-1.4 writes its stamp last, once the unpacked pipewire has said its version.
+        case .pipewire14: return FileManager.default.fileExists(atPath: Self.pipewire14Prefix + "/.complete")
         }
     }
 
@@ -38,11 +39,12 @@ public enum ServerKind: String, CaseIterable, Sendable, CustomStringConvertible 
         if let only = ProcessInfo.processInfo.environment["AUDIOD_TEST_SERVERS"], !only.isEmpty {
             let names = only.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             let unknown = names.filter { ServerKind(rawValue: $0) == nil }
-            if !unknown.isEmpty {
-                print("AUDIOD_TEST_SERVERS: \(unknown.joined(separator: ", ")) is not a server; "
-                    + "accepted: \(allCases.map(\.rawValue).joined(separator: ", "))")
-            }
             kinds = allCases.filter { names.contains($0.rawValue) }
+            // A typo would otherwise run every server test with no server, and pass.
+            if !unknown.isEmpty || kinds.isEmpty {
+                fatalError("AUDIOD_TEST_SERVERS=\(only): \(unknown.joined(separator: ", ")) is not a server; "
+                    + "accepted: \(allCases.map(\.rawValue).joined(separator: ", ")), separated by commas")
+            }
             print("servers: \(kinds.map(\.rawValue).joined(separator: ", ")) alone (AUDIOD_TEST_SERVERS=\(only))")
         }
         if let why = skipsPipeWire14, kinds.contains(.pipewire14) {

@@ -183,6 +183,12 @@ public final class PulseBackend {
         let wasConnected = server != nil
         context?.close()
         context = nil
+        // A repair in progress ends with the connection; a client index of this server run means nothing in the next.
+        probeTimer?.cancel()
+        probeTimer = nil
+        for p in probes { p.close() }
+        probes.removeAll()
+        probeClients.removeAll()
         server = nil
         pendingOperations = 0
         // The streams went with the connection. What audiod applied stays in the journal (not rewritten while
@@ -331,7 +337,12 @@ public final class PulseBackend {
     /// sink was known is reported gone.
     private func forgetInfrastructure(_ id: StreamID) {
         guard session.tracks(id) else { return }
-        logger.debug("identity: \(id) is a role loopback of the session manager: not an app")
+        logger.debug("identity: \(id) is the sound server's own, not an app's: not arbitrated")
+        // What audiod wrote to it before it was known for what it is is put back.
+        if let before = session.valuesBeforeWrite(id), let c = context {
+            if let m = before.muted { c.setMute(record: id.kind == .record, index: id.index, m) { _ in } }
+            if let v = before.volume { c.setVolume(record: id.kind == .record, index: id.index, v) { _ in } }
+        }
         carryOut(session.streamRemoved(id, now: monotonicNow()), id)
     }
 
@@ -585,7 +596,11 @@ public final class PulseBackend {
     /// per key. Calls `done` with the keys confirmed.
     private func probeRepair(_ writes: ArraySlice<RestoreLedger.Repair>, confirmed: Set<String>, round: Int = 1,
                              _ done: @escaping (Set<String>) -> Void) {
-        guard let w = writes.first else { return done(confirmed) }
+        guard let w = writes.first, context != nil else { return done(confirmed) }
+        guard let props = RepairProbe.clientProperties(forKey: w.key) else {
+            // No probe can stand for this key: it stays in the journal.
+            return probeRepair(writes.dropFirst(), confirmed: confirmed, done)
+        }
         let next = { [weak self] (ok: Bool) in
             guard let self else { return done(confirmed) }
             if ok || round >= 3 {
@@ -595,7 +610,6 @@ public final class PulseBackend {
                 self.probeRepair(writes, confirmed: confirmed, round: round + 1, done)
             }
         }
-        guard let props = RepairProbe.clientProperties(forKey: w.key) else { return next(false) }
         openProbe(props) { [weak self] first, close in
             guard let self, let first, let c = self.context else {
                 close()
@@ -638,19 +652,32 @@ public final class PulseBackend {
     /// Opens a repair probe with these client properties and reads its stream once WirePlumber has linked it (and
     /// given it the key's saved values): `read` gets the stream (nil: none within 2 s) and the probe's `close`.
     private func openProbe(_ props: [String: String], _ read: @escaping (RawStream?, _ close: @escaping () -> Void) -> Void) {
+        guard context != nil else { return read(nil, {}) }
         var probe: RepairProbe?
+        var client: UInt32?
         let close = { [weak self] in
+            if let c = client { self?.probeClients.remove(c) }
             guard let p = probe else { return }
             probe = nil
             p.close()
             self?.probes.removeAll { $0 === p }
         }
-        probe = RepairProbe(loop: loop, server: options.server, clientProperties: props) { [weak self] made in
-            guard let self, let made else { return read(nil, close) }
-            self.probeClients.insert(made.client)
-            self.readLinked(made.stream, attempt: 1) { read($0, close) }
-        }
-        if let probe { probes.append(probe) }
+        let made = RepairProbe(
+            loop: loop, server: options.server, clientProperties: props,
+            connected: { [weak self] index in
+                client = index
+                self?.probeClients.insert(index)
+                // A stream of this client heard before (a client index of a connection that just ended) is dropped.
+                for id in self?.session.streams(ofClient: index) ?? [] { self?.forgetInfrastructure(id) }
+            },
+            ready: { [weak self] stream in
+                guard let self, let stream else { return read(nil, close) }
+                self.readLinked(stream, attempt: 1) { read($0, close) }
+            })
+        // One that failed at once has answered and closed itself already.
+        guard made.isOpen else { return }
+        probe = made
+        probes.append(made)
     }
 
     /// Reads a playback stream every 20 ms until it is linked, then once more 50 ms later (WirePlumber restores a
@@ -660,7 +687,7 @@ public final class PulseBackend {
         c.stream(record: false, index: index) { [weak self] raw in
             guard let self else { return done(nil) }
             let linked = raw.map { $0.device != UInt32.max } ?? false
-            guard attempt < 100 else { return done(nil) }
+            guard linked || attempt < 100 else { return done(nil) }
             self.probeTimer = self.loop.timer(afterNanoseconds: linked ? 50_000_000 : 20_000_000) { [weak self] in
                 guard let self else { return done(nil) }
                 self.probeTimer = nil

@@ -29,14 +29,18 @@ final class RepairProbe {
 
     private var context: OpaquePointer?
     private var stream: OpaquePointer?
-    private var ready: ((client: UInt32, stream: UInt32)?) -> Void
+    private var ready: (UInt32?) -> Void
+    private let connected: (UInt32) -> Void
     private var retained = false
 
-    /// Connects to `server` and opens the stream; `ready` gets the probe's client and sink-input indices once the
-    /// server has made the stream, or nil if it could not be made. Call `close()` in every case.
+    /// Connects to `server` and opens the stream. `connected` gets the probe's client index once its connection is
+    /// up, before the stream exists (so that the stream is known as the probe's when the server lists it); `ready`
+    /// gets the stream's sink-input index once the server has made it, or nil if it could not be made (then the
+    /// probe has closed itself). Call `close()` once done.
     init(loop: MainLoop, server: String?, clientProperties: [String: String],
-         ready: @escaping ((client: UInt32, stream: UInt32)?) -> Void) {
+         connected: @escaping (UInt32) -> Void, ready: @escaping (UInt32?) -> Void) {
         self.ready = ready
+        self.connected = connected
         let props = pa_proplist_new()
         defer { pa_proplist_free(props) }
         for (k, v) in clientProperties { pa_proplist_sets(props, k, v) }
@@ -58,6 +62,7 @@ final class RepairProbe {
         let s = pa_context_get_state(c)
         if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED { return fail() }
         guard s == PA_CONTEXT_READY, stream == nil else { return }
+        connected(pa_context_get_index(c))
         // Two channels at 48 kHz: the shape of the apps' streams whose entry it stands for.
         var spec = pa_sample_spec(format: PA_SAMPLE_S16LE, rate: 48000, channels: 2)
         guard let st = pa_stream_new(c, "audiod restore-database repair", &spec, nil) else { return fail() }
@@ -73,17 +78,23 @@ final class RepairProbe {
     private func streamChanged(_ st: OpaquePointer) {
         let s = pa_stream_get_state(st)
         if s == PA_STREAM_FAILED || s == PA_STREAM_TERMINATED { return fail() }
-        guard s == PA_STREAM_READY, let c = context else { return }
+        guard s == PA_STREAM_READY else { return }
         let answer = ready
         ready = { _ in }
-        answer((pa_context_get_index(c), pa_stream_get_index(st)))
+        answer(pa_stream_get_index(st))
     }
 
+    /// The connection or the stream failed: the probe answers nil and closes itself (also when it fails in `init`,
+    /// before its owner holds it).
     private func fail() {
         let answer = ready
         ready = { _ in }
         answer(nil)
+        close()
     }
+
+    /// Still connected or connecting (not failed, not closed).
+    var isOpen: Bool { context != nil }
 
     /// Ends the stream and the connection. Safe to call twice.
     func close() {

@@ -180,9 +180,12 @@ public struct RestoreLedger {
         let before = leaks[key]
         var leak: Journal.Leak?
         if let change = applied[id] {
-            // It ended while silenced by audiod: the entry now holds the policy value.
-            leak = Journal.Leak(change)
-            if !change.unmute { leak?.userMuted = muted }
+            // It ended while silenced by audiod: the entry holds the policy value — unless the user changed a stream of
+            // the key since audiod's write, which the server saved after it.
+            if appliedOrder[id] ?? 0 > userChangeOrder[key] ?? 0 {
+                leak = Journal.Leak(change)
+                if !change.unmute { leak?.userMuted = muted }
+            }
         } else if let l = lifted[id], now - l.at < restoreSettleNanoseconds {
             leak = l.leak
         }

@@ -22,9 +22,10 @@ public struct ServerSession<Stream: ServerStreamValue> {
         /// pipewire-pulse names itself `PulseAudio (on PipeWire 0.3.65)`.
         public init(serverName: String) { self = serverName.contains("PipeWire") ? .pipeWire : .pulseAudio }
 
-        /// pipewire-pulse of PipeWire 1.x, which comes with WirePlumber 0.5: a restore-database write lands in
+        /// pipewire-pulse of PipeWire 1.x, which may come with WirePlumber 0.5: a restore-database write lands in
         /// pipewire-pulse's own list, and WirePlumber 0.5 takes none of it into its state (only the Notification
-        /// key). PipeWire 0.3 comes with WirePlumber 0.4, which merges the write.
+        /// key), so the list proves nothing. PipeWire 0.3 comes with WirePlumber 0.4, which merges the write and
+        /// lists it once merged. (With 1.x and WirePlumber 0.4 the probes that replace the read-back work too.)
         public static func ignoresBlindWrites(serverName: String) -> Bool {
             let words = serverName.split(separator: " ")
             guard let at = words.firstIndex(of: "PipeWire"), at + 1 < words.count else { return false }

@@ -100,6 +100,14 @@ extension ServerSession {
     public func shownMute(_ id: StreamID) -> Bool? { streams[id]?.raw.muted }
     /// The server has the stream, as far as audiod knows.
     public func tracks(_ id: StreamID) -> Bool { streams[id] != nil }
+
+    /// What a stream showed before audiod first wrote to it (nil: audiod never wrote to it).
+    func valuesBeforeWrite(_ id: StreamID) -> WrittenValues? { streams[id]?.beforeWrite }
+
+    /// The streams held of one client connection.
+    func streams(ofClient index: UInt32) -> [StreamID] {
+        streams.filter { $0.value.raw.client == index }.keys.sorted()
+    }
     /// Not yet reported to the engine (on PipeWire: not yet linked).
     public func unreported(_ id: StreamID) -> Bool { streams[id].map { $0.fed == nil } ?? false }
 

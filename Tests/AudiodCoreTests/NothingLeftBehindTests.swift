@@ -236,16 +236,19 @@ struct NothingLeftBehindTests {
         defer { server.stop() }
         let journal = "\(server.directory)/audiod/journal"
         let crashing = try LiveArbiter(server, journal: journal)
+        // The user mutes the role's older stream; the younger one starts with that saved mute, and the user unmutes it.
         let player = try playback(server, name: "player", role: "music")
         let p = try server.waitForPlaybackStream(pid: player.pid)
-        let game = try playback(server, name: "game", role: "music")
-        let g = try server.waitForPlaybackStream(pid: game.pid)
-        #expect(waitFor(5) { crashing.streamView(g.index) != nil })
-        _ = silence(crashing, pid: game.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
-        // The user mutes the older stream of the role; then the younger one ends while muted by policy.
         _ = try server.pactl(["set-sink-input-mute", "\(p.index)", "1"])
         #expect(waitFor(5) { crashing.streamView(p.index)?.userMuted == true }, "the user's mute did not reach the engine")
+        let game = try playback(server, name: "game", role: "music")
+        let g = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(waitFor(5) { crashing.streamView(g.index)?.userMuted == true }, "the role's saved mute was not the game's")
+        _ = try server.pactl(["set-sink-input-mute", "\(g.index)", "0"])
+        #expect(waitFor(5) { crashing.streamView(g.index)?.userMuted == false })
+        // Then audiod mutes the younger one, which ends so: the entry holds audiod's mute, saved last.
+        _ = silence(crashing, pid: game.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "policy mute not applied")
         game.kill()
         #expect(waitFor(5) { crashing.streamView(g.index) == nil })
         crashing.crash()

@@ -202,6 +202,10 @@ struct RestoreLedgerTests {
         _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 0)
         #expect(l.changed(user, byAudiod: false) == [])
         #expect(Self.appear(&l, next, muted: true, now: 10 * Self.ms) == nil, "the user's saved mute was taken for audiod's")
+        // Nor does the sibling leave audiod's mute in the entry when it ends: the user's change was saved after it.
+        var ended = l
+        #expect(ended.removed(held, muted: true, now: 15 * Self.ms) == [])
+        #expect(ended.leaks[Self.key] == nil)
         // audiod writes the sibling again after that: the entry may hold audiod's mute once more.
         _ = l.update([(held, nil)], muted: { _ in true }, now: 20 * Self.ms)
         _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 30 * Self.ms)
