@@ -262,9 +262,14 @@ public final class TestServer: @unchecked Sendable {
         print(line)
     }
 
+    /// `pactl list sink-inputs` cut into one block per stream.
+    public static func sinkInputBlocks(_ list: String) -> [String] {
+        Array(list.components(separatedBy: "Sink Input #").dropFirst())
+    }
+
     /// The probe stream is listed on a sink: WirePlumber linked it (an unlinked stream's sink is unknown).
     static func probeLinked(_ list: String) -> Bool {
-        for block in list.components(separatedBy: "Sink Input #") where block.contains("audiod-test-probe") {
+        for block in sinkInputBlocks(list) where block.contains("audiod-test-probe") {
             guard let sink = block.split(separator: "\n").first(where: { $0.contains("Sink: ") }) else { return false }
             return Int(sink.split(separator: " ").last ?? "").map { $0 >= 0 && $0 < Int(UInt32.max) } ?? false
         }

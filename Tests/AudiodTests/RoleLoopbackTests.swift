@@ -14,7 +14,7 @@ struct RoleLoopbackTests {
 
     /// The loopbacks' own streams as `pactl` lists them.
     func loopbackStreams(_ server: TestServer) -> [String] {
-        ((try? server.pactl(["list", "sink-inputs"])) ?? "").components(separatedBy: "Sink Input #")
+        TestServer.sinkInputBlocks((try? server.pactl(["list", "sink-inputs"])) ?? "")
             .filter { $0.contains("media.role = \"Loopback\"") && $0.contains("node.passive = \"true\"") }
     }
 
