@@ -54,10 +54,20 @@ struct StreamReportTests {
     static let pipeWire = "PulseAudio (on PipeWire 0.3.65)"
     static let pulseAudio = "pulseaudio 16.1"
 
-    static func stream(_ index: UInt32, device: UInt32 = 0, record: Bool = false, muted: Bool = false) -> Value {
+    static func stream(
+        _ index: UInt32, device: UInt32 = 0, record: Bool = false, muted: Bool = false, volume: [UInt32] = [65536]
+    ) -> Value {
         Value(
-            muted: muted, volume: [65536], id: StreamID(record ? .record : .playback, index), client: 9, device: device,
+            muted: muted, volume: volume, id: StreamID(record ? .record : .playback, index), client: 9, device: device,
             properties: ["application.name": "Softphone"])
+    }
+
+    /// audiod mutes linked playback stream `index` at `now`, and a read 1 ms later shows the mute.
+    static func mutedByAudiod(_ s: inout Session, _ index: UInt32, now: UInt64) {
+        let id = StreamID.playback(index)
+        _ = s.writing(id, mute: true, now: now)
+        _ = s.accepted(stream(index, device: 0, muted: true))
+        _ = s.report(id, now: now + ms)
     }
 
     static func kinds(_ r: StreamReport) -> [String] {
@@ -174,18 +184,14 @@ struct StreamReportTests {
         let id = StreamID.playback(22)
         _ = s.accepted(Self.stream(22, device: 0))
         #expect(Self.kinds(s.report(id, now: 0)) == ["appeared"])
-        _ = s.writing(id, mute: true, now: Self.ms)
-        _ = s.accepted(Self.stream(22, device: 0, muted: true))
-        _ = s.report(id, now: 2 * Self.ms)
+        Self.mutedByAudiod(&s, 22, now: Self.ms)
         // WirePlumber gives the stream its key's saved values (unmuted) after audiod's mute: twice written again.
         for n in 1...2 {
             _ = s.accepted(Self.stream(22, device: 0, muted: false))
             let r = s.report(id, now: UInt64(n) * 500 * Self.ms)
             #expect(r.events.isEmpty, "round \(n): the engine heard the server's restore as the user's unmute")
             #expect(r.writeMuteAgain == true)
-            _ = s.writing(id, mute: true, now: UInt64(n) * 500 * Self.ms + Self.ms)
-            _ = s.accepted(Self.stream(22, device: 0, muted: true))
-            _ = s.report(id, now: UInt64(n) * 500 * Self.ms + 2 * Self.ms)
+            Self.mutedByAudiod(&s, 22, now: UInt64(n) * 500 * Self.ms + Self.ms)
         }
         // A third time is the user's.
         _ = s.accepted(Self.stream(22, device: 0, muted: false))
@@ -199,9 +205,7 @@ struct StreamReportTests {
         let id = StreamID.playback(23)
         _ = s.accepted(Self.stream(23, device: 0))
         _ = s.report(id, now: 0)
-        _ = s.writing(id, mute: true, now: Self.ms)
-        _ = s.accepted(Self.stream(23, device: 0, muted: true))
-        _ = s.report(id, now: 2 * Self.ms)
+        Self.mutedByAudiod(&s, 23, now: Self.ms)
         _ = s.accepted(Self.stream(23, device: 0, muted: false))
         let r = s.report(id, now: 1_501 * Self.ms)
         #expect(Self.kinds(r) == ["changed"])
@@ -211,9 +215,9 @@ struct StreamReportTests {
         _ = s.accepted(Self.stream(26, device: 0))
         _ = s.report(other, now: 0)
         _ = s.writing(other, volume: [30000], now: Self.ms)
-        _ = s.accepted(Value(muted: false, volume: [30000], id: other, client: 9, device: 0, properties: ["application.name": "Softphone"]))
+        _ = s.accepted(Self.stream(26, volume: [30000]))
         _ = s.report(other, now: 2 * Self.ms)
-        _ = s.accepted(Value(muted: false, volume: [40000], id: other, client: 9, device: 0, properties: ["application.name": "Softphone"]))
+        _ = s.accepted(Self.stream(26, volume: [40000]))
         let user = s.report(other, now: 100 * Self.ms)
         #expect(Self.kinds(user) == ["changed"])
         #expect(user.writeVolumeAgain == nil)
@@ -231,9 +235,7 @@ struct StreamReportTests {
         #expect(linked.writeMuteAgain == true)
         // PulseAudio applies every write: nothing goes out again.
         var (p, pid) = Self.reported(25)
-        _ = p.writing(pid, mute: true, now: Self.ms)
-        _ = p.accepted(Self.stream(25, device: 0, muted: true))
-        _ = p.report(pid, now: 2 * Self.ms)
+        Self.mutedByAudiod(&p, 25, now: Self.ms)
         _ = p.accepted(Self.stream(25, device: 0, muted: false))
         let user = p.report(pid, now: 3 * Self.ms)
         #expect(user.writeMuteAgain == nil)
