@@ -55,11 +55,21 @@ let package = Package(
             dependencies: ["CDBus", "LoopThread"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The daemon's half of the bus: the API objects on a transport connection, MPRIS players.
+        // The desktop and the phone as audiod follows them (SPEC §7, §10): MPRIS players, GameMode, calls,
+        // feedbackd, logind, RealtimeKit — each through one name-following primitive on a link per bus that owns the
+        // connection's life. Engine events out, the platform's effects in; never the API server, the backend or the
+        // core.
+        .target(
+            name: "Platform",
+            dependencies: ["AudioPolicy", "DBusTransport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        // The API server: org.audiod.AudioSession1's objects on the session bus, routing, authorization and who
+        // owns which session; it hands the platform its bus and the engine's effects.
         .target(
             name: "DBusService",
             dependencies: [
-                "AudioPolicy", "AudioVocabulary", "DBusTransport", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AudioVocabulary", "DBusTransport", "Platform", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),

@@ -17,10 +17,12 @@ extension Engine {
     /// Whether this session is the platform call: nothing interrupts it, and its streams are never silenced.
     func isPlatformCall(_ id: SessionID) -> Bool { platformCall?.session == id }
 
-    mutating func platformCallChanged(_ new: PlatformCall?) {
+    /// `notify`: false when the calls ended because their source's bus was lost — the call may still be going on, so
+    /// nothing it interrupted is told it may resume and no player is played.
+    mutating func platformCallChanged(_ new: PlatformCall?, notify: Bool = true) {
         let before = callState
         defer { if callState != before { managerChanged.insert(.callState) } }
-        guard let new, new.state != .none else { return endPlatformCall() }
+        guard let new, new.state != .none else { return endPlatformCall(notify: notify) }
         guard var pc = platformCall else { return beginPlatformCall(new) }
         let onlyRang = pc.onlyRings
         let wasHeld = pc.info.state == .held
@@ -68,11 +70,11 @@ extension Engine {
         }
     }
 
-    /// The last call ended, was declined or missed: everything it interrupted may resume.
-    private mutating func endPlatformCall() {
+    /// The last call ended, was declined or missed: everything it interrupted may resume (`notify`).
+    private mutating func endPlatformCall(notify: Bool) {
         guard let pc = platformCall else { return }
         platformCall = nil
-        deactivate(pc.session, notify: true, cause: .implicitEnded)
+        deactivate(pc.session, notify: notify, cause: .implicitEnded)
         removeSession(pc.session)
     }
 

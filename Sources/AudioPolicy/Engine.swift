@@ -211,6 +211,7 @@ public struct Engine: Sendable {
         case .timerFired(let t): timerFired(t)
         case .gameModeGames(let pids): gameModeGames(pids)
         case .platformCall(let call): platformCallChanged(call)
+        case .platformCallSourceLost(let remaining): platformCallChanged(remaining, notify: false)
         case .microphoneMuted(let source, let muted, let isDefault): microphoneMuted(source, muted, isDefault: isDefault)
         case .screenLocked(let locked): screenLockChanged(locked)
         case .prepareForSleep(let sleeping): prepareForSleep(sleeping)

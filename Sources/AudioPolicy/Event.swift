@@ -62,6 +62,9 @@ public enum Event: Sendable, Equatable {
     case gameModeGames(Set<UInt32>)
     /// The platform's calls, merged over every source (SPEC §10); nil when there is none.
     case platformCall(PlatformCall?)
+    /// The bus of a call source was lost (the system bus, for ModemManager; SPEC §10): its calls ended without
+    /// notify — the call may still be going on — and `remaining` is the merge of the other sources.
+    case platformCallSourceLost(remaining: PlatformCall?)
     /// The user muted or unmuted a source that is not a monitor (the microphone switch, SPEC §10). `isDefault`: it
     /// is the default source, which a session with no record stream yet counts as capturing from.
     case microphoneMuted(source: String, muted: Bool, isDefault: Bool)

@@ -40,6 +40,9 @@ extension Event {
         case .platformCall(let call?):
             "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
         case .platformCall(nil): "the platform's last call ended"
+        case .platformCallSourceLost(let call?):
+            "a call source's bus was lost; the platform's call is \(call.state.rawValue)"
+        case .platformCallSourceLost(nil): "a call source's bus was lost: its calls end without resuming anyone"
         case .microphoneMuted(let source, let muted, _): "the user \(muted ? "muted" : "unmuted") the microphone \(source)"
         case .screenLocked(let locked): "the screen is \(locked ? "locked" : "unlocked")"
         case .prepareForSleep(let sleeping): sleeping ? "the machine is going to sleep" : "the machine woke up"

@@ -4,15 +4,13 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
+import Platform
 
-/// What the service needs from the daemon: the engine and its step, and a few facts about processes.
-/// (`AudiodCore.Arbiter` provides it; the service never sees libpulse.)
-public protocol PolicyHost: AnyObject {
-    /// The engine's read model. (A copy through the protocol: hot paths ask the questions below instead.)
-    var engine: Engine { get }
+/// What the service needs from the daemon: the engine and its step (`PlatformHost`), and a few facts about
+/// processes. (`AudiodCore.Arbiter` provides it; the service never sees libpulse.) Every step's effects reach
+/// `AudioSessionService.publish`.
+public protocol PolicyHost: PlatformHost {
     func makeRequestID() -> RequestID
-    /// One engine step. Every step's effects, this one's included, also reach `AudioSessionService.publish`.
-    @discardableResult func handle(_ event: Event) -> [Effect]
     /// `ServerName`, or nil while not connected.
     var connectedServerName: String? { get }
     /// False once audiod has begun to stop: nothing new is decided (calls are answered `ShuttingDown`).
@@ -39,7 +37,8 @@ public enum ConfigReload: Equatable, Sendable {
 }
 
 /// org.audiod.AudioSession1 on a bus connection: every method, property and signal of docs/API.md, served from the
-/// interface tables (ServiceTables.swift). Confined to the loop thread, like the connection and the engine.
+/// interface tables (ServiceTables.swift), and who owns which session. What the platform says (players, calls, the
+/// lock screen, sleep…) is `platform`'s. Confined to the loop thread, like the connection and the engine.
 public final class AudioSessionService {
     public static let version = Release.version
 
@@ -68,7 +67,13 @@ public final class AudioSessionService {
     private var held: [(key: UInt64, send: () -> Void)] = []
     private var owners: [SessionID: Owner] = [:]
     private var sessionsByBusName: [String: Set<SessionID>] = [:]
+    /// Each session owner's connection, followed while it owns a session: its going ends its `connection` sessions.
+    private var ownerWatches: [String: NameWatch] = [:]
+    /// Callers' credentials by unique name (never reused while the bus runs), the oldest forgotten past the bound
+    /// unless it owns a session.
     private var credentials: [String: Caller] = [:]
+    private var credentialsOrder: [String] = []
+    static let maximumCachedCallers = 512
     /// Exit watches by pid, and which sessions care.
     private var exitWatches: [UInt32: AnyObject] = [:]
     private var sessionsByPid: [UInt32: Set<SessionID>] = [:]
@@ -81,23 +86,8 @@ public final class AudioSessionService {
     /// Where each session property sits in `SessionView.property(at:)`, by name (read from the first view).
     private(set) var sessionPropertySlots: [String: Int] = [:]
     private(set) var publishedManager: [String: DBusValue] = [:]
-    private var mpris: MPRISWatcher?
-    private var gameMode: GameModeWatcher?
-    private var logind: LogindWatcher?
-    /// The system bus (logind, ModemManager), while there is one.
-    private var systemBus: DBusConnection?
-    /// The loop thread's scheduling priority (`setLoopPriority`), nil until asked.
-    private var loopPriority: LoopPriority?
-    private var platformCalls: PlatformCalls?
-    /// Call sources on the session bus (GNOME Calls, callaudiod) and on the system bus (ModemManager).
-    private var sessionCallSources: [CallSource] = []
-    private var systemCallSources: [CallSource] = []
-    private var lockAndSleep: LockAndSleep?
-    private var feedbackd: Feedbackd?
-    /// `Pause` calls sent to players and not yet answered, and who waits for them (sleep waits to release logind's
-    /// inhibitor until the players have paused).
-    private var pausesInFlight = 0
-    private var pauseWaiters: [(players: [PlayerID], run: () -> Void)] = []
+    /// Every source of the desktop and the phone, and the bus links they are followed on.
+    public let platform: Platform
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -108,61 +98,18 @@ public final class AudioSessionService {
         publishedManager["ServerName"] = .string(host.connectedServerName ?? "")
         publishedManager["ServerConnected"] = .bool(host.connectedServerName != nil)
         lastServerName = host.connectedServerName
-        bus.onMessage = { [weak self] m in self?.received(m) }
-        bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged'")
+        platform = Platform(session: bus, host: host, logger: logger)
+        platform.sessionLink.onMethodCall = { [weak self] m in self?.methodCall(m) }
     }
 
     /// Starts following MPRIS players: their status feeds the engine, its Pause/Play reach them.
-    public func followMediaPlayers() {
-        guard mpris == nil, let host else { return }
-        let w = MPRISWatcher(bus: bus, host: host, maximumPlayers: limits.players, logger: logger)
-        mpris = w
-        w.start()
-    }
+    public func followMediaPlayers() { platform.followMediaPlayers(maximumPlayers: limits.players) }
 
     /// Starts following GameMode: its registered games are game evidence (SPEC §7).
-    public func followGameMode() {
-        guard gameMode == nil, let host else { return }
-        let w = GameModeWatcher(bus: bus, host: host, logger: logger)
-        gameMode = w
-        w.start()
-    }
+    public func followGameMode() { platform.followGameMode() }
 
-    /// Starts following the platform (SPEC §10): the calls of GNOME Calls and callaudiod on the session bus, and on
-    /// the system bus — when there is one — ModemManager's calls and logind (for `CreateSession`'s check of session
-    /// leaders). Every source is optional and followed as it appears and vanishes.
-    public func followPlatform(systemBusAddress: String? = nil) {
-        guard platformCalls == nil, let host else { return }
-        let calls = PlatformCalls(host: host, logger: logger)
-        platformCalls = calls
-        sessionCallSources = [CallSource.Kind.gnomeCalls, .plasma, .callaudiod].map { CallSource($0, bus: bus, calls: calls, logger: logger) }
-        for s in sessionCallSources { s.start() }
-        let fb = Feedbackd(bus: bus, host: host, logger: logger)
-        feedbackd = fb
-        fb.start()
-        do {
-            let system = try DBusConnection(address: systemBusAddress ?? LogindWatcher.systemBusAddress, loop: bus.loop)
-            systemBus = system
-            let w = LogindWatcher(bus: system, logger: logger)
-            logind = w
-            systemCallSources = [CallSource(.modemManager, bus: system, calls: calls, logger: logger)]
-            let ls = LockAndSleep(bus: system, host: host, logger: logger) { [weak self] players, within, then in
-                self?.afterPauses(of: players, within: within, then)
-            }
-            lockAndSleep = ls
-            system.onMessage = { [weak self] m in
-                guard let self, m.kind == .signal else { return }
-                for s in self.systemCallSources where s.received(m) { return }
-                self.logind?.received(m)
-                self.lockAndSleep?.received(m)
-            }
-            w.start()
-            ls.start()
-            for s in systemCallSources { s.start() }
-        } catch {
-            logger.info("no system bus (\(error.message)): modem calls, the lock screen and sleep are not followed, and session leaders are not checked")
-        }
-    }
+    /// Starts following the platform (SPEC §10): calls, feedbackd, and on the system bus ModemManager and logind.
+    public func followPlatform(systemBusAddress: String? = nil) { platform.followPlatform(systemBusAddress: systemBusAddress) }
 
     /// Owns the well-known name (after the objects are ready: owning it is what "ready" means for systemd).
     public func claimName() throws(DBusError) {
@@ -180,17 +127,8 @@ public final class AudioSessionService {
     /// Ends the service on the loop thread: player and process watches stop, and the connection closes without
     /// writing anything more.
     public func close() {
-        mpris = nil
-        gameMode = nil
-        logind = nil
-        lockAndSleep = nil
-        feedbackd = nil
-        pauseWaiters = []
-        systemCallSources = []
-        sessionCallSources = []
-        platformCalls = nil
-        systemBus?.close()
-        systemBus = nil
+        platform.close()
+        ownerWatches.removeAll()
         exitWatches.removeAll()
         bus.onMessage = nil
         bus.close()
@@ -218,44 +156,6 @@ public final class AudioSessionService {
     }
 
     // MARK: Incoming
-
-    private func received(_ m: DBusMessage) {
-        switch m.kind {
-        case .methodCall: methodCall(m)
-        case .signal:
-            // Who sent it is checked before anything is decoded: only the bus driver speaks for the bus, and only
-            // a player's current connection for that player (the transport already dropped unicast signals).
-            if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged", m.isFromBus, m.signature == "sss" {
-                let a = m.arguments
-                guard a.count == 3, let name = a[0].stringValue, let old = a[1].stringValue, let new = a[2].stringValue
-                else { return }
-                if new.isEmpty {
-                    credentials[name] = nil
-                    busNameGone(name)
-                }
-                mpris?.nameOwnerChanged(name: name, old: old, new: new)
-                gameMode?.nameOwnerChanged(name: name, old: old, new: new)
-                feedbackd?.nameOwnerChanged(name: name, new: new)
-                for s in sessionCallSources { _ = s.received(m) }
-            } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
-                m.path == MPRISWatcher.path, m.signature == "sa{sv}as", let sender = m.sender,
-                mpris?.follows(sender) == true
-            {
-                mpris?.propertiesChanged(sender: sender, m.arguments)
-            } else if m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
-                m.path == Feedbackd.path, m.signature == "sa{sv}as", let sender = m.sender, feedbackd?.follows(sender) == true
-            {
-                feedbackd?.propertiesChanged(m.arguments)
-            } else if m.interface == GameModeWatcher.name, m.path == GameModeWatcher.path, m.signature == "io",
-                let sender = m.sender, gameMode?.follows(sender) == true, let member = m.member
-            {
-                gameMode?.signal(member: member, m.arguments)
-            } else if let sender = m.sender, sessionCallSources.contains(where: { $0.owner == sender }) {
-                for s in sessionCallSources where s.received(m) { break }
-            }
-        default: break
-        }
-    }
 
     /// `args` are taken when the answer leaves, not when it is made: a `Get` held behind an earlier call's reply
     /// shows what that call's step published.
@@ -422,8 +322,7 @@ public final class AudioSessionService {
     /// Carries out the engine's effects on the bus: replies, signals, objects and property changes. Call with every
     /// step's effects, in order.
     public func publish(_ effects: [Effect]) {
-        // A player's Paused (a step of its own) may be what a sleep waits for.
-        defer { if !pauseWaiters.isEmpty { checkPauseWaiters() } }
+        defer { platform.carryOut(effects) }
         for e in effects {
             switch e {
             case .reply(let r, let answer):
@@ -457,14 +356,7 @@ public final class AudioSessionService {
                 emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
                     .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
                 ])
-            case .mprisPause(let player):
-                guard let mpris else { continue }
-                pausesInFlight += 1
-                mpris.send("Pause", to: player) { [weak self] in self?.pauseAnswered() }
-            case .mprisPlay(let player):
-                mpris?.send("Play", to: player)
             case .managerPropertiesChanged(let props):
-                for case .silentMode(let on) in props { feedbackd?.silentModeChanged(on) }
                 let changed = props.map(Self.value)
                 for (name, v) in changed { publishedManager[name] = v }
                 emit(API.managerPath, API.properties.name, "PropertiesChanged", [
@@ -476,76 +368,17 @@ public final class AudioSessionService {
         }
     }
 
-    private func pauseAnswered() {
-        pausesInFlight -= 1
-        checkPauseWaiters()
-    }
-
-    /// Sleep waits on these: every `Pause` answered, and every player it paused paused (`Engine.playerStillPlays`).
-    private func checkPauseWaiters() {
-        guard !pauseWaiters.isEmpty, pausesInFlight == 0, let host else { return }
-        let engine = host.engine
-        var waiting: [(players: [PlayerID], run: () -> Void)] = []
-        for w in pauseWaiters {
-            if w.players.contains(where: engine.playerStillPlays) { waiting.append(w) } else { w.run() }
-        }
-        pauseWaiters = waiting
-    }
-
-    /// Runs `then` once every `Pause` sent so far is answered and `players` have paused, or after
-    /// `within` at most — once.
-    func afterPauses(of players: [PlayerID], within: UInt64, _ then: @escaping () -> Void) {
-        final class Once {
-            var done = false
-            var timer: (any DBusLoopTimer)?
-        }
-        let once = Once()
-        let run = {
-            guard !once.done else { return }
-            once.done = true
-            once.timer?.cancel()
-            once.timer = nil
-            then()
-        }
-        pauseWaiters.append((players, run))
-        once.timer = bus.loop.dbusTimer(afterNanoseconds: within, run)
-        checkPauseWaiters()
-    }
-
     /// Puts the loop thread — the one this service, the engine and the sound-server connection share — at nice
-    /// `level` (the config's `nice-level`), through RealtimeKit on the system bus when the kernel refuses audiod.
-    /// Call after `followPlatform` (which connects the system bus), and again after a reload.
-    public func setLoopPriority(nice level: Int32) {
-        if loopPriority == nil { loopPriority = LoopPriority(logger: logger) }
-        loopPriority?.apply(level, systemBus: systemBus)
-    }
+    /// `level` (the config's `nice-level`). Call after `followPlatform`, and again after a reload.
+    public func setLoopPriority(nice level: Int32) { platform.setLoopPriority(nice: level) }
 
     /// What audiod follows of the platform (`ListPlatformSources`, `audioctl status`).
     func platformSources() -> [DBusValue] {
-        var rows: [(String, String, Bool, String)] = []
-        if let l = lockAndSleep {
-            let st = l.status
-            rows.append(("logind", "system", st.found, st.detail))
-        } else {
-            rows.append(("logind", "system", false, systemBus == nil ? "no system bus" : "not followed"))
-        }
-        if let f = feedbackd {
-            let st = f.status
-            rows.append(("feedbackd", "session", st.found, st.detail))
-        }
-        for s in sessionCallSources + systemCallSources {
-            rows.append((s.kind.rawValue, s.kind == .modemManager ? "system" : "session", s.owner != nil,
-                         s.owner != nil ? "its calls interrupt others" : "not running"))
-        }
-        if let p = loopPriority {
-            let st = p.status
-            rows.append(("RealtimeKit", "system", st.found, st.detail))
-        }
-        if let g = gameMode {
-            rows.append(("GameMode", "session", g.owner != nil, g.owner != nil ? "its games count as games" : "not running"))
-        }
-        return rows.map { name, bus, found, detail in
-            .properties([("name", .string(name)), ("bus", .string(bus)), ("found", .bool(found)), ("detail", .string(detail))])
+        platform.sources().map { row in
+            .properties([
+                ("name", .string(row.name)), ("bus", .string(row.bus)), ("found", .bool(row.found)),
+                ("detail", .string(row.detail)),
+            ])
         }
     }
 
@@ -742,7 +575,7 @@ public final class AudioSessionService {
         if Self.isServiceManager(pid) {
             return "pid \(named) is your service manager (systemd --user): a session for it would hold every stream you play" + tail
         }
-        if logind?.leaders.contains(pid) == true {
+        if platform.isSessionLeader(pid) {
             return "pid \(named) is the leader of one of your login sessions: a session for it would hold every stream you play" + tail
         }
         let me = UInt32(getpid())
@@ -859,8 +692,16 @@ public final class AudioSessionService {
                 let pid = map["ProcessID"]?.uint32Value, let uid = map["UnixUserID"]?.uint32Value
             else { return self.fail(m, .failed("the bus did not say which process is calling")) }
             let c = Caller(pid: pid, uid: uid)
-            self.credentials[sender] = c
+            self.remember(sender, c)
             body(c)
+        }
+    }
+
+    private func remember(_ sender: String, _ c: Caller) {
+        if credentials.updateValue(c, forKey: sender) == nil { credentialsOrder.append(sender) }
+        guard credentialsOrder.count > Self.maximumCachedCallers else { return }
+        if let i = credentialsOrder.firstIndex(where: { sessionsByBusName[$0] == nil }) {
+            credentials[credentialsOrder.remove(at: i)] = nil
         }
     }
 
@@ -869,6 +710,13 @@ public final class AudioSessionService {
     private func adopt(_ id: SessionID, owner: Owner) {
         owners[id] = owner
         sessionsByBusName[owner.busName, default: []].insert(id)
+        if ownerWatches[owner.busName] == nil {
+            let name = owner.busName
+            let w = platform.sessionLink.follow(name)
+            w.onVanished = { [weak self] _ in self?.busNameGone(name) }
+            ownerWatches[name] = w
+            w.start()
+        }
         // The caller may have gone between its call and now: ask, so that its session is not kept forever.
         if let q = DBusMessage.methodCall(
             destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -909,11 +757,15 @@ public final class AudioSessionService {
         if let pid = implicitPids.removeValue(forKey: id) { unwatchPid(pid, id) }
         guard let owner = owners.removeValue(forKey: id) else { return }
         sessionsByBusName[owner.busName]?.remove(id)
-        if sessionsByBusName[owner.busName]?.isEmpty == true { sessionsByBusName[owner.busName] = nil }
+        if sessionsByBusName[owner.busName]?.isEmpty == true {
+            sessionsByBusName[owner.busName] = nil
+            ownerWatches[owner.busName] = nil
+        }
         unwatchPid(owner.pid, id)
     }
 
     private func busNameGone(_ name: String) {
+        if let i = credentialsOrder.firstIndex(of: name) { credentials[credentialsOrder.remove(at: i)] = nil }
         guard let ids = sessionsByBusName[name] else { return }
         for id in ids.sorted() where owners[id]?.lifetime == .connection {
             logger.debug("session owner left the bus", metadata: ["session": "\(id.rawValue)", "owner": "\(name)"])

@@ -674,8 +674,17 @@ public final class DBusConnection {
 
     /// `AddMatch` without waiting for the bus's answer.
     public func addMatch(_ rule: String) {
+        guard !closed else { return }
         let before = dbus_connection_get_outgoing_size(raw)
         dbus_bus_add_match(raw, rule, nil)
+        noteQueue(before: before)
+    }
+
+    /// `RemoveMatch` without waiting for the bus's answer (one rule added by `addMatch`, exactly as written there).
+    public func removeMatch(_ rule: String) {
+        guard !closed else { return }
+        let before = dbus_connection_get_outgoing_size(raw)
+        dbus_bus_remove_match(raw, rule, nil)
         noteQueue(before: before)
     }
 

@@ -116,6 +116,9 @@ struct Simulation {
         /// SPEC §10: the platform's calls as one (an index into `platformCalls`), and a session's wish not to be
         /// interrupted by a call that only rings.
         case platformCall(Int)
+        /// The system bus lost, with ModemManager's calls: what the other sources still say (an index into
+        /// `platformCalls`).
+        case platformCallLost(Int)
         case prefersNoInterruptions(session: Int)
         /// The microphone switch on the default source or another one.
         case microphone(source: String, muted: Bool)
@@ -175,7 +178,9 @@ struct Simulation {
             case 19:
                 switch p % 5 {
                 case 0, 1: self = .handlesSecondary(session: (p / 5) % 6)
-                case 2: self = .platformCall((p / 5) % Op.platformCalls.count)
+                case 2:
+                    let k = (p / 5) % (Op.platformCalls.count * 2)
+                    self = k < Op.platformCalls.count ? .platformCall(k) : .platformCallLost(k - Op.platformCalls.count)
                 case 3: self = .prefersNoInterruptions(session: (p / 5) % 6)
                 default: self = .microphone(source: ["default", "usb-mic"][(p / 5) % 2], muted: (p / 10) % 2 == 0)
                 }
@@ -235,6 +240,8 @@ struct Simulation {
             case .platformCall(let k):
                 return Op.platformCalls[k].map { "platform call \($0.state.rawValue)\($0.allRinging ? " (only rings)" : "") app \($0.appID ?? "-")" }
                     ?? "platform call ends"
+            case .platformCallLost(let k):
+                return "the system bus is lost; " + (Op.platformCalls[k].map { "the other sources say \($0.state.rawValue)" } ?? "no call is left")
             case .prefersNoInterruptions(let s): return "session#\(s) toggles PrefersNoInterruptionsFromSystemAlerts"
             case .microphone(let source, let muted): return "the user \(muted ? "mutes" : "unmutes") source \(source)"
             case .lock(let on): return on ? "the screen locks" : "the screen unlocks"
@@ -478,6 +485,12 @@ struct Simulation {
             step(.setHandlesSecondaryAudio(nextRequest(), id, !v.handlesSecondaryAudio))
         case .platformCall(let k):
             step(.platformCall(Op.platformCalls[k]))
+        case .platformCallLost(let k):
+            let effects = step(.platformCallSourceLost(remaining: Op.platformCalls[k]))
+            // SPEC §10: the call may still be going on, so no player is played when it ends this way.
+            if Op.platformCalls[k] == nil, effects.contains(where: { if case .mprisPlay = $0 { true } else { false } }) {
+                problems.append("a player was played when the calls' bus was lost")
+            }
         case .prefersNoInterruptions(let k):
             guard let id = session(k), let v = engine.session(id) else { return }
             step(.setPrefersNoInterruptions(nextRequest(), id, !v.prefersNoInterruptionsFromSystemAlerts))
@@ -595,6 +608,8 @@ struct Simulation {
         // The platform's last call ended: it deactivates with notify (SPEC §10); or the call app's streams went to
         // the platform call, ending the app's own implicit call with notify, as a stream taken by a session does.
         case .platformCall: return true
+        // Calls lost with their bus end without notify; what remains may still move the call app's streams.
+        case .platformCallSourceLost(let remaining): return remaining != nil
         // Unlocking lets the sessions the lock interrupted resume (SPEC §10).
         case .screenLocked(false): return true
         // An implicit call ends with notify when its linger runs out or its last stream is taken or gone.

@@ -40,7 +40,7 @@ enum CallPhase: Equatable, Sendable {
 /// and whether every call only rings. The engine hears of it only when the merge changes. Confined to the loop
 /// thread.
 final class PlatformCalls {
-    private weak var host: PolicyHost?
+    private weak var host: PlatformHost?
     private var logger: Logger
     /// Calls by source, then by the source's key for the call (its object path, never its number).
     private var calls: [String: [String: CallPhase]] = [:]
@@ -50,7 +50,7 @@ final class PlatformCalls {
     /// More calls than a phone has at once are not followed (a misbehaving source must not grow audiod).
     static let maximumCallsPerSource = 32
 
-    init(host: PolicyHost, logger: Logger) {
+    init(host: PlatformHost, logger: Logger) {
         self.host = host
         self.logger = logger
     }
@@ -81,18 +81,19 @@ final class PlatformCalls {
         publish()
     }
 
-    /// A source went away (or was read again from the start): its calls are over.
-    func clear(_ source: String) {
+    /// A source went away (or was read again from the start): its calls are over. `busLost`: its bus was lost, so
+    /// they may still be going on — they end without resuming anyone (SPEC §10).
+    func clear(_ source: String, busLost: Bool = false) {
         guard calls.removeValue(forKey: source) != nil else { return }
-        publish()
+        publish(busLost: busLost)
     }
 
-    private func publish() {
+    private func publish(busLost: Bool = false) {
         let merged = Self.merge(calls, apps: apps)
         guard merged != last else { return }
         last = merged
-        logger.debug("platform call: \(merged?.state.rawValue ?? "none")")
-        host?.handle(.platformCall(merged))
+        logger.debug("platform call: \(merged?.state.rawValue ?? "none")\(busLost ? " (a source's bus was lost)" : "")")
+        host?.handle(busLost ? .platformCallSourceLost(remaining: merged) : .platformCall(merged))
     }
 
     /// SPEC §10: `ringing` if any call rings in or waits, else `dialing`, else `active`, else `held`; no call, nil.
@@ -107,9 +108,9 @@ final class PlatformCalls {
     }
 }
 
-/// One source of calls on one bus: GNOME Calls, ModemManager or callaudiod. It talks only to a name that has an
-/// owner (NO_AUTO_START on every call), believes signals only from that owner, and reads everything again when
-/// the owner changes. Confined to the loop thread.
+/// One source of calls on one bus: GNOME Calls, ModemManager or callaudiod. Through its `NameWatch` it talks only to
+/// the name's owner (NO_AUTO_START on every call), believes signals only from that owner, and reads everything
+/// again when the owner changes. Confined to the loop thread.
 final class CallSource {
     enum Kind: String {
         case gnomeCalls = "GNOME Calls"
@@ -142,41 +143,28 @@ final class CallSource {
     static let properties = "org.freedesktop.DBus.Properties"
 
     let kind: Kind
-    private let bus: DBusConnection
+    private let watch: NameWatch
     private let calls: PlatformCalls
     private var logger: Logger
-    private(set) var owner: String?
-    /// Bumped whenever the owner changes: answers to an older owner's reads are dropped.
-    private var generation = 0
+    var owner: String? { watch.owner }
 
-    init(_ kind: Kind, bus: DBusConnection, calls: PlatformCalls, logger: Logger) {
+    init(_ kind: Kind, link: BusLink, calls: PlatformCalls, logger: Logger) {
         self.kind = kind
-        self.bus = bus
         self.calls = calls
         self.logger = logger
+        watch = link.follow(kind.name, signals: ["type='signal',sender='\(kind.name)'"])
         if kind == .gnomeCalls { calls.setApp(of: kind.rawValue, id: "org.gnome.Calls", name: "Calls") }
         if kind == .plasma { calls.setApp(of: kind.rawValue, id: "org.kde.phone.dialer", name: "Phone") }
+        watch.onAppeared = { [weak self] _ in self?.appeared() }
+        watch.onVanished = { [weak self] loss in self?.vanished(loss) }
+        link.onSignal { [weak self] m in _ = self?.received(m) }
     }
 
-    func start() {
-        bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(kind.name)'")
-        bus.addMatch("type='signal',sender='\(kind.name)'")
-        bus.nameOwner(of: kind.name) { [weak self] unique in
-            guard let self, let unique, self.owner == nil else { return }
-            self.appeared(unique)
-        }
-    }
+    func start() { watch.start() }
 
     /// Handles a signal if it is this source's; false otherwise.
     func received(_ m: DBusMessage) -> Bool {
-        if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged", m.isFromBus, m.signature == "sss" {
-            let a = m.arguments
-            guard a.count == 3, a[0].stringValue == kind.name, let new = a[2].stringValue else { return false }
-            if owner != nil { vanished() }
-            if !new.isEmpty { appeared(new) }
-            return false  // Others may follow the name too.
-        }
-        guard let sender = m.sender, sender == owner, let path = m.path, let member = m.member else { return false }
+        guard watch.isOwner(m.sender), let path = m.path, let member = m.member else { return false }
         let a = m.arguments
         switch (kind, m.interface ?? "", member) {
         case (.gnomeCalls, "org.freedesktop.DBus.ObjectManager", "InterfacesAdded"):
@@ -238,18 +226,14 @@ final class CallSource {
         return true
     }
 
-    private func appeared(_ unique: String) {
-        owner = unique
-        generation += 1
+    private func appeared() {
         logger.info("\(kind.rawValue) found: its calls interrupt others")
         readAll()
     }
 
-    private func vanished() {
-        owner = nil
-        generation += 1
-        logger.info("\(kind.rawValue) went away: its calls are over")
-        calls.clear(kind.rawValue)
+    private func vanished(_ loss: NameWatch.Loss) {
+        if loss == .released { logger.info("\(kind.rawValue) went away: its calls are over") }
+        calls.clear(kind.rawValue, busLost: loss == .busLost)
     }
 
     /// Everything again, for a source found while calls may already be under way.
@@ -313,15 +297,7 @@ final class CallSource {
     /// an error or when the owner changed meanwhile).
     private func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue],
                       _ reply: @escaping ([DBusValue]?) -> Void) {
-        guard let owner, let m = DBusMessage.methodCall(destination: owner, path: path, interface: interface, member: member)
-        else { return }
-        m.setNoAutoStart()
-        m.append(args)
-        let mine = generation
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self, self.generation == mine else { return }
-            reply(r?.kind == .methodReturn ? r?.arguments : nil)
-        }
+        watch.call(path, interface, member, args) { r in reply(r?.kind == .methodReturn ? r?.arguments : nil) }
     }
 }
 

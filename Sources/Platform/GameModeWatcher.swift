@@ -4,42 +4,36 @@ import Logging
 
 /// Follows GameMode (`com.feralinteractive.GameMode`, from Debian's gamemode package) on the session bus: which host
 /// pids are registered as games, handed to the engine as game evidence (SPEC §7). It never starts gamemoded (it is
-/// bus-activatable): it asks only a name that has an owner, with NO_AUTO_START, and believes signals only from that
-/// owner. Confined to the loop thread.
+/// bus-activatable): its `NameWatch` asks only the owner, and believes signals only from it. Confined to the loop
+/// thread.
 final class GameModeWatcher {
     static let name = "com.feralinteractive.GameMode"
     static let path = "/com/feralinteractive/GameMode"
 
-    private let bus: DBusConnection
-    private weak var host: PolicyHost?
+    private let watch: NameWatch
+    private weak var host: PlatformHost?
     private var logger: Logger
-    /// The current owner's unique name; nil while GameMode is not running.
-    private(set) var owner: String?
     private var games: Set<UInt32> = []
     /// More registrations than any desktop has are dropped (a misbehaving owner must not grow audiod).
     static let maximumGames = 1024
 
-    init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
-        self.bus = bus
+    var owner: String? { watch.owner }
+
+    init(link: BusLink, host: PlatformHost, logger: Logger) {
         self.host = host
         self.logger = logger
-    }
-
-    func start() {
-        bus.addMatch("type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'")
-        bus.nameOwner(of: Self.name) { [weak self] unique in
-            guard let self, let unique, self.owner == nil else { return }
-            self.appeared(unique)
+        watch = link.follow(Self.name, signals: ["type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'"])
+        watch.onAppeared = { [weak self] _ in self?.appeared() }
+        watch.onVanished = { [weak self] _ in self?.vanished() }
+        link.onSignal { [weak self] m in
+            guard let self, self.watch.isOwner(m.sender), m.interface == Self.name, m.path == Self.path,
+                m.signature == "io", let member = m.member
+            else { return }
+            self.signal(member: member, m.arguments)
         }
     }
 
-    func nameOwnerChanged(name: String, old: String, new: String) {
-        guard name == Self.name else { return }
-        if !old.isEmpty { vanished() }
-        if !new.isEmpty { appeared(new) }
-    }
-
-    func follows(_ sender: String) -> Bool { owner == sender }
+    func start() { watch.start() }
 
     /// `GameRegistered(i pid, o)` / `GameUnregistered(i pid, o)` from the owner.
     func signal(member: String, _ args: [DBusValue]) {
@@ -58,14 +52,10 @@ final class GameModeWatcher {
         host?.handle(.gameModeGames(games))
     }
 
-    private func appeared(_ unique: String) {
-        owner = unique
+    private func appeared() {
         logger.info("GameMode found: its registered games count as games")
-        guard let m = DBusMessage.methodCall(destination: unique, path: Self.path, interface: Self.name, member: "ListGames")
-        else { return }
-        m.setNoAutoStart()
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self, self.owner == unique else { return }
+        watch.call(Self.path, Self.name, "ListGames") { [weak self] r in
+            guard let self else { return }
             guard r?.kind == .methodReturn, case .array(_, let items)? = r?.arguments.first else {
                 self.logger.debug("GameMode: ListGames did not answer with a(io)")
                 return
@@ -80,7 +70,6 @@ final class GameModeWatcher {
     }
 
     private func vanished() {
-        owner = nil
         guard !games.isEmpty else { return }
         games.removeAll()
         logger.info("GameMode went away")

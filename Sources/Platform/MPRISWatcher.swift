@@ -5,7 +5,9 @@ import Logging
 /// Follows MPRIS players on the session bus (POLICY §7) and carries out the engine's `Pause`/`Play` on them.
 ///
 /// A player is known by its first well-known name; other names of the same process are aliases (some players
-/// register two). Proxies that stand for other players (playerctld) are ignored. Confined to the loop thread.
+/// register two). Proxies that stand for other players (playerctld) are ignored. Players come and go under one
+/// `arg0namespace='org.mpris.MediaPlayer2'` match; every call goes to a player's unique name. Confined to the loop
+/// thread.
 final class MPRISWatcher {
     static let prefix = "org.mpris.MediaPlayer2."
     static let path = "/org/mpris/MediaPlayer2"
@@ -19,8 +21,8 @@ final class MPRISWatcher {
         var pid: UInt32
     }
 
-    private let bus: DBusConnection
-    private weak var host: PolicyHost?
+    private let link: BusLink
+    private weak var host: PlatformHost?
     private var logger: Logger
     /// By the player's (first) well-known name.
     private var players: [String: Player] = [:]
@@ -40,8 +42,8 @@ final class MPRISWatcher {
     private var pending: [String: Lookup] = [:]
     private let maximumPlayers: Int
 
-    init(bus: DBusConnection, host: PolicyHost, maximumPlayers: Int, logger: Logger) {
-        self.bus = bus
+    init(link: BusLink, host: PlatformHost, maximumPlayers: Int, logger: Logger) {
+        self.link = link
         self.host = host
         self.maximumPlayers = maximumPlayers
         self.logger = logger
@@ -54,7 +56,16 @@ final class MPRISWatcher {
     }
 
     func start() {
-        bus.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(Self.path)'")
+        link.followNamespace(String(Self.prefix.dropLast())) { [weak self] name, old, new in
+            self?.nameOwnerChanged(name: name, old: old, new: new)
+        }
+        link.connection?.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(Self.path)'")
+        link.onSignal { [weak self] m in
+            guard let self, m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
+                m.path == Self.path, m.signature == "sa{sv}as", let sender = m.sender, self.follows(sender)
+            else { return }
+            self.propertiesChanged(sender: sender, m.arguments)
+        }
         busCall("ListNames", []) { [weak self] r in
             guard let self, case .array(_, let names)? = r?.arguments.first else { return }
             for case .string(let n) in names where n.hasPrefix(Self.prefix) { self.appeared(n, owner: nil) }
@@ -62,17 +73,23 @@ final class MPRISWatcher {
     }
 
     private func busCall(_ member: String, _ args: [DBusValue], _ reply: @escaping (DBusMessage?) -> Void) {
-        guard let m = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: member)
+        link.busCall(member, args, reply)
+    }
+
+    /// A call to a player's current connection (its unique name: nothing is started), never waiting past 5 s.
+    private func playerCall(_ unique: String, _ interface: String, _ member: String, _ args: [DBusValue],
+                            _ reply: @escaping (DBusMessage?) -> Void) {
+        guard let c = link.connection,
+            let m = DBusMessage.methodCall(destination: unique, path: Self.path, interface: interface, member: member)
         else { return reply(nil) }
-        m.append(args)
-        bus.call(m, timeoutMilliseconds: 5_000) { r in reply(r?.kind == .methodReturn ? r : nil) }
+        m.setNoAutoStart()
+        guard m.append(args) else { return reply(nil) }
+        c.call(m, timeoutMilliseconds: 5_000, reply: reply)
     }
 
     // MARK: Bus events
 
-    /// `NameOwnerChanged` for any name.
+    /// `NameOwnerChanged` for a name under `org.mpris.MediaPlayer2`.
     func nameOwnerChanged(name: String, old: String, new: String) {
         guard name.hasPrefix(Self.prefix) else { return }
         if !old.isEmpty { vanished(name) }
@@ -124,7 +141,7 @@ final class MPRISWatcher {
                 self.pending[name] = nil
                 return
             }
-            self.readStatus(name, attemptsLeft: 5) { [weak self] read in
+            self.readStatus(name, unique: unique, attemptsLeft: 5) { [weak self] read in
                 guard let self, let lookup = self.pending.removeValue(forKey: name) else { return }
                 let status = lookup.signalled ?? read ?? .stopped
                 // One process, several names: the first is the player; the rest add nothing.
@@ -146,11 +163,12 @@ final class MPRISWatcher {
     /// second later settles it, unless the player has signalled a status since.
     private func confirmLater(_ name: String, _ status: PlaybackStatus) {
         signalledSinceFollowed.remove(name)
-        confirmations[name] = bus.loop.dbusTimer(afterNanoseconds: 1_000_000_000) { [weak self] in
+        confirmations[name] = link.loop.dbusTimer(afterNanoseconds: 1_000_000_000) { [weak self] in
             guard let self else { return }
             self.confirmations[name] = nil
             guard self.players[name] != nil, !self.signalledSinceFollowed.contains(name) else { return }
-            self.readStatus(name, attemptsLeft: 1) { [weak self] read in
+            guard let unique = self.players[name]?.unique else { return }
+            self.readStatus(name, unique: unique, attemptsLeft: 1) { [weak self] read in
                 guard let self, let read, read != status, self.players[name] != nil,
                     !self.signalledSinceFollowed.contains(name)
                 else { return }
@@ -162,19 +180,16 @@ final class MPRISWatcher {
 
     /// `Get PlaybackStatus`; nil when the player did not answer with a status (its object may not be exported
     /// yet: asked again every 200 ms, `attemptsLeft` times in all).
-    private func readStatus(_ name: String, attemptsLeft: Int, _ done: @escaping (PlaybackStatus?) -> Void) {
-        guard let m = DBusMessage.methodCall(
-            destination: name, path: Self.path, interface: "org.freedesktop.DBus.Properties", member: "Get")
-        else { return done(nil) }
-        m.append([.string(Self.playerInterface), .string("PlaybackStatus")])
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
+    private func readStatus(_ name: String, unique: String, attemptsLeft: Int, _ done: @escaping (PlaybackStatus?) -> Void) {
+        playerCall(unique, "org.freedesktop.DBus.Properties", "Get", [.string(Self.playerInterface), .string("PlaybackStatus")]) {
+            [weak self] r in
             if case .variant(.string(let s))? = r?.arguments.first, let status = PlaybackStatus(rawValue: s) {
                 return done(status)
             }
             guard let self, attemptsLeft > 1, r?.kind == .error else { return done(nil) }
-            self.confirmations["get " + name] = self.bus.loop.dbusTimer(afterNanoseconds: 200_000_000) { [weak self] in
+            self.confirmations["get " + name] = self.link.loop.dbusTimer(afterNanoseconds: 200_000_000) { [weak self] in
                 self?.confirmations["get " + name] = nil
-                self?.readStatus(name, attemptsLeft: attemptsLeft - 1, done)
+                self?.readStatus(name, unique: unique, attemptsLeft: attemptsLeft - 1, done)
             }
         }
     }
@@ -195,10 +210,10 @@ final class MPRISWatcher {
     /// `done` runs when the player answered (or did not within the timeout).
     func send(_ method: String, to player: PlayerID, done: @escaping () -> Void = {}) {
         logger.debug("MPRIS \(method)", metadata: ["player": "\(player.busName)"])
-        guard method == "Pause" || method == "Play",
-            let m = DBusMessage.methodCall(destination: player.busName, path: Self.path, interface: Self.playerInterface, member: method)
-        else { return done() }
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
+        // To the connection audiod follows as that player, never to the well-known name (which a newcomer may own
+        // by now, or which might start something).
+        guard method == "Pause" || method == "Play", let unique = players[player.busName]?.unique else { return done() }
+        playerCall(unique, Self.playerInterface, method, []) { [weak self] r in
             done()
             if r == nil || r?.kind == .error {
                 self?.logger.warning("MPRIS \(method) failed", metadata: [

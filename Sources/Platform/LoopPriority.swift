@@ -16,6 +16,11 @@ import Logging
 /// which grants a user's process a nice level down to its `MinNiceLevel` (−15 by default). Not real-time
 /// scheduling: the loop does little per event and must never starve the machine; a nice level only decides who
 /// runs first when the CPUs are all busy.
+///
+/// The one call audiod makes to a well-known name, and without NO_AUTO_START: RealtimeKit is a broker asked once,
+/// not a source followed, and starting it is what asking it means (the sound server has normally started it
+/// already; where it is not installed the call fails at once). Every other platform call goes to an owner's unique
+/// name through a `NameWatch`.
 final class LoopPriority {
     static let rtkitName = "org.freedesktop.RealtimeKit1"
     static let rtkitPath = "/org/freedesktop/RealtimeKit1"

@@ -13,8 +13,9 @@ import Logging
 /// Sleep: audiod holds a `delay` inhibitor while awake — the one descriptor from the bus it keeps — so that on
 /// `PrepareForSleep(true)` it interrupts, pauses the players and only then lets the machine sleep (within 200 ms).
 ///
-/// Believed only from the current owner of `org.freedesktop.login1`; every call is NO_AUTO_START. Confined to the
-/// loop thread.
+/// Believed only from the current owner of `org.freedesktop.login1`, called only through its `NameWatch`
+/// (NO_AUTO_START, answers from an earlier owner dropped). When logind goes away or the system bus is lost, the
+/// screen reads unlocked, a sleep in progress ends and the inhibitor is closed. Confined to the loop thread.
 final class LockAndSleep {
     static let name = LogindWatcher.name
     static let managerPath = LogindWatcher.path
@@ -26,18 +27,17 @@ final class LockAndSleep {
     /// `Pause` (SPEC §10 allows 200 ms; the rest is the margin for the bus).
     static let releaseWithinNanoseconds: UInt64 = 150_000_000
 
-    private let bus: DBusConnection
-    private weak var host: PolicyHost?
+    private let watch: NameWatch
+    private weak var host: PlatformHost?
     private var logger: Logger
     private let uid = getuid()
     /// Runs its last argument once the `Pause` calls audiod sent have been answered and the players paused say so,
     /// or after the time given at most.
     private let afterPauses: ([PlayerID], UInt64, @escaping () -> Void) -> Void
-    private(set) var owner: String?
-    /// Bumped when the owner changes or the lock is looked up again: older answers are dropped.
+    var owner: String? { watch.owner }
+    /// Bumped when the lock is looked up again: older answers are dropped. (Answers from an earlier owner never
+    /// arrive: the watch drops them.)
     private var generation = 0
-    /// Bumped only when the owner changes: an inhibitor asked of an earlier logind is not this one's.
-    private var ownerGeneration = 0
     private var userPath: String?
     /// The session whose `LockedHint` is the lock screen, and how it was found.
     private(set) var lockSession: (path: String, how: String)?
@@ -51,27 +51,23 @@ final class LockAndSleep {
     private var sleepCycle = 0
     private(set) var preparingForSleep = false
 
-    init(bus: DBusConnection, host: PolicyHost, logger: Logger,
+    init(link: BusLink, host: PlatformHost, logger: Logger,
          afterPauses: @escaping ([PlayerID], UInt64, @escaping () -> Void) -> Void) {
-        self.bus = bus
         self.host = host
         self.logger = logger
         self.afterPauses = afterPauses
+        watch = link.follow(Self.name, signals: [
+            "type='signal',sender='\(Self.name)',interface='\(Self.manager)',path='\(Self.managerPath)'",
+            "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged'",
+        ])
+        watch.onAppeared = { [weak self] _ in self?.appeared() }
+        watch.onVanished = { [weak self] loss in self?.vanished(loss) }
+        link.onSignal { [weak self] m in self?.received(m) }
     }
 
     deinit { releaseInhibitor() }
 
-    func start() {
-        // The manager's signals and the owner's changes are matched by LogindWatcher; property changes here.
-        bus.addMatch("type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged'")
-        bus.nameOwner(of: Self.name) { [weak self] unique in
-            guard let self, self.owner == nil else { return }
-            guard let unique else {
-                return self.logger.info("logind is not on the system bus: the lock screen and sleep are not followed")
-            }
-            self.appeared(unique)
-        }
-    }
+    func start() { watch.start() }
 
     /// What `ListPlatformSources` says of it.
     var status: (found: Bool, detail: String) {
@@ -92,16 +88,9 @@ final class LockAndSleep {
         return (true, parts.joined(separator: "; "))
     }
 
-    /// A signal on the system bus, if it is logind's (or about its name).
+    /// A signal on the system bus, if it is logind's.
     func received(_ m: DBusMessage) {
-        if m.interface == "org.freedesktop.DBus", m.member == "NameOwnerChanged", m.isFromBus, m.signature == "sss" {
-            let a = m.arguments
-            guard a.count == 3, a[0].stringValue == Self.name, let new = a[2].stringValue else { return }
-            if owner != nil { vanished() }
-            if !new.isEmpty { appeared(new) }
-            return
-        }
-        guard let sender = m.sender, sender == owner, let member = m.member else { return }
+        guard watch.isOwner(m.sender), let member = m.member else { return }
         switch (m.interface ?? "", member) {
         case (Self.manager, "PrepareForSleep"):
             guard m.path == Self.managerPath, m.signature == "b", case .bool(let going)? = m.arguments.first else {
@@ -131,24 +120,21 @@ final class LockAndSleep {
         }
     }
 
-    private func appeared(_ unique: String) {
-        owner = unique
+    private func appeared() {
         generation += 1
-        ownerGeneration += 1
         inhibitRefused = nil
         findLockSession()
         takeInhibitor()
     }
 
-    private func vanished() {
-        owner = nil
+    private func vanished(_ loss: NameWatch.Loss) {
         generation += 1
-        ownerGeneration += 1
         userPath = nil
         lockSession = nil
+        lastLockLine = ""
         releaseInhibitor()
         inhibitRequested = false
-        logger.info("logind went away: the screen counts as unlocked, and sleep is not followed")
+        if loss == .released { logger.info("logind went away: the screen counts as unlocked, and sleep is not followed") }
         setLocked(false)
         // A sleep logind will never end must not hold everyone's audio.
         if preparingForSleep { prepareForSleep(false) }
@@ -256,16 +242,12 @@ final class LockAndSleep {
     private func takeInhibitor() {
         guard owner != nil, inhibitor < 0, !inhibitRequested else { return }
         inhibitRequested = true
-        let mine = ownerGeneration
         let args: [DBusValue] = [.string("sleep"), .string("audiod"), .string("Pausing media players before sleep"), .string("delay")]
+        // An answer from an earlier logind never comes here: the watch drops it, and the descriptor closes with it.
         call(Self.managerPath, Self.manager, "Inhibit", args) { [weak self] r in
             guard let self else { return }
             // The descriptor is taken before anything else: whatever happens next, it is closed or kept, never leaked.
             let fd = r?.kind == .methodReturn && r?.sender == self.owner ? r?.takeOnlyUnixFD() : nil
-            guard self.ownerGeneration == mine, self.owner != nil else {
-                if let fd { close(fd) }
-                return
-            }
             self.inhibitRequested = false
             guard let fd else {
                 let why = r?.errorName ?? (r == nil ? "no answer" : "an answer without a descriptor")
@@ -315,11 +297,7 @@ final class LockAndSleep {
 
     private func call(_ path: String, _ iface: String, _ member: String, _ args: [DBusValue],
                       _ reply: @escaping (DBusMessage?) -> Void) {
-        guard let owner, let m = DBusMessage.methodCall(destination: owner, path: path, interface: iface, member: member)
-        else { return reply(nil) }
-        m.setNoAutoStart()
-        m.append(args)
-        bus.call(m, timeoutMilliseconds: 5_000, reply: reply)
+        watch.call(path, iface, member, args, reply)
     }
 
     static func lastComponent(_ path: String) -> String {

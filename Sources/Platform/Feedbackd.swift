@@ -10,19 +10,18 @@ import Logging
 /// When feedbackd is found (at start, or when it appears) its profile wins. After that each change is mirrored
 /// exactly once: a change of SilentMode is written only when the profile says otherwise, so the profile's own
 /// `PropertiesChanged` that follows finds SilentMode already agreeing and nothing goes back. feedbackd is
-/// bus-activatable: every call is NO_AUTO_START, so audiod never starts it. Believed only from the name's owner.
-/// Confined to the loop thread.
+/// bus-activatable: its `NameWatch` calls only the owner, with NO_AUTO_START, so audiod never starts it. Believed
+/// only from the name's owner. Confined to the loop thread.
 final class Feedbackd {
     static let name = "org.sigxcpu.Feedback"
     static let path = "/org/sigxcpu/Feedback"
     static let interface = "org.sigxcpu.Feedback"
     static let properties = "org.freedesktop.DBus.Properties"
 
-    private let bus: DBusConnection
-    private weak var host: PolicyHost?
+    private let watch: NameWatch
+    private weak var host: PlatformHost?
     private var logger: Logger
-    private(set) var owner: String?
-    private var generation = 0
+    var owner: String? { watch.owner }
     /// The profile as feedbackd last said it, or as audiod last wrote it; nil while unknown (or not one of the
     /// three).
     private(set) var profile: String?
@@ -35,10 +34,24 @@ final class Feedbackd {
     private var echoes: [(profile: String, at: UInt64)] = []
     static let echoWindowNanoseconds: UInt64 = 1_000_000_000
 
-    init(bus: DBusConnection, host: PolicyHost, logger: Logger) {
-        self.bus = bus
+    init(link: BusLink, host: PlatformHost, logger: Logger) {
         self.host = host
         self.logger = logger
+        watch = link.follow(Self.name, signals: [
+            "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged',path='\(Self.path)'",
+        ])
+        watch.onAppeared = { [weak self] _ in self?.appeared() }
+        watch.onVanished = { [weak self] _ in
+            guard let self else { return }
+            self.profile = nil
+            self.logger.info("feedbackd went away: SilentMode stays as it is")
+        }
+        link.onSignal { [weak self] m in
+            guard let self, self.watch.isOwner(m.sender), m.interface == Self.properties, m.member == "PropertiesChanged",
+                m.path == Self.path, m.signature == "sa{sv}as"
+            else { return }
+            self.propertiesChanged(m.arguments)
+        }
     }
 
     /// SilentMode as a profile means it: nil for anything that is not a profile.
@@ -50,31 +63,11 @@ final class Feedbackd {
         }
     }
 
-    func start() {
-        bus.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.name)'")
-        bus.addMatch("type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged',path='\(Self.path)'")
-        bus.nameOwner(of: Self.name) { [weak self] unique in
-            guard let self, let unique, self.owner == nil else { return }
-            self.appeared(unique)
-        }
-    }
+    func start() { watch.start() }
 
     var status: (found: Bool, detail: String) {
         guard owner != nil else { return (false, "not running") }
         return (true, profile.map { "profile \($0)" } ?? "profile unknown")
-    }
-
-    func follows(_ sender: String) -> Bool { sender == owner }
-
-    func nameOwnerChanged(name: String, new: String) {
-        guard name == Self.name else { return }
-        if owner != nil {
-            owner = nil
-            profile = nil
-            generation += 1
-            logger.info("feedbackd went away: SilentMode stays as it is")
-        }
-        if !new.isEmpty { appeared(new) }
     }
 
     /// feedbackd's `PropertiesChanged` (the sender was checked).
@@ -103,13 +96,9 @@ final class Feedbackd {
         let new = on ? "quiet" : "full"
         profile = new
         echoes.append((new, Self.monotonic()))
-        guard let owner, let m = DBusMessage.methodCall(destination: owner, path: Self.path, interface: Self.properties, member: "Set")
-        else { return }
-        m.setNoAutoStart()
-        m.append([.string(Self.interface), .string("Profile"), .variant(.string(new))])
-        let mine = generation
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self, self.generation == mine, r?.kind != .methodReturn else { return }
+        watch.call(Self.path, Self.properties, "Set", [.string(Self.interface), .string("Profile"), .variant(.string(new))]) {
+            [weak self] r in
+            guard let self, r?.kind != .methodReturn else { return }
             self.logger.info("feedbackd did not take profile \(new) (\(r?.errorName ?? "no answer"))")
             self.read(atDiscovery: false)
         }
@@ -121,22 +110,15 @@ final class Feedbackd {
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
-    private func appeared(_ unique: String) {
-        owner = unique
-        generation += 1
+    private func appeared() {
         profile = nil
         echoes.removeAll()
         read(atDiscovery: true)
     }
 
     private func read(atDiscovery: Bool) {
-        guard let owner, let m = DBusMessage.methodCall(destination: owner, path: Self.path, interface: Self.properties, member: "Get")
-        else { return }
-        m.setNoAutoStart()
-        m.append([.string(Self.interface), .string("Profile")])
-        let mine = generation
-        bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self, self.generation == mine else { return }
+        watch.call(Self.path, Self.properties, "Get", [.string(Self.interface), .string("Profile")]) { [weak self] r in
+            guard let self else { return }
             guard r?.kind == .methodReturn, let v = r?.arguments.first else {
                 self.logger.info("feedbackd did not say its profile (\(r?.errorName ?? "no answer")): SilentMode stays as it is")
                 return
