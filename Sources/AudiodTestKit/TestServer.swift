@@ -637,16 +637,34 @@ public final class TestBus: @unchecked Sendable {
         }) else { throw TestKitError("mkdtemp failed") }
         directory = dir
         address = "unix:path=\(dir)/bus"
-        pid = try TestServer.posixSpawn(
-            ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=\(address)"],
-            environment: ProcessInfo.processInfo.environment, stdout: "\(dir)/bus.log")
-        guard waitFor(10, { FileManager.default.fileExists(atPath: "\(dir)/bus") }) else {
+        do {
+            try start()
+        } catch {
             stop()
-            throw TestKitError("the private dbus-daemon did not start")
+            throw error
         }
     }
 
     deinit { stop() }
+
+    /// Starts the dbus-daemon at `address` (again, after `kill`: a bus that comes back).
+    public func start() throws {
+        guard pid == 0 else { return }
+        pid = try TestServer.posixSpawn(
+            ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=\(address)"],
+            environment: ProcessInfo.processInfo.environment, stdout: "\(directory)/bus.log")
+        guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/bus") }) else {
+            throw TestKitError("the private dbus-daemon did not start")
+        }
+    }
+
+    /// Kills the dbus-daemon (SIGKILL: every connection drops at once) and keeps the directory for `start`.
+    public func killDaemon() {
+        guard pid > 0 else { return }
+        _ = TestServer.killAndReap(pid)
+        pid = 0
+        try? FileManager.default.removeItem(atPath: "\(directory)/bus")
+    }
 
     /// Sends `signal` to the dbus-daemon (SIGSTOP/SIGCONT: a bus that reads nothing for a while).
     public func send(signal: Int32) {

@@ -55,8 +55,8 @@ struct LockAndSleepTests {
     }
 
     /// logind with session `c1` of this user; `display`: its `User.Display` names the session (else it is empty).
-    func logind(_ server: TestServer, display: Bool = true) throws -> Logind {
-        let system = try TestBus()
+    func logind(_ server: TestServer, display: Bool = true, on bus: TestBus? = nil) throws -> Logind {
+        let system = try bus ?? TestBus()
         let child = try server.spawn(["/usr/bin/python3", "-m", "dbusmock", "--system", "-t", "logind"],
                                      environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], log: "logind.log")
         let bus = try BusClient(address: system.address)

@@ -59,12 +59,23 @@ struct PlatformCallTests {
         return mm
     }
 
-    /// A call appears as ModemManager announces one: the object, then `CallAdded` from the modem.
+    /// A call appears as ModemManager announces one: the object, the modem's `Calls` (what a client that comes
+    /// later reads), then `CallAdded` from the modem.
     func addModemCall(_ mm: Mock, _ n: Int, state: Int32) {
         mm.call("/org/freedesktop/ModemManager1", "org.freedesktop.DBus.Mock", "AddObject", [
             .objectPath(Self.callPath(n)), .string("org.freedesktop.ModemManager1.Call"),
             .properties([("State", .int32(state)), ("Direction", .int32(1)), ("Number", .string(Self.number))]),
             .array(element: "(ssss)", []),
+        ])
+        var calls: [DBusValue] = []
+        if case .success(let out) = mm.bus.callAny(destination: mm.name, Self.modem, "org.freedesktop.DBus.Properties", "Get", [
+            .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("Calls"),
+        ]), case .variant(.array(_, let items))? = out.first {
+            calls = items
+        }
+        calls.append(.objectPath(Self.callPath(n)))
+        mm.call(Self.modem, "org.freedesktop.DBus.Mock", "UpdateProperties", [
+            .string("org.freedesktop.ModemManager1.Modem.Voice"), .properties([("Calls", .array(element: "o", calls))]),
         ])
         mm.call(Self.modem, "org.freedesktop.DBus.Mock", "EmitSignal", [
             .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("CallAdded"), .string("o"),
