@@ -60,6 +60,7 @@ public enum JournalRestore {
                     // derives no category and silences nothing itself.
                     let effects = result.value.engine.handle(e, at: Instant(nanoseconds: result.value.clock.next()))
                     backend.updateApplied(all: result.value.engine.appliedChanges)
+                    if !effects.isEmpty { result.value.wrote = true }
                     backend.apply(effects)
                 case .connected:
                     guard !result.value.finished else { return }
@@ -67,10 +68,18 @@ public enum JournalRestore {
                     // acknowledgements.
                     backend.repairRecordedLeaks { repaired, left in
                         guard !result.value.finished else { return }
-                        result.value.finished = true
                         result.value.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
-                        backend.stop()
-                        done.signal()
+                        let end = {
+                            guard !result.value.finished else { return }
+                            result.value.finished = true
+                            backend.stop()
+                            done.signal()
+                        }
+                        // On PipeWire the server saves what was put back a second later; one that dies before then
+                        // comes back with the policy values saved (as a stop, `Arbiter.shutdown`).
+                        let wait = result.value.wrote || repaired > 0 ? backend.savesStateAfterNanoseconds : 0
+                        guard wait > 0 else { return end() }
+                        backend.flush { result.value.saveWait = loop.timer(afterNanoseconds: wait + 100_000_000, end) }
                     }
                 case .disconnected:
                     break
@@ -99,7 +108,10 @@ private final class ResultBox {
     var engine: Engine
     var clock = StepClock()
     var timer: LoopTimer?
+    var saveWait: LoopTimer?
     var finished = false
+    /// Anything was put back on a stream.
+    var wrote = false
     var outcome = JournalRestore.Outcome(hadJournal: true, connected: false, leaksRepaired: 0, journalKept: true)
 
     init(volumeTolerance: UInt32) {

@@ -743,6 +743,8 @@ public final class PulseBackend {
 
     /// How long a stop waits before it repairs the restore database (`Flavor.settlesBeforeRepairNanoseconds`).
     public var restoreSettleBeforeRepairNanoseconds: UInt64 { session.flavor?.settlesBeforeRepairNanoseconds ?? 0 }
+    /// How long a stop that wrote anything waits at its end for the server to save it (`Flavor.savesStateAfterNanoseconds`).
+    public var savesStateAfterNanoseconds: UInt64 { session.flavor?.savesStateAfterNanoseconds ?? 0 }
 
     /// Writes `entry` with the ledger's values in place of the server's.
     private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair) {

@@ -45,6 +45,10 @@ public struct ServerSession<Stream: ServerStreamValue> {
         /// database: WirePlumber saves a stream's change only once the node reports it, and a save of audiod's own
         /// last value landing after the repair would undo it. module-stream-restore saves at once.
         public var settlesBeforeRepairNanoseconds: UInt64 { self == .pipeWire ? 300_000_000 : 0 }
+        /// How long the server may keep a change before it saves it: WirePlumber writes its state file 1 s after
+        /// the last change it saw (each change restarts that wait). A server killed within it comes back with the
+        /// values saved before — audiod's policy mute among them, when audiod had just put the user's back.
+        public var savesStateAfterNanoseconds: UInt64 { self == .pipeWire ? 1_000_000_000 : 0 }
     }
 
     /// The reads that make up the server's first state; reports wait until every one has answered.
