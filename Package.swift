@@ -182,6 +182,12 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
+            // The platform's rules scripted without a bus: call merging, feedbackd's echoes, the sleep gate.
+            name: "PlatformTests",
+            dependencies: ["Platform", "AudioPolicy", "DBusTransport", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
+        .testTarget(
             name: "LoopThreadTests",
             dependencies: ["LoopThread"],
             swiftSettings: [.swiftLanguageMode(.v6)]

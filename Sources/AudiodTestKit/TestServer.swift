@@ -181,7 +181,7 @@ public final class TestServer: @unchecked Sendable {
         }
         let pid = try spawnRaw(argv, log: "bus.log")
         busPID = pid
-        guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/bus") }) else {
+        guard waitFor(10, { TestBus.accepts("\(directory)/bus") }) else {
             throw TestKitError("the private dbus-daemon did not start (see \(directory)/bus.log)")
         }
     }
@@ -653,8 +653,28 @@ public final class TestBus: @unchecked Sendable {
         pid = try TestServer.posixSpawn(
             ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--address=\(address)"],
             environment: ProcessInfo.processInfo.environment, stdout: "\(directory)/bus.log")
-        guard waitFor(10, { FileManager.default.fileExists(atPath: "\(directory)/bus") }) else {
+        // The socket exists from bind(); it accepts from listen() on. A client between the two is refused.
+        guard waitFor(10, { Self.accepts("\(directory)/bus") }) else {
             throw TestKitError("the private dbus-daemon did not start")
+        }
+    }
+
+    /// Whether a Unix socket at `path` accepts a connection now.
+    static func accepts(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+        }
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+            }
         }
     }
 

@@ -27,12 +27,7 @@ final class Feedbackd {
     private(set) var profile: String?
     /// A value feedbackd gave that is not a profile, said once.
     private var lastOdd: String?
-    /// Profiles audiod wrote whose `PropertiesChanged` has not come back yet, with when they were written. An echo of
-    /// an older write that arrives after a newer one was made is not the user's change (SilentMode switched on and
-    /// off quickly must not flip back on); a second on, an echo that never came (feedbackd announces only a change)
-    /// is forgotten.
-    private var echoes: [(profile: String, at: UInt64)] = []
-    static let echoWindowNanoseconds: UInt64 = 1_000_000_000
+    private var echoes = EchoFilter()
 
     init(link: BusLink, host: PlatformHost, logger: Logger) {
         self.host = host
@@ -74,15 +69,8 @@ final class Feedbackd {
     func propertiesChanged(_ a: [DBusValue]) {
         guard a.count == 3, a[0].stringValue == Self.interface else { return }
         if let v = a[1].propertyMap?["Profile"] {
-            let now = Self.monotonic()
-            echoes.removeAll { now - $0.at > Self.echoWindowNanoseconds }
-            if case .variant(.string(let p)) = v, let i = echoes.firstIndex(where: { $0.profile == p }) {
-                echoes.removeFirst(i + 1)
-                // A later write is still on its way: this value is already out of date.
-                if !echoes.isEmpty { return }
-            } else {
-                echoes.removeAll()
-            }
+            let heard: String? = if case .variant(.string(let p)) = v { p } else { nil }
+            guard echoes.take(heard, at: Self.monotonic()) else { return }
             took(v, atDiscovery: false)
         } else if a[2].stringArray?.contains("Profile") == true {
             read(atDiscovery: false)
@@ -95,7 +83,7 @@ final class Feedbackd {
         if let p = profile, Self.silent(p) == on { return }
         let new = on ? "quiet" : "full"
         profile = new
-        echoes.append((new, Self.monotonic()))
+        echoes.wrote(new, at: Self.monotonic())
         watch.call(Self.path, Self.properties, "Set", [.string(Self.interface), .string("Profile"), .variant(.string(new))]) {
             [weak self] r in
             guard let self, r?.kind != .methodReturn else { return }
@@ -112,7 +100,7 @@ final class Feedbackd {
 
     private func appeared() {
         profile = nil
-        echoes.removeAll()
+        echoes = EchoFilter()
         read(atDiscovery: true)
     }
 
@@ -143,5 +131,29 @@ final class Feedbackd {
         if atDiscovery { logger.info("feedbackd found: its profile \(p) is the silent switch") }
         guard host?.engine.silentMode != on else { return }
         host?.handle(.platformSilentMode(on))
+    }
+}
+
+/// feedbackd's echoes of audiod's own writes, told apart from the user's changes: the rule of "each change is mirrored
+/// exactly once". Profiles audiod wrote whose `PropertiesChanged` has not come back yet wait here with when they were
+/// written. An echo of an older write that arrives after a newer one was made is not the user's change (SilentMode
+/// switched on and off quickly must not flip back on); a write whose echo never came (feedbackd announces only a
+/// change) is forgotten after a second.
+struct EchoFilter {
+    private var pending: [(profile: String, at: UInt64)] = []
+    static let windowNanoseconds: UInt64 = 1_000_000_000
+
+    mutating func wrote(_ profile: String, at now: UInt64) { pending.append((profile, now)) }
+
+    /// Whether a profile feedbackd announced (nil: not a string) is to be taken: false for the echo of a write while a
+    /// later write is still on its way.
+    mutating func take(_ heard: String?, at now: UInt64) -> Bool {
+        pending.removeAll { now &- $0.at > Self.windowNanoseconds }
+        guard let heard, let i = pending.firstIndex(where: { $0.profile == heard }) else {
+            pending.removeAll()
+            return true
+        }
+        pending.removeFirst(i + 1)
+        return pending.isEmpty
     }
 }
