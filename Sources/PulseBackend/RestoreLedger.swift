@@ -74,6 +74,9 @@ public struct RestoreLedger {
     private var order: UInt64 = 0
     private var appliedOrder: [StreamID: UInt64] = [:]
     private var userChangeOrder: [String: UInt64] = [:]
+    /// The mute of each key's last change that was not audiod's (what the server saved into the entry then): a
+    /// stream that starts muted when the user last muted its key is the user's, whatever audiod muted since.
+    private var userMuteByKey: [String: Bool] = [:]
 
     public init(
         leaks: [String: Journal.Leak] = [:], serverCookie: UInt32? = nil, volumeTolerance: UInt32,
@@ -137,7 +140,10 @@ public struct RestoreLedger {
         // Only what audiod does not hold on this stream itself: its own mute or duck is not a leak.
         let mine = applied[id]
         var values = PolicyValues(mute: false)
-        if muted, !(mine?.unmute ?? false), sources.contains(where: \.unmute) { values.mute = true }
+        // A key whose last change of the user's was a mute gives new streams that mute: the user's, not a leak, even
+        // when audiod muted a sibling since (seeds 107032 and 668651 of the random test).
+        let userMuted = keys[id].flatMap { userMuteByKey[$0] } == true
+        if muted, !userMuted, !(mine?.unmute ?? false), sources.contains(where: \.unmute) { values.mute = true }
         if mine?.appliedVolume == nil, let (a, r) = policyVolume(sources, shown: volume) {
             values.volume = Volume(channels: a)
             values.userVolume = Volume(channels: r)
@@ -155,8 +161,12 @@ public struct RestoreLedger {
 
     /// A stream audiod holds nothing on changed, and the server saved that into its entry. `byAudiod`: the values
     /// are the ones audiod last wrote. Returns the leak keys whose journal line changed.
-    public mutating func changed(_ id: StreamID, byAudiod: Bool) -> [String] {
+    public mutating func changed(_ id: StreamID, byAudiod: Bool, muted: Bool? = nil) -> [String] {
         guard applied[id] == nil, let key = keys[id] else { return [] }
+        if !byAudiod, let muted {
+            userMuteByKey[key] = muted
+            if userMuteByKey.count > 1024 { userMuteByKey = [key: muted] }
+        }
         var journal: [String] = []
         if leaks.removeValue(forKey: key) != nil { journal.append(key) }
         // The user's change was saved after every policy value audiod set before it.
@@ -326,6 +336,7 @@ public struct RestoreLedger {
         matchedAtConnect.removeAll()
         highestSeen.removeAll()
         userChangeOrder.removeAll()
+        userMuteByKey.removeAll()
     }
 
     /// The journal's entry for a stream audiod holds something on.

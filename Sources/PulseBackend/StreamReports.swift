@@ -218,7 +218,7 @@ extension ServerSession {
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
             // The server saved this change in the stream's entry: it holds non-policy values again.
             let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance)
-            out.leaks += ledger.changed(id, byAudiod: byAudiod)
+            out.leaks += ledger.changed(id, byAudiod: byAudiod, muted: info.muted)
         }
         t.fed = info
         streams[id] = t

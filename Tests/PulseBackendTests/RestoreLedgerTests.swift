@@ -212,6 +212,24 @@ struct RestoreLedgerTests {
         #expect(Self.appear(&l, StreamID.playback(4), muted: true, now: 40 * Self.ms)?.mute == true)
     }
 
+    @Test func aKeyTheUserLastMutedGivesNewStreamsTheUsersMuteWhateverAudiodMutedSince() {
+        // The user mutes stream 1 of the role; a call then makes audiod mute stream 2 of it (its own value was
+        // unmuted). The role's next stream starts muted: the user's last value of the key, not a leak to undo
+        // (random test, seeds 107032 and 668651: it was unmuted, and the user's mute was lost).
+        var l = Self.ledger(savesLate: true)
+        let user = StreamID.playback(1), held = StreamID.playback(2), next = StreamID.playback(3)
+        _ = Self.appear(&l, user)
+        _ = Self.appear(&l, held)
+        #expect(l.changed(user, byAudiod: false, muted: true) == [])
+        _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 10 * Self.ms)
+        #expect(Self.appear(&l, next, muted: true, now: 20 * Self.ms) == nil, "the user's mute was taken for audiod's")
+        // Once the user unmutes a stream of the key, a muted start after audiod's mute is audiod's again.
+        #expect(l.changed(user, byAudiod: false, muted: false) == [])
+        _ = l.update([(held, nil)], muted: { _ in true }, now: 30 * Self.ms)
+        _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 40 * Self.ms)
+        #expect(Self.appear(&l, StreamID.playback(4), muted: true, now: 50 * Self.ms)?.mute == true)
+    }
+
     @Test func aStreamOlderThanTheLeakKeepsTheUsersMuteAtARestart() {
         // One run: the user muted stream 1 of the app; stream 2 of it ended while audiod muted it, leaving the mute in
         // the entry. Stream 1 existed before and never got the entry's value: its mute is the user's.
