@@ -110,6 +110,9 @@ final class PromiseRun {
     /// Every mute and volume the user gave a stream of each key (the server's starting values count).
     var userMutes: [String: Set<Bool>] = [:]
     var userVolumes: [String: Set<UInt32>] = [:]
+    /// audiod processes started so far, and which one ran (or had run last) when the user last changed each key.
+    var runs = 0
+    var userChangeRun: [String: Int] = [:]
     var log: [String] = []
     var reached: Set<String> = []
     var locked = false
@@ -155,6 +158,7 @@ final class PromiseRun {
         // now (the default category, mixable playback), and no longer secondary audio. (Re-creating sessions after a
         // restart is issue 46's.)
         for i in apps.indices where apps[i].label.hasPrefix("explicit-") { apps[i].game = false }
+        runs += 1
         daemon = try Daemon.start(server, arguments: ["--log-level", ProcessInfo.processInfo.environment["AUDIOD_PROMISE_LOG"] ?? "info"], log: "audiod-\(log.count).log",
                                   environment: ["DBUS_SYSTEM_BUS_ADDRESS": logind.system.address], executable: audiod)
     }
@@ -266,6 +270,10 @@ final class PromiseRun {
             // audiod), or audiod's write came before the watcher's read (its mute of the new stream, or a leak its
             // repair of the entry had not yet caught; seed 848728). Either is then the user's.
             if muted != saved.muted { muteInDoubt = true }
+            // The user's last value of the key came before this audiod started, and the key has had both: audiod
+            // cannot know which the key last saved — the user's, or a sibling's that audiod put back — and takes a
+            // start at the value it just gave a sibling for its own (seed 668651 on WirePlumber 0.5's role keys).
+            if mutes.count > 1, userChangeRun[key] != runs { muteInDoubt = true }
         }
         mutes.insert(muted)
         volumes.insert(volume)
@@ -384,6 +392,7 @@ final class PromiseRun {
         _ = try server.pactl(["set-sink-input-mute", "\(s.index)", mute ? "1" : "0"])
         apps[i].userMuted = mute
         apps[i].muteInDoubt = false
+        userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (mute, apps[i].userVolume)
         userMutes[apps[i].key, default: [false]].insert(mute)
         return "the user \(mute ? "mutes" : "unmutes") \(apps[i].label) in the mixer"
@@ -398,6 +407,7 @@ final class PromiseRun {
         let v: UInt32 = [19661, 32768, 52429, 65536][pick(4)]
         _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "\(v)"])
         apps[i].userVolume = v
+        userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (apps[i].userMuted, v)
         userVolumes[apps[i].key, default: [65536]].insert(v)
         return "the user sets \(apps[i].label)'s volume to \(v * 100 / 65536) %"
