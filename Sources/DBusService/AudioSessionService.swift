@@ -207,6 +207,12 @@ public final class AudioSessionService {
         return p
     }
 
+    /// Answers a call whose arguments passed the signature check but did not decode (the tables' guards): every
+    /// call gets an answer, even on a path that cannot be reached today.
+    func unreadable(_ c: VTable.Call) {
+        fail(c.message, Self.invalidArgs("audiod could not read the arguments of \(c.message.member ?? "this call") (\(c.message.signature))"))
+    }
+
     static func invalidArgs(_ message: String) -> DBusError {
         DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: message)
     }
@@ -466,9 +472,10 @@ public final class AudioSessionService {
     // MARK: Manager methods
 
     func setApplicationCategory(_ c: VTable.Call) {
-        guard let host, let app = c.args[0].stringValue, let category = c.args[1].stringValue,
+        guard let host else { return fail(c.message, Self.shuttingDown) }
+        guard let app = c.args[0].stringValue, let category = c.args[1].stringValue,
             let mode = c.args[2].stringValue, let opts = c.args[3].stringArray
-        else { return }
+        else { return unreadable(c) }
         guard !app.isEmpty else { return fail(c.message, Self.invalidArgs("the application name must not be empty")) }
         if let e = nameTooLong(app, "the application name") ?? tooManyOptions(opts) { return fail(c.message, e) }
         if !host.engine.applicationRules.contains(where: { $0.application == app }),
@@ -539,7 +546,8 @@ public final class AudioSessionService {
         guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
         if let e = sessionLimitReached(sender) { return fail(m, e) }
         withCaller(sender, m) { [weak self] caller in
-            guard let self, let host = self.host else { return }
+            guard let self else { return }
+            guard let host = self.host else { return self.fail(m, Self.shuttingDown) }
             // Checked again: calls queued behind the credentials look-up all passed the first check.
             if let e = self.sessionLimitReached(sender) { return self.fail(m, e) }
             // A caller in a sandbox names pids as its pid namespace numbers them; the bus gives its host pid.

@@ -22,7 +22,7 @@ extension AudioSessionService {
             s.createSession(c.message, c.args.first?.propertyMap ?? [:])
         },
         .method("FindSession", in: [arg("pid", "u")], out: [arg("session", "o")]) { s, c in
-            guard let host = s.host, let pid = c.args.first?.uint32Value else { return }
+            guard let host = s.host, let pid = c.args.first?.uint32Value else { return s.fail(c.message, AudioSessionService.shuttingDown) }
             if let id = host.engine.findSession(pid: pid) {
                 s.reply(c.message, [.objectPath(AudioSessionService.sessionPath(id))])
             } else {
@@ -30,7 +30,7 @@ extension AudioSessionService {
             }
         },
         .method("GetSessionForProcess", in: [arg("pid", "u")], out: [arg("session", "o")]) { s, c in
-            guard let host = s.host, let pid = c.args.first?.uint32Value else { return }
+            guard let host = s.host, let pid = c.args.first?.uint32Value else { return s.fail(c.message, AudioSessionService.shuttingDown) }
             let chain = host.processChain(pid)
             if let id = host.engine.sessionForProcess(chain: chain.isEmpty ? [pid] : chain) {
                 s.reply(c.message, [.objectPath(AudioSessionService.sessionPath(id))])
@@ -39,7 +39,7 @@ extension AudioSessionService {
             }
         },
         .method("ListStreams", out: [arg("streams", "aa{sv}")]) { s, c in
-            guard let host = s.host else { return }
+            guard let host = s.host else { return s.fail(c.message, AudioSessionService.shuttingDown) }
             guard host.connectedServerName != nil else {
                 return s.fail(c.message, DBusError(
                     name: ErrorName.serverUnavailable.busName,
@@ -54,12 +54,12 @@ extension AudioSessionService {
             s.setApplicationCategory(c)
         },
         .method("RemoveApplicationCategory", in: [arg("application", "s")], access: .user) { s, c in
-            guard let app = c.args.first?.stringValue else { return }
+            guard let app = c.args.first?.stringValue else { return s.unreadable(c) }
             if let e = s.nameTooLong(app, "the application name") { return s.fail(c.message, e) }
             s.request(c.message) { .removeApplicationCategory($0, application: app) }
         },
         .method("ListApplicationCategories", out: [arg("rules", "a(sssas)")]) { s, c in
-            guard let host = s.host else { return }
+            guard let host = s.host else { return s.fail(c.message, AudioSessionService.shuttingDown) }
             s.reply(c.message, [.array(element: "(sssas)", host.engine.applicationRules.map { r in
                 .structure([
                     .string(r.application), .string(r.configuration.category.rawValue),
@@ -68,7 +68,7 @@ extension AudioSessionService {
             })])
         },
         .method("ListApplicationRules", out: [arg("rules", "aa{sv}")]) { s, c in
-            guard let host = s.host else { return }
+            guard let host = s.host else { return s.fail(c.message, AudioSessionService.shuttingDown) }
             s.reply(c.message, [.array(element: "a{sv}", host.engine.applicationRules.map(AudioSessionService.ruleEntry))])
         },
         .method("Reload", access: .user) { s, c in
@@ -83,7 +83,7 @@ extension AudioSessionService {
             s.reply(c.message, [.array(element: "a{sv}", s.platformSources())])
         },
         .property("SilentMode", "b", get: published("SilentMode"), set: (.user, { s, c, v in
-            guard case .bool(let on) = v else { return }
+            guard case .bool(let on) = v else { return s.unreadable(c) }
             s.request(c.message) { .setSilentMode($0, on) }
         })),
         .property("OtherAudioPlaying", "b", get: published("OtherAudioPlaying")),
@@ -91,7 +91,7 @@ extension AudioSessionService {
         .property("ServerName", "s", get: published("ServerName")),
         .property("ServerConnected", "b", get: published("ServerConnected")),
         .property("DuckLevel", "d", get: published("DuckLevel"), set: (.user, { s, c, v in
-            guard case .double(let level) = v else { return }
+            guard case .double(let level) = v else { return s.unreadable(c) }
             s.request(c.message) { .setDuckLevel($0, level) }
         })),
         .property("Version", "s", change: .const, get: { _, _ in .string(AudioSessionService.version) }),
@@ -103,17 +103,17 @@ extension AudioSessionService {
         .method("SetCategory", in: [arg("category", "s"), arg("mode", "s"), arg("options", "as")], access: .owner) { s, c in
             guard let id = c.session, let category = c.args[0].stringValue, let mode = c.args[1].stringValue,
                 let o = c.args[2].stringArray
-            else { return }
+            else { return s.unreadable(c) }
             if let e = s.tooManyOptions(o) { return s.fail(c.message, e) }
             s.request(c.message) { .setCategory($0, id, category: category, mode: mode, options: o) }
         },
         .method("SetActive", in: [arg("active", "b"), arg("options", "as")], access: .owner) { s, c in
-            guard let id = c.session, let active = c.args[0].boolValue, let o = c.args[1].stringArray else { return }
+            guard let id = c.session, let active = c.args[0].boolValue, let o = c.args[1].stringArray else { return s.unreadable(c) }
             if let e = s.tooManyOptions(o) { return s.fail(c.message, e) }
             s.request(c.message) { .setActive($0, id, active: active, options: o) }
         },
         .method("Release", access: .owner) { s, c in
-            guard let id = c.session else { return }
+            guard let id = c.session else { return s.unreadable(c) }
             s.request(c.message) { .release($0, id) }
         },
         .property("Category", "s", get: published("Category")),
@@ -125,7 +125,7 @@ extension AudioSessionService {
         .property("SecondaryAudioShouldBeSilencedHint", "b", get: published("SecondaryAudioShouldBeSilencedHint")),
         .property("OtherAudioPlaying", "b", get: published("OtherAudioPlaying")),
         .property("HandlesSecondaryAudio", "b", get: published("HandlesSecondaryAudio"), set: (.owner, { s, c, v in
-            guard let id = c.session, case .bool(let on) = v else { return }
+            guard let id = c.session, case .bool(let on) = v else { return s.unreadable(c) }
             s.request(c.message) { .setHandlesSecondaryAudio($0, id, on) }
         })),
         .property("ApplicationName", "s", get: published("ApplicationName")),
@@ -136,7 +136,7 @@ extension AudioSessionService {
         .property(
             "PrefersNoInterruptionsFromSystemAlerts", "b", get: published("PrefersNoInterruptionsFromSystemAlerts"),
             set: (.owner, { s, c, v in
-                guard let id = c.session, case .bool(let on) = v else { return }
+                guard let id = c.session, case .bool(let on) = v else { return s.unreadable(c) }
                 s.request(c.message) { .setPrefersNoInterruptions($0, id, on) }
             })),
         .property("Identity", "a{sv}", get: published("Identity")),
@@ -156,7 +156,9 @@ extension AudioSessionService {
 
     static let propertiesTable: VTable = VTable("org.freedesktop.DBus.Properties", [
         .method("Get", in: [arg("interface", "s"), arg("property", "s")], out: [arg("value", "v")]) { s, c in
-            guard let table = s.propertyTable(c), let name = c.args[1].stringValue else { return }
+            // propertyTable answers when it finds no table.
+            guard let table = s.propertyTable(c) else { return }
+            guard let name = c.args[1].stringValue else { return s.unreadable(c) }
             guard let p = table.property(name), let now = p.get(s, c.session) else {
                 return s.fail(c.message, DBusError(
                     name: "org.freedesktop.DBus.Error.UnknownProperty",
@@ -169,8 +171,8 @@ extension AudioSessionService {
             s.reply(c.message, [.properties(table.values(s, c.session))])
         },
         .method("Set", in: [arg("interface", "s"), arg("property", "s"), arg("value", "v")], decides: true) { s, c in
-            guard let table = s.propertyTable(c), let name = c.args[1].stringValue, case .variant(let value) = c.args[2]
-            else { return }
+            guard let table = s.propertyTable(c) else { return }
+            guard let name = c.args[1].stringValue, case .variant(let value) = c.args[2] else { return s.unreadable(c) }
             guard let p = table.property(name) else {
                 return s.fail(c.message, DBusError(
                     name: "org.freedesktop.DBus.Error.UnknownProperty", message: "\(table.name) has no property \(name)"))
@@ -212,7 +214,10 @@ extension AudioSessionService {
 
     /// The table a `Properties` call names, among the called object's; answers UnknownInterface when it has none.
     private func propertyTable(_ c: VTable.Call) -> VTable? {
-        guard let name = c.args.first?.stringValue else { return nil }
+        guard let name = c.args.first?.stringValue else {
+            unreadable(c)
+            return nil
+        }
         let tables = c.session == nil ? AudioSessionService.managerTables : AudioSessionService.sessionTables
         guard let t = tables.first(where: { $0.name == name }) else {
             fail(c.message, DBusError(

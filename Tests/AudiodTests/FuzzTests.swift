@@ -162,6 +162,107 @@ struct FuzzTests {
         }
         #expect(d.child.wait(timeout: 0) == nil, "audiod exited")
     }
+
+    /// Values of a D-Bus type that a caller may send and audiod must answer: the first is ordinary, the rest hostile.
+    static func values(of type: String) -> [DBusValue] {
+        switch type {
+        case "s": [.string("music"), .string(""), .string(String(repeating: "a", count: 5_000)), .string("é\u{0}x")]
+        case "b": [.bool(true), .bool(false)]
+        case "u": [.uint32(1), .uint32(0), .uint32(.max)]
+        case "i": [.int32(1), .int32(-1), .int32(.min)]
+        case "d": [.double(0.5), .double(-1), .double(.nan), .double(.infinity), .double(1e308)]
+        case "o": [.objectPath("/org/audiod/AudioSession1/session/1"), .objectPath("/"), .objectPath("/org/audiod/AudioSession1/session/99999")]
+        case "as": [.strings(["mix-with-others"]), .strings([]), .strings([""]), .strings(Array(repeating: "x", count: 200))]
+        case "a{sv}":
+            [.properties([("application-name", .string("x"))]), .properties([]),
+             .properties([("pid", .string("x"))]), .properties([("pid", .uint32(1))]), .properties([("lifetime", .string("forever"))]),
+             .properties([("nope", .variant(.strings(["a"])))])]
+        case "v": [.variant(.string("playback")), .variant(.uint32(7)), .variant(.strings([]))]
+        default: [.string("x")]
+        }
+    }
+
+    /// A value of another type than `type`.
+    static func wrong(_ type: String) -> DBusValue { type == "s" ? .uint32(7) : .string("seven") }
+
+    @Test("every method of every interface, with every argument missing, mistyped or hostile, gets an answer: a reply or a named error")
+    func everyMethodAnswered() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server, log: "every-method.log")
+        defer { d.stop() }
+        let app = try playback(server, name: "app")
+        let session = try d.client.makeSession(pid: app.pid, "playback")
+        let tables: [(path: String, table: InterfaceDescription)] = [
+            (API.managerPath, API.manager), (session, API.session), (API.managerPath, API.properties), (session, API.properties),
+            (API.managerPath, API.objectManager), (API.managerPath, API.introspectable), (session, API.introspectable),
+            (API.managerPath, API.peer),
+        ]
+        var calls = 0, replies = 0, unanswered: [String] = [], unnamed: [String] = []
+        for (path, table) in tables {
+            for method in table.methods {
+                let types = method.inputs.map(\.type)
+                var argLists: [[DBusValue]] = []
+                if !types.isEmpty { argLists.append([]) }
+                argLists.append(types.map { Self.values(of: $0)[0] } + [.string("extra")])
+                for (i, t) in types.enumerated() {
+                    var wrong = types.map { Self.values(of: $0)[0] }
+                    wrong[i] = Self.wrong(t)
+                    argLists.append(wrong)
+                    for v in Self.values(of: t) {
+                        var args = types.map { Self.values(of: $0)[0] }
+                        args[i] = v
+                        argLists.append(args)
+                    }
+                }
+                if types.isEmpty { argLists.append([]) }
+                for args in argLists {
+                    calls += 1
+                    let what = "\(table.name).\(method.name)(\(args.map(\.signature).joined(separator: ","))) on \(path)"
+                    switch d.client.call(path, table.name, method.name, args) {
+                    case .success: replies += 1
+                    case .failure(let e):
+                        if e.name == "org.freedesktop.DBus.Error.NoReply" || e.name == "org.freedesktop.DBus.Error.Timeout" {
+                            unanswered.append(what)
+                        } else if e.name.isEmpty || e.message.isEmpty {
+                            unnamed.append("\(what): '\(e.name)' '\(e.message)'")
+                        }
+                    }
+                }
+            }
+        }
+        // Every property of both objects: read, and written with its own type's values and with another type.
+        for (path, table) in [(API.managerPath, API.manager), (session, API.session)] {
+            for p in table.properties {
+                var argLists: [[DBusValue]] = [[.string(table.name), .string(p.name)]]
+                for v in Self.values(of: p.type) + [Self.wrong(p.type)] {
+                    argLists.append([.string(table.name), .string(p.name), .variant(v)])
+                }
+                for args in argLists {
+                    calls += 1
+                    let member = args.count == 2 ? "Get" : "Set"
+                    let what = "\(member) \(table.name).\(p.name)(\(args.last?.description ?? "")) on \(path)"
+                    switch d.client.call(path, API.properties.name, member, args) {
+                    case .success: replies += 1
+                    case .failure(let e):
+                        if e.name == "org.freedesktop.DBus.Error.NoReply" || e.name == "org.freedesktop.DBus.Error.Timeout" {
+                            unanswered.append(what)
+                        } else if e.name.isEmpty || e.message.isEmpty {
+                            unnamed.append("\(what): '\(e.name)' '\(e.message)'")
+                        }
+                    }
+                }
+            }
+        }
+        print("reliability: every method: \(calls) calls, \(replies) replies, \(calls - replies - unanswered.count) named errors, \(unanswered.count) unanswered")
+        #expect(unanswered.isEmpty, "\(unanswered)")
+        #expect(unnamed.isEmpty, "\(unnamed)")
+        guard case .success = d.client.call(API.managerPath, API.peer.name, "Ping") else {
+            Issue.record("audiod does not answer after the calls")
+            return
+        }
+        #expect(d.child.wait(timeout: 0) == nil, "audiod exited")
+    }
 }
 
 extension DBusValue {
