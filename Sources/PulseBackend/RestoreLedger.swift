@@ -77,6 +77,31 @@ public struct RestoreLedger {
     /// The mute of each key's last change that was not audiod's (what the server saved into the entry then): a
     /// stream that starts muted when the user last muted its key is the user's, whatever audiod muted since.
     private var userMuteByKey: [String: Bool] = [:]
+    /// Policy values audiod held on (or had just lifted from) each key's streams when the connection dropped: a
+    /// server that comes back may give them to the key's next stream — module-stream-restore saved them at once,
+    /// and WirePlumber saves a second after the last change, which a busy server keeps postponing (the random test:
+    /// a video stream started ducked twice after a restart, seed 942961). The key's first new stream takes them.
+    private var heldAtDrop: [String: [Journal.Leak]] = [:]
+    /// Where the server saves late: the policy values written to each key since the server last had a quiet second
+    /// (WirePlumber writes its state a second after the last change it saw, so under steady activity it may still
+    /// hold an older policy value — a duck at an earlier level — than the one audiod holds now).
+    private var unsavedByKey: [String: [Journal.Leak]] = [:]
+    /// The policy values audiod held on each key's streams at the server's last quiet second: what it saved then.
+    private var savedPolicyByKey: [String: [Journal.Leak]] = [:]
+    private var lastActivity: UInt64 = 0
+    static let savesAfterQuietNanoseconds: UInt64 = 1_000_000_000
+
+    /// A stream change at `now`: a quiet second before it means the server has saved everything until then.
+    private mutating func activity(_ now: UInt64) {
+        if savesLate, now &- lastActivity >= Self.savesAfterQuietNanoseconds {
+            unsavedByKey.removeAll()
+            savedPolicyByKey.removeAll()
+            for (id, change) in applied {
+                if let key = keys[id] { savedPolicyByKey[key, default: []].append(Journal.Leak(change)) }
+            }
+        }
+        lastActivity = max(lastActivity, now)
+    }
 
     public init(
         leaks: [String: Journal.Leak] = [:], serverCookie: UInt32? = nil, volumeTolerance: UInt32,
@@ -112,6 +137,7 @@ public struct RestoreLedger {
     public mutating func shown(
         _ id: StreamID, first: Bool, preexisting: Bool, muted: Bool, volume: [UInt32], now: UInt64
     ) -> (values: PolicyValues?, journal: [String]) {
+        activity(now)
         var journal: [String] = []
         if first, let key = keys[id] {
             var sources: [Journal.Leak] = []
@@ -129,7 +155,11 @@ public struct RestoreLedger {
             if !preexisting {
                 // A stream found at connection existed before anything this connection did.
                 sources += policySources(key: key, excluding: id, now: now)
+            } else if let held = heldAtDrop[key] {
+                // ...unless the server came back since the drop: its streams are new and got the saved values.
+                sources += held
             }
+            heldAtDrop[key] = nil
             if !sources.isEmpty { corrections[id] = (sources, now + (savesLate ? leakWindowNanoseconds : 0)) }
         }
         guard let (sources, until) = corrections[id] else { return (nil, journal) }
@@ -163,6 +193,7 @@ public struct RestoreLedger {
     /// are the ones audiod last wrote. Returns the leak keys whose journal line changed.
     public mutating func changed(_ id: StreamID, byAudiod: Bool, muted: Bool? = nil) -> [String] {
         guard applied[id] == nil, let key = keys[id] else { return [] }
+        if !byAudiod { heldAtDrop[key] = nil }
         if !byAudiod, let muted {
             userMuteByKey[key] = muted
             if userMuteByKey.count > 1024 { userMuteByKey = [key: muted] }
@@ -212,6 +243,7 @@ public struct RestoreLedger {
         _ changes: [(StreamID, AppliedChange?)], muted: (StreamID) -> Bool?, now: UInt64
     ) -> [StreamID] {
         var dirty: [StreamID] = []
+        if !changes.isEmpty { activity(now) }
         for (id, c) in changes where applied[id] != c {
             // A value lifted from a stream that still exists may yet be saved by the server; a stream that is gone
             // was dealt with when it went.
@@ -222,7 +254,15 @@ public struct RestoreLedger {
             }
             if let c {
                 lifted[id] = nil
-                if let key = keys[id] { remember(Journal.Leak(c), for: key, at: now) }
+                if let key = keys[id] {
+                    remember(Journal.Leak(c), for: key, at: now)
+                    if savesLate {
+                        var list = unsavedByKey[key, default: []]
+                        if list.count >= 8 { list.removeFirst() }
+                        list.append(Journal.Leak(c))
+                        unsavedByKey[key] = list
+                    }
+                }
                 order += 1
                 appliedOrder[id] = order
             } else {
@@ -329,6 +369,17 @@ public struct RestoreLedger {
 
     /// The connection is gone, and its streams with it. What audiod applied stays (the journal's record).
     public mutating func connectionDropped() {
+        for (id, change) in applied {
+            guard let key = keys[id], appliedOrder[id] ?? 0 > userChangeOrder[key] ?? 0 else { continue }
+            heldAtDrop[key, default: []].append(Journal.Leak(change))
+        }
+        for (id, l) in lifted { if let key = keys[id] { heldAtDrop[key, default: []].append(l.leak) } }
+        for (key, list) in recentByKey { heldAtDrop[key, default: []] += list.map(\.leak) }
+        for (key, list) in unsavedByKey { heldAtDrop[key, default: []] += list }
+        for (key, list) in savedPolicyByKey { heldAtDrop[key, default: []] += list }
+        unsavedByKey.removeAll()
+        savedPolicyByKey.removeAll()
+        if heldAtDrop.count > 256 { heldAtDrop.removeAll() }
         keys.removeAll()
         lifted.removeAll()
         recentByKey.removeAll()
@@ -356,7 +407,7 @@ public struct RestoreLedger {
     /// Every policy value the entry `key` may hold now: a leak recorded for it, what audiod holds on its streams,
     /// and what it set on them or lifted from them lately.
     func policySources(key: String, excluding id: StreamID? = nil, now: UInt64) -> [Journal.Leak] {
-        var sources: [Journal.Leak] = leaks[key].map { [$0] } ?? []
+        var sources: [Journal.Leak] = (leaks[key].map { [$0] } ?? []) + (heldAtDrop[key] ?? [])
         let userChanged = userChangeOrder[key] ?? 0
         for (other, change) in applied where other != id && keys[other] == key && appliedOrder[other] ?? 0 > userChanged {
             sources.append(Journal.Leak(change))
