@@ -87,7 +87,8 @@ let package = Package(
             dependencies: ["AudioPolicy"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The only importer of CPulse: the sound server as engine events in, engine effects out.
+        // The sound server as engine events in, engine effects out: every libpulse call of the connection. (PulseLoop
+        // imports CPulse for the loop itself; nothing else in the daemon does.)
         .target(
             name: "PulseBackend",
             dependencies: [
@@ -95,7 +96,8 @@ let package = Package(
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The engine run against the server on one loop thread; the D-Bus service and audiod build on it.
+        // The engine run against the server on one loop thread, with timers, saved state and clean shutdown. It is the
+        // API server's PolicyHost, so it builds on DBusService (and through it on the platform); audiod builds on it.
         .target(
             name: "AudiodCore",
             dependencies: [

@@ -324,23 +324,55 @@ public final class LoopTimer {
 public final class ProcessExitWatch {
     private var watch: IOWatch?
     private var fd: Int32
+    private var poll: LoopTimer?
 
-    public init(pid: UInt32, loop: MainLoop, _ handler: @escaping () -> Void) {
-        fd = pid <= UInt32(Int32.max) ? pidfd_open(pid_t(pid), 0) : -1
-        guard fd >= 0 else {
-            // No such process (or no pidfd support): it counts as gone.
+    /// Opens a pidfd for `pid`: the descriptor, or -1 and errno.
+    public typealias Opener = @Sendable (pid_t) -> (fd: Int32, error: Int32)
+    public static let pidfdOpener: Opener = { pid in
+        let fd = pidfd_open(pid, 0)
+        return (fd, fd < 0 ? errno : 0)
+    }
+    /// How often a process is checked when no pidfd could be opened for it.
+    static let pollNanoseconds: UInt64 = 500_000_000
+
+    /// `open` is the seam for tests (a pidfd_open that fails); the daemon uses `pidfd_open`.
+    public init(pid: UInt32, loop: MainLoop, open: Opener = ProcessExitWatch.pidfdOpener, _ handler: @escaping () -> Void) {
+        guard pid > 0, pid <= UInt32(Int32.max) else {
+            fd = -1
             loop.soon(handler)
             return
         }
-        watch = loop.watch(fd: fd, events: .input) { [weak self] _ in
-            self?.stop()
-            handler()
+        let (opened, error) = open(pid_t(pid))
+        fd = opened
+        if opened >= 0 {
+            watch = loop.watch(fd: opened, events: .input) { [weak self] _ in
+                self?.stop()
+                handler()
+            }
+        } else if error == ESRCH {
+            // No such process: it has exited.
+            loop.soon(handler)
+        } else {
+            // Out of descriptors, no pidfd support, a seccomp filter: that says nothing of the process, which may
+            // well be running (ending its sessions would be wrong). It is checked every half second instead.
+            check(pid_t(pid), loop, handler)
+        }
+    }
+
+    private func check(_ pid: pid_t, _ loop: MainLoop, _ handler: @escaping () -> Void) {
+        poll = loop.timer(afterNanoseconds: Self.pollNanoseconds) { [weak self] in
+            guard let self else { return }
+            self.poll = nil
+            if kill(pid, 0) == -1 && errno == ESRCH { return handler() }
+            self.check(pid, loop, handler)
         }
     }
 
     private func stop() {
         watch?.cancel()
         watch = nil
+        poll?.cancel()
+        poll = nil
         if fd >= 0 {
             close(fd)
             fd = -1
