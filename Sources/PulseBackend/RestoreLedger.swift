@@ -77,6 +77,9 @@ public struct RestoreLedger {
     /// The mute of each key's last change that was not audiod's (what the server saved into the entry then): a
     /// stream that starts muted when the user last muted its key is the user's, whatever audiod muted since.
     private var userMuteByKey: [String: Bool] = [:]
+    /// The volume of each key's last change that was not audiod's: what a leaked duck is put back to (not the volume
+    /// the ducked sibling had, which the user may have changed on another stream of the key since — seed 636101).
+    private var userVolumeByKey: [String: [UInt32]] = [:]
     /// Policy values audiod held on (or had just lifted from) each key's streams when the connection dropped: a
     /// server that comes back may give them to the key's next stream — module-stream-restore saved them at once,
     /// and WirePlumber saves a second after the last change, which a busy server keeps postponing (the random test:
@@ -176,7 +179,8 @@ public struct RestoreLedger {
         if muted, !userMuted, !(mine?.unmute ?? false), sources.contains(where: \.unmute) { values.mute = true }
         if mine?.appliedVolume == nil, let (a, r) = policyVolume(sources, shown: volume) {
             values.volume = Volume(channels: a)
-            values.userVolume = Volume(channels: r)
+            let last = keys[id].flatMap { userVolumeByKey[$0] }
+            values.userVolume = Volume(channels: last.flatMap { $0.count == r.count ? $0 : nil } ?? r)
         }
         guard values.mute || values.volume != nil else { return (nil, journal) }
         corrections[id] = nil
@@ -191,13 +195,24 @@ public struct RestoreLedger {
 
     /// A stream audiod holds nothing on changed, and the server saved that into its entry. `byAudiod`: the values
     /// are the ones audiod last wrote. Returns the leak keys whose journal line changed.
-    public mutating func changed(_ id: StreamID, byAudiod: Bool, muted: Bool? = nil) -> [String] {
-        guard applied[id] == nil, let key = keys[id] else { return [] }
-        if !byAudiod { heldAtDrop[key] = nil }
-        if !byAudiod, let muted {
-            userMuteByKey[key] = muted
-            if userMuteByKey.count > 1024 { userMuteByKey = [key: muted] }
+    /// `userMuted`, `userVolume`: the parts of the change that were the user's (the mute or volume changed, and not
+    /// to what audiod last wrote) — the key's last user values, also from a stream audiod holds something on (a game
+    /// muted by policy whose volume the user turns down; seed 636101).
+    public mutating func changed(
+        _ id: StreamID, byAudiod: Bool, userMuted: Bool? = nil, userVolume: [UInt32]? = nil
+    ) -> [String] {
+        guard let key = keys[id] else { return [] }
+        let held = applied[id]
+        if held?.appliedVolume == nil, let userVolume {
+            userVolumeByKey[key] = userVolume
+            if userVolumeByKey.count > 1024 { userVolumeByKey = [key: userVolume] }
         }
+        if held?.unmute != true, let userMuted {
+            userMuteByKey[key] = userMuted
+            if userMuteByKey.count > 1024 { userMuteByKey = [key: userMuted] }
+        }
+        guard held == nil else { return [] }
+        if !byAudiod { heldAtDrop[key] = nil }
         var journal: [String] = []
         if leaks.removeValue(forKey: key) != nil { journal.append(key) }
         // The user's change was saved after every policy value audiod set before it.
@@ -388,6 +403,7 @@ public struct RestoreLedger {
         highestSeen.removeAll()
         userChangeOrder.removeAll()
         userMuteByKey.removeAll()
+        userVolumeByKey.removeAll()
     }
 
     /// The journal's entry for a stream audiod holds something on.

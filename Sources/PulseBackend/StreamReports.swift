@@ -218,7 +218,13 @@ extension ServerSession {
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
             // The server saved this change in the stream's entry: it holds non-policy values again.
             let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance)
-            out.leaks += ledger.changed(id, byAudiod: byAudiod, muted: info.muted)
+            // Field by field: a mute or volume that changed, and not to what audiod last wrote, is the user's.
+            let userMuted = fed.muted != info.muted && t.lastWritten.muted != info.muted ? info.muted : nil
+            let wroteVolume = t.lastWritten.volume.map {
+                $0.count == t.raw.volume.count && Volume(channels: t.raw.volume).isClose(to: Volume(channels: $0), tolerance: tracker.volumeTolerance)
+            } ?? false
+            let userVolume = fed.volume != info.volume && !wroteVolume ? t.raw.volume : nil
+            out.leaks += ledger.changed(id, byAudiod: byAudiod, userMuted: userMuted, userVolume: userVolume)
         }
         t.fed = info
         streams[id] = t

@@ -220,11 +220,11 @@ struct RestoreLedgerTests {
         let user = StreamID.playback(1), held = StreamID.playback(2), next = StreamID.playback(3)
         _ = Self.appear(&l, user)
         _ = Self.appear(&l, held)
-        #expect(l.changed(user, byAudiod: false, muted: true) == [])
+        #expect(l.changed(user, byAudiod: false, userMuted: true) == [])
         _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 10 * Self.ms)
         #expect(Self.appear(&l, next, muted: true, now: 20 * Self.ms) == nil, "the user's mute was taken for audiod's")
         // Once the user unmutes a stream of the key, a muted start after audiod's mute is audiod's again.
-        #expect(l.changed(user, byAudiod: false, muted: false) == [])
+        #expect(l.changed(user, byAudiod: false, userMuted: false) == [])
         _ = l.update([(held, nil)], muted: { _ in true }, now: 30 * Self.ms)
         _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 40 * Self.ms)
         #expect(Self.appear(&l, StreamID.playback(4), muted: true, now: 50 * Self.ms)?.mute == true)
@@ -256,7 +256,7 @@ struct RestoreLedgerTests {
         _ = u.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
         u.connectionDropped()
         _ = Self.appear(&u, b, preexisting: true)
-        #expect(u.changed(b, byAudiod: false, muted: true) == [])
+        #expect(u.changed(b, byAudiod: false, userMuted: true) == [])
         #expect(Self.appear(&u, StreamID.playback(3), muted: true, now: 20 * Self.ms) == nil)
     }
 
@@ -296,6 +296,28 @@ struct RestoreLedgerTests {
         _ = q.update([(a, nil)], muted: { _ in false }, now: 5_000 * Self.ms)
         q.connectionDropped()
         #expect(Self.appear(&q, StreamID.playback(2), volume: Self.ducked, now: 10_000 * Self.ms) == nil)
+    }
+
+    @Test func aLeakedDuckIsPutBackToTheKeysLastUserVolumeNotTheDuckedSiblings() {
+        // The user turns stream 1 of the key down to 30 %; audiod ducks stream 2 of it (at 100 %). The key's next
+        // stream starts ducked: audiod's, and what goes back is the key's last volume of the user's, 30 %.
+        var l = Self.ledger(savesLate: true)
+        let user = StreamID.playback(1), held = StreamID.playback(2)
+        _ = Self.appear(&l, user)
+        _ = Self.appear(&l, held)
+        #expect(l.changed(user, byAudiod: false, userMuted: false, userVolume: [19661, 19661]) == [])
+        _ = l.update([(held, Self.duck(held))], muted: { _ in false }, now: 10 * Self.ms)
+        let values = Self.appear(&l, StreamID.playback(3), volume: Self.ducked, now: 20 * Self.ms)
+        #expect(values?.volume == Volume(channels: Self.ducked))
+        #expect(values?.userVolume == Volume(channels: [19661, 19661]))
+        // The same when the user turned down a stream audiod holds a mute on: its volume is still the user's.
+        var m = Self.ledger(savesLate: true)
+        _ = Self.appear(&m, user)
+        _ = Self.appear(&m, held)
+        _ = m.update([(user, Self.muted(user))], muted: { _ in true }, now: 0)
+        #expect(m.changed(user, byAudiod: false, userVolume: [19661, 19661]) == [])
+        _ = m.update([(held, Self.duck(held))], muted: { _ in false }, now: 10 * Self.ms)
+        #expect(Self.appear(&m, StreamID.playback(3), volume: Self.ducked, now: 20 * Self.ms)?.userVolume == Volume(channels: [19661, 19661]))
     }
 
     @Test func aStreamOlderThanTheLeakKeepsTheUsersMuteAtARestart() {
