@@ -302,14 +302,14 @@ public final class Arbiter {
         }
     }
 
-    /// The last wait of a stop (`shutdown`), for the server to save what audiod put back.
-    private var finalWait: LoopTimer?
-
     /// Stopping, in phases: stop deciding (calls get `ShuttingDown`, stream events are ignored), undo every mute
     /// and duck audiod applied, wait for the server's acknowledgement — at most `deadlineNanoseconds`, a server
     /// that hangs must not keep audiod (and the user's logout) waiting — clear the journal's stream entries,
     /// repair the restore-database entries that hold policy values, and disconnect; then `done`. Call on the loop
     /// thread.
+    /// The last wait of a stop (`shutdown`), for the server to save what audiod put back.
+    private var finalWait: LoopTimer?
+
     public func shutdown(deadlineNanoseconds: UInt64 = 3_000_000_000, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
         guard !shuttingDown else { return done() }
@@ -368,10 +368,8 @@ public final class Arbiter {
                                 // dies before then would come back with audiod's policy values saved, and nobody
                                 // would put the user's back (seed 6 of the random test): audiod stays that long.
                                 let wait = effects.isEmpty && repaired == 0 ? 0 : self?.backend.savesStateAfterNanoseconds ?? 0
-                                guard wait > 0, let self,
-                                    let t = self.loop.timer(afterNanoseconds: wait + 100_000_000, { finish() })
-                                else { return finish() }
-                                self.finalWait = t
+                                guard wait > 0, let self else { return finish() }
+                                self.finalWait = self.loop.timer(afterNanoseconds: wait + 100_000_000) { finish() }
                             }
                         }
                     }

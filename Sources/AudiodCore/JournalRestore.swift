@@ -79,12 +79,7 @@ public enum JournalRestore {
                         // comes back with the policy values saved (as a stop, `Arbiter.shutdown`).
                         let wait = result.value.wrote || repaired > 0 ? backend.savesStateAfterNanoseconds : 0
                         guard wait > 0 else { return end() }
-                        backend.flush {
-                            // The server has everything: only the save is waited for now, not the overall timeout.
-                            result.value.timer?.cancel()
-                            result.value.saveWait = loop.timer(afterNanoseconds: wait + 100_000_000, end)
-                            if result.value.saveWait == nil { end() }
-                        }
+                        backend.flush { result.value.saveWait = loop.timer(afterNanoseconds: wait + 100_000_000, end) }
                     }
                 case .disconnected:
                     break
