@@ -199,6 +199,19 @@ struct FuzzTests {
             (API.managerPath, API.peer),
         ]
         var calls = 0, replies = 0, unanswered: [String] = [], unnamed: [String] = []
+        /// A reply, a named error with a message, or neither (no answer, or an error without a name or message).
+        func judge(_ what: String, _ r: Result<[DBusValue], DBusError>) {
+            calls += 1
+            switch r {
+            case .success: replies += 1
+            case .failure(let e):
+                if e.name == "org.freedesktop.DBus.Error.NoReply" || e.name == "org.freedesktop.DBus.Error.Timeout" {
+                    unanswered.append(what)
+                } else if e.name.isEmpty || e.message.isEmpty {
+                    unnamed.append("\(what): '\(e.name)' '\(e.message)'")
+                }
+            }
+        }
         for (path, table) in tables {
             for method in table.methods {
                 let types = method.inputs.map(\.type)
@@ -217,17 +230,8 @@ struct FuzzTests {
                 }
                 if types.isEmpty { argLists.append([]) }
                 for args in argLists {
-                    calls += 1
                     let what = "\(table.name).\(method.name)(\(args.map(\.signature).joined(separator: ","))) on \(path)"
-                    switch d.client.call(path, table.name, method.name, args) {
-                    case .success: replies += 1
-                    case .failure(let e):
-                        if e.name == "org.freedesktop.DBus.Error.NoReply" || e.name == "org.freedesktop.DBus.Error.Timeout" {
-                            unanswered.append(what)
-                        } else if e.name.isEmpty || e.message.isEmpty {
-                            unnamed.append("\(what): '\(e.name)' '\(e.message)'")
-                        }
-                    }
+                    judge(what, d.client.call(path, table.name, method.name, args))
                 }
             }
         }
@@ -239,18 +243,9 @@ struct FuzzTests {
                     argLists.append([.string(table.name), .string(p.name), .variant(v)])
                 }
                 for args in argLists {
-                    calls += 1
                     let member = args.count == 2 ? "Get" : "Set"
                     let what = "\(member) \(table.name).\(p.name)(\(args.last?.description ?? "")) on \(path)"
-                    switch d.client.call(path, API.properties.name, member, args) {
-                    case .success: replies += 1
-                    case .failure(let e):
-                        if e.name == "org.freedesktop.DBus.Error.NoReply" || e.name == "org.freedesktop.DBus.Error.Timeout" {
-                            unanswered.append(what)
-                        } else if e.name.isEmpty || e.message.isEmpty {
-                            unnamed.append("\(what): '\(e.name)' '\(e.message)'")
-                        }
-                    }
+                    judge(what, d.client.call(path, API.properties.name, member, args))
                 }
             }
         }
