@@ -307,9 +307,6 @@ public final class Arbiter {
     /// that hangs must not keep audiod (and the user's logout) waiting — clear the journal's stream entries,
     /// repair the restore-database entries that hold policy values, and disconnect; then `done`. Call on the loop
     /// thread.
-    /// The last wait of a stop (`shutdown`), for the server to save what audiod put back.
-    private var finalWait: LoopTimer?
-
     public func shutdown(deadlineNanoseconds: UInt64 = 3_000_000_000, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
         guard !shuttingDown else { return done() }
@@ -364,12 +361,9 @@ public final class Arbiter {
                             self?.backend.flush { [weak self] in
                                 guard once.first() else { return }
                                 deadline?.cancel()
-                                // The server has everything; on PipeWire it saves it a second later. A server that
-                                // dies before then would come back with audiod's policy values saved, and nobody
-                                // would put the user's back (seed 6 of the random test): audiod stays that long.
-                                let wait = effects.isEmpty && repaired == 0 ? 0 : self?.backend.savesStateAfterNanoseconds ?? 0
-                                guard wait > 0, let self else { return finish() }
-                                self.finalWait = self.loop.timer(afterNanoseconds: wait + 100_000_000) { finish() }
+                                // The server has everything; audiod stays until it has saved it.
+                                guard let self else { return finish() }
+                                self.backend.afterServerSaved(wrote: !effects.isEmpty || repaired > 0, finish)
                             }
                         }
                     }

@@ -75,11 +75,8 @@ public enum JournalRestore {
                             backend.stop()
                             done.signal()
                         }
-                        // On PipeWire the server saves what was put back a second later; one that dies before then
-                        // comes back with the policy values saved (as a stop, `Arbiter.shutdown`).
-                        let wait = result.value.wrote || repaired > 0 ? backend.savesStateAfterNanoseconds : 0
-                        guard wait > 0 else { return end() }
-                        backend.flush { result.value.saveWait = loop.timer(afterNanoseconds: wait + 100_000_000, end) }
+                        // Then the server has time to save what was put back, as at the end of a stop.
+                        backend.flush { backend.afterServerSaved(wrote: result.value.wrote || repaired > 0, end) }
                     }
                 case .disconnected:
                     break
@@ -108,7 +105,6 @@ private final class ResultBox {
     var engine: Engine
     var clock = StepClock()
     var timer: LoopTimer?
-    var saveWait: LoopTimer?
     var finished = false
     /// Anything was put back on a stream.
     var wrote = false

@@ -743,8 +743,18 @@ public final class PulseBackend {
 
     /// How long a stop waits before it repairs the restore database (`Flavor.settlesBeforeRepairNanoseconds`).
     public var restoreSettleBeforeRepairNanoseconds: UInt64 { session.flavor?.settlesBeforeRepairNanoseconds ?? 0 }
-    /// How long a stop that wrote anything waits at its end for the server to save it (`Flavor.savesStateAfterNanoseconds`).
-    public var savesStateAfterNanoseconds: UInt64 { session.flavor?.savesStateAfterNanoseconds ?? 0 }
+    /// Runs `done` once the server has had time to save what audiod wrote: at once where it saves at once (or when
+    /// nothing was written), else `Flavor.savesStateAfterNanoseconds` and a margin later. The end of a stop and of
+    /// `--restore`: on PipeWire a server that dies before then comes back with audiod's policy values saved, and
+    /// nobody would put the user's back (seed 6 of the random test).
+    public func afterServerSaved(wrote: Bool, _ done: @escaping () -> Void) {
+        let wait = wrote ? session.flavor?.savesStateAfterNanoseconds ?? 0 : 0
+        guard wait > 0, let t = loop.timer(afterNanoseconds: wait + 100_000_000, done) else { return done() }
+        saveWait = t
+    }
+
+    /// The wait of `afterServerSaved`.
+    private var saveWait: LoopTimer?
 
     /// Writes `entry` with the ledger's values in place of the server's.
     private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair) {
