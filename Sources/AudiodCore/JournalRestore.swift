@@ -75,8 +75,12 @@ public enum JournalRestore {
                             backend.stop()
                             done.signal()
                         }
-                        // Then the server has time to save what was put back, as at the end of a stop.
-                        backend.flush { backend.afterServerSaved(wrote: result.value.wrote || repaired > 0, end) }
+                        // Then the server has time to save what was put back, as at the end of a stop. The server
+                        // has everything by then: only the save is waited for, not the overall timeout.
+                        backend.flush {
+                            result.value.timer?.cancel()
+                            backend.afterServerSaved(wrote: result.value.wrote || repaired > 0, end)
+                        }
                     }
                 case .disconnected:
                     break

@@ -489,12 +489,14 @@ public final class DBusConnection {
 
     fileprivate func received(_ m: DBusMessage) -> Bool {
         if m.kind == .signal, m.interface == "org.freedesktop.DBus.Local", m.member == "Disconnected" {
-            let owed = inFlight.values
-            inFlight.removeAll()
-            for box in owed { box.fire(nil) }
+            // The owner hears of the loss first, so that the replies still owed (answered with nothing now) find it
+            // known: a follower drops them instead of taking "no answer" from a bus that is gone.
             let cb = onDisconnect
             onDisconnect = nil
             cb?()
+            let owed = inFlight.values
+            inFlight.removeAll()
+            for box in owed { box.fire(nil) }
             return true
         }
         // A signal addressed to us alone did not pass any match rule: only the bus driver's own (NameAcquired,

@@ -36,6 +36,14 @@ public final class BusLink {
     private var retry: (any DBusLoopTimer)?
     private var closed = false
 
+    static let lostReason = "system bus lost; reconnecting"
+    private var connectedAt: UInt64 = 0
+    static func monotonic() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
     static let firstRetryNanoseconds: UInt64 = 100_000_000
     static let lastRetryNanoseconds: UInt64 = 5_000_000_000
 
@@ -69,10 +77,10 @@ public final class BusLink {
         guard kind == .system, connection == nil, !closed, let address else { return }
         do {
             let c = try DBusConnection(address: address, loop: loop)
-            let wasLost = downReason != "not connected yet" && downReason != nil
+            let wasLost = downReason == Self.lostReason
             connection = c
             downReason = nil
-            backoff = Self.firstRetryNanoseconds
+            connectedAt = Self.monotonic()
             attach(c)
             if wasLost { logger.notice("the system bus is back: following logind and ModemManager again") }
             for h in upHandlers { h() }
@@ -111,7 +119,9 @@ public final class BusLink {
         // Closed after the dispatch that reported the loss has returned.
         loop.dbusSoon { c.close() }
         guard kind == .system, !closed else { return }
-        downReason = "system bus lost; reconnecting"
+        // A bus that stayed up a while starts the backoff afresh; one that drops at once keeps backing off.
+        if Self.monotonic() &- connectedAt > 10_000_000_000 { backoff = Self.firstRetryNanoseconds }
+        downReason = Self.lostReason
         logger.warning("the system bus connection was lost: the screen counts as unlocked, a sleep in progress ends, modem calls end without resuming anyone; reconnecting")
         for w in watches { w.value?.linkLost() }
         for h in lostHandlers { h() }
@@ -213,7 +223,8 @@ public final class NameWatch {
     public private(set) var owner: String?
     public var onAppeared: ((String) -> Void)?
     public var onVanished: ((Loss) -> Void)?
-    private unowned let link: BusLink
+    /// Weak: the link outlives its watches in the daemon, and a watch must not trap if it does not.
+    private weak var link: BusLink?
     private let signalRules: [String]
     private let ownerRule: String
     /// Bumped when the owner changes or the bus is lost: answers to older calls are dropped.
@@ -228,7 +239,7 @@ public final class NameWatch {
     }
 
     deinit {
-        guard started, let c = link.connection else { return }
+        guard started, let c = link?.connection else { return }
         c.removeMatch(ownerRule)
         for r in signalRules { c.removeMatch(r) }
     }
@@ -244,7 +255,7 @@ public final class NameWatch {
     public func isOwner(_ sender: String?) -> Bool { sender != nil && sender == owner }
 
     func linkUp() {
-        guard started, let c = link.connection else { return }
+        guard started, let link, let c = link.connection else { return }
         c.addMatch(ownerRule)
         for r in signalRules { c.addMatch(r) }
         let mine = generation
@@ -283,7 +294,7 @@ public final class NameWatch {
     /// (an answer carrying a descriptor is closed with the message).
     public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [],
                      timeoutMilliseconds: Int32 = 5_000, _ reply: @escaping (DBusMessage?) -> Void = { _ in }) {
-        guard let owner, let c = link.connection,
+        guard let owner, let c = link?.connection,
             let m = DBusMessage.methodCall(destination: owner, path: path, interface: interface, member: member)
         else { return }
         m.setNoAutoStart()

@@ -143,7 +143,11 @@ struct EchoFilter {
     private var pending: [(profile: String, at: UInt64)] = []
     static let windowNanoseconds: UInt64 = 1_000_000_000
 
-    mutating func wrote(_ profile: String, at now: UInt64) { pending.append((profile, now)) }
+    mutating func wrote(_ profile: String, at now: UInt64) {
+        pending.removeAll { now &- $0.at > Self.windowNanoseconds }
+        if pending.count >= 16 { pending.removeFirst() }
+        pending.append((profile, now))
+    }
 
     /// Whether a profile feedbackd announced (nil: not a string) is to be taken: false for the echo of a write while a
     /// later write is still on its way.

@@ -124,7 +124,8 @@ final class MPRISWatcher {
         pending[name] = Lookup(unique: owner)
         if let owner { return lookUp(name, unique: owner) }
         busCall("GetNameOwner", [.string(name)]) { [weak self] r in
-            guard let self, self.pending[name] != nil else { return }
+            // Only for this look-up: one made since (the name changed owner meanwhile) knows its owner already.
+            guard let self, let lookup = self.pending[name], lookup.unique == nil else { return }
             guard case .string(let unique)? = r?.arguments.first else {
                 self.pending[name] = nil
                 return
@@ -135,14 +136,17 @@ final class MPRISWatcher {
     }
 
     private func lookUp(_ name: String, unique: String) {
+        // Each answer is for the look-up of this owner only: after a change of owner, the old one's answers are
+        // dropped rather than ending or completing the new look-up.
         busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
-            guard let self, self.pending[name] != nil else { return }
+            guard let self, self.pending[name]?.unique == unique else { return }
             guard let pid = r?.arguments.first?.uint32Value else {
                 self.pending[name] = nil
                 return
             }
             self.readStatus(name, unique: unique, attemptsLeft: 5) { [weak self] read in
-                guard let self, let lookup = self.pending.removeValue(forKey: name) else { return }
+                guard let self, self.pending[name]?.unique == unique, let lookup = self.pending.removeValue(forKey: name)
+                else { return }
                 let status = lookup.signalled ?? read ?? .stopped
                 // One process, several names: the first is the player; the rest add nothing.
                 if let other = self.players.values.first(where: { $0.pid == pid }) {

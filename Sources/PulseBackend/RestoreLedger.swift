@@ -130,6 +130,10 @@ public struct RestoreLedger {
     public mutating func connected(serverCookie cookie: UInt32) {
         if serverCookie != cookie {
             for key in Array(leaks.keys) { leaks[key]?.existedBefore = nil }
+        } else {
+            // Only audiod's connection dropped: the server kept running, and what it gives new streams is what it
+            // holds now, which the rules above already judge.
+            heldAtDrop.removeAll()
         }
         serverCookie = cookie
     }
@@ -212,7 +216,12 @@ public struct RestoreLedger {
             if userMuteByKey.count > 1024 { userMuteByKey = [key: userMuted] }
         }
         guard held == nil else { return [] }
-        if !byAudiod { heldAtDrop[key] = nil }
+        if !byAudiod {
+            // The user's change is saved after every policy value audiod set on the key before it.
+            heldAtDrop[key] = nil
+            unsavedByKey[key] = nil
+            savedPolicyByKey[key] = nil
+        }
         var journal: [String] = []
         if leaks.removeValue(forKey: key) != nil { journal.append(key) }
         // The user's change was saved after every policy value audiod set before it.
