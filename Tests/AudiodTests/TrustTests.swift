@@ -483,7 +483,14 @@ struct StopAndRecoveryTests {
             d.child.signal(SIGTERM)
             #expect(d.child.wait(timeout: 10) == 0)
             output = server.file("audiod.log")
-            #expect(output.contains("1 entry repaired"), "\(output.suffix(1500))")
+            if kind.isPipeWire, output.contains("did not confirm the restore in time") {
+                // As below: WirePlumber did not show the write back within the read-back window (seen once in a
+                // clean-clone run, six cases of this test side by side); the next start repairs what is unconfirmed.
+                let kept = try? Journal.load(from: "\(server.directory)/audiod/journal")
+                #expect(kept?.leaks["sink-input-by-media-role:music"] != nil, "an unconfirmed repair left the journal")
+            } else {
+                #expect(output.contains("1 entry repaired"), "\(output.suffix(1500))")
+            }
         } else {
             d.child.kill()
             let r = try server.runStatus(try unitStopPost())
