@@ -86,6 +86,8 @@ public final class TestServer: @unchecked Sendable {
     public let environment: [String: String]
     /// `unix:<dir>/pulse/native`.
     public let pulseServer: String
+    /// The stream reads' one connection (ServerQuery.swift); AUDIOD_TEST_PACTL=1 reads with `pactl` instead.
+    private let query: ServerQuery?
     private let lock = NSLock()
     private var children: [pid_t] = []
     private var serverPIDs: [pid_t] = []
@@ -112,6 +114,7 @@ public final class TestServer: @unchecked Sendable {
         }) else { throw TestKitError("mkdtemp failed") }
         directory = dir
         pulseServer = "unix:\(dir)/pulse/native"
+        query = ProcessInfo.processInfo.environment["AUDIOD_TEST_PACTL"] == "1" ? nil : ServerQuery(server: pulseServer)
         var env = ProcessInfo.processInfo.environment
         env["XDG_RUNTIME_DIR"] = dir
         env["HOME"] = "\(dir)/home"
@@ -402,12 +405,14 @@ public final class TestServer: @unchecked Sendable {
 
     /// Every playback stream, as `pactl -f json list sink-inputs` shows it.
     public func playbackStreams() throws -> [ObservedStream] {
-        try ObservedStream.parse(pactl(["-f", "json", "list", "sink-inputs"]), record: false)
+        if let query { return try query.streams(record: false) }
+        return try ObservedStream.parse(pactl(["-f", "json", "list", "sink-inputs"]), record: false)
     }
 
     /// Every record stream, as `pactl -f json list source-outputs` shows it.
     public func recordStreams() throws -> [ObservedStream] {
-        try ObservedStream.parse(pactl(["-f", "json", "list", "source-outputs"]), record: true)
+        if let query { return try query.streams(record: true) }
+        return try ObservedStream.parse(pactl(["-f", "json", "list", "source-outputs"]), record: true)
     }
 
     /// The playback stream of a process (or of its child), when the server lists it.
