@@ -69,7 +69,8 @@ let package = Package(
         .target(
             name: "DBusService",
             dependencies: [
-                "AudioPolicy", "AudioVocabulary", "DBusTransport", "Platform", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AudioVocabulary", "DBusTransport", "Platform",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -92,7 +93,8 @@ let package = Package(
         .target(
             name: "PulseBackend",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "CPulse", "PulseLoop", "LoopThread", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AppIdentity", "CPulse", "PulseLoop", "LoopThread",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -101,7 +103,8 @@ let package = Package(
         .target(
             name: "AudiodCore",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "LoopThread", "DBusService", .product(name: "Logging", package: "swift-log"),
+                "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "LoopThread", "DBusService",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
@@ -146,7 +149,8 @@ let package = Package(
         .executableTarget(
             name: "AudiodBenchmarks",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "DBusService", "AudiodTestKit",
+                "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "DBusService",
+                "AudiodTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -178,7 +182,8 @@ let package = Package(
         .testTarget(
             name: "AudiodTests",
             dependencies: [
-                "AudiodTestKit", "AudioPolicy", "AppIdentity", "DBusService", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "AudiodClient",
+                "AudiodTestKit", "AudioPolicy", "AppIdentity", "DBusService", "AudiodCore", "PulseBackend", "PulseLoop",
+                "LoopThread", "AudiodClient",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -186,7 +191,9 @@ let package = Package(
         .testTarget(
             // The platform's rules scripted without a bus: call merging, feedbackd's echoes, the sleep gate.
             name: "PlatformTests",
-            dependencies: ["Platform", "AudioPolicy", "DBusTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "Platform", "AudioPolicy", "DBusTransport", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(
@@ -196,7 +203,10 @@ let package = Package(
         ),
         .testTarget(
             name: "DBusServiceTests",
-            dependencies: ["DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "AudiodTestKit"],
+            dependencies: [
+                "DBusService", "DBusTransport", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread",
+                "AudiodTestKit",
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         .testTarget(

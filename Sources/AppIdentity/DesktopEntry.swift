@@ -52,7 +52,9 @@ public struct DesktopEntry: Sendable, Equatable {
             guard !key.contains("["), values[String(key)] == nil else { continue }
             values[String(key)] = String(line[line.index(after: eq)...].trimmingWhitespace())
         }
-        guard seenMain, (values["Type"] ?? "Application") == "Application", values["Hidden"] != "true" else { return nil }
+        guard seenMain, (values["Type"] ?? "Application") == "Application", values["Hidden"] != "true" else {
+            return nil
+        }
         let categories = (values["Categories"] ?? "").split(separator: ";").map { String($0) }.filter { !$0.isEmpty }
         let program = values["TryExec"].flatMap(Self.programName) ?? values["Exec"].flatMap(Self.programName)
         return DesktopEntry(id: id, path: path, categories: categories, program: program)

@@ -33,7 +33,9 @@ public final class DesktopEntryIndex: DesktopEntries {
     /// Flatpak's exports added where the environment lacks them.
     public static func applicationDirectories(environment env: [String: String]) -> [String] {
         var data: [String] = []
-        if let h = env["XDG_DATA_HOME"], !h.isEmpty { data.append(h) } else if let home = env["HOME"], !home.isEmpty {
+        if let h = env["XDG_DATA_HOME"], !h.isEmpty {
+            data.append(h)
+        } else if let home = env["HOME"], !home.isEmpty {
             data.append(home + "/.local/share")
         }
         let dirs = (env["XDG_DATA_DIRS"].flatMap { $0.isEmpty ? nil : $0 } ?? "/usr/local/share:/usr/share")
@@ -107,7 +109,9 @@ public final class DesktopEntryIndex: DesktopEntries {
             }
             guard name.hasSuffix(".desktop"), entries.count < Self.maximumEntries else { continue }
             let id = prefix + String(name.dropLast(".desktop".count))
-            let stamp = (size: Int(st.st_size), mtime: Int(st.st_mtim.tv_sec) &* 1_000_000_000 &+ Int(st.st_mtim.tv_nsec))
+            let stamp = (
+                size: Int(st.st_size), mtime: Int(st.st_mtim.tv_sec) &* 1_000_000_000 &+ Int(st.st_mtim.tv_nsec)
+            )
             if let old = stamps[path], old == stamp, let known = found.values.lazy.compactMap({ $0[path] }).first {
                 entries[path] = known
                 continue

@@ -54,7 +54,9 @@ public enum IdentityResolver {
         var names: [AppProfile.Name] = []
         var found: [(DesktopEntry, AppProfile.Source)] = []
         func add(_ name: String?, _ source: AppProfile.Source, lookUp: Bool = true) {
-            guard let name, !name.isEmpty, name.utf8.count <= 255, !names.contains(where: { $0.name == name }) else { return }
+            guard let name, !name.isEmpty, name.utf8.count <= 255, !names.contains(where: { $0.name == name }) else {
+                return
+            }
             if lookUp, let e = entries.entry(id: name) {
                 // A terminal's scope and environment are inherited by everything started in it: its entry, and the
                 // name that found it, decide nothing for what runs inside.

@@ -65,7 +65,8 @@ public enum LauncherIDs {
     /// `GIO_LAUNCHED_DESKTOP_FILE` from a process's environment (`/proc/PID/environ`: NUL-separated), valid when
     /// `GIO_LAUNCHED_DESKTOP_FILE_PID` is the process itself or one of its live ancestors (`chain`); the desktop
     /// id is the file's name without `.desktop`.
-    public static func launchedDesktopID(environment: [String: String], chain: [UInt32]) -> (id: String, path: String)? {
+    public static func launchedDesktopID(environment: [String: String], chain: [UInt32]) -> (id: String, path: String)?
+    {
         guard let path = environment["GIO_LAUNCHED_DESKTOP_FILE"], path.hasSuffix(".desktop"),
             let pidText = environment["GIO_LAUNCHED_DESKTOP_FILE_PID"], let pid = UInt32(pidText), chain.contains(pid),
             let name = path.split(separator: "/").last

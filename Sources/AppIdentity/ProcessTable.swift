@@ -99,7 +99,6 @@ extension ProcessTable {
         return trimmed(String(decoding: comm, as: UTF8.self)) == String(decoding: binary.utf8.prefix(15), as: UTF8.self)
     }
 
-
     /// The host pid of the process a client reported as `reported`: itself when the host process with that pid
     /// plausibly runs `binary`; else, for a client in a pid namespace of its own, the one process of this user that
     /// has `reported` as its pid inside its namespace and runs `binary` — nil when there is none or more than one.
@@ -164,10 +163,15 @@ extension ProcessTable {
     public static func flatpakApp(of pid: UInt32) -> (id: String, instance: String?)? {
         guard let bytes = read("/proc/\(pid)/root/.flatpak-info", limit: 65536) else { return nil }
         let text = String(decoding: bytes, as: UTF8.self)
-        var section = "", id: String?, instance: String?
+        var section = ""
+        var id: String?
+        var instance: String?
         for raw in text.split(separator: "\n") {
             let line = trimmed(raw)
-            if line.hasPrefix("[") { section = line; continue }
+            if line.hasPrefix("[") {
+                section = line
+                continue
+            }
             let parts = line.split(separator: "=", maxSplits: 1).map { trimmed($0) }
             guard parts.count == 2 else { continue }
             if section == "[Application]", parts[0] == "name" { id = parts[1] }
@@ -237,7 +241,10 @@ public struct StreamIdentity: Equatable, Sendable {
         if app == nil, pid == nil, let reported = properties["application.process.id"].flatMap({ UInt32($0) }),
             let binary = properties["application.process.binary"]
         {
-            let apps = Set(ProcessTable.sandboxed(nsPid: reported, binary: binary).compactMap { ProcessTable.flatpakApp(of: $0)?.id })
+            let apps = Set(
+                ProcessTable.sandboxed(nsPid: reported, binary: binary).compactMap {
+                    ProcessTable.flatpakApp(of: $0)?.id
+                })
             if apps.count == 1 { app = apps.first }
         }
         return Host(pid: pid, app: app, instance: instance)

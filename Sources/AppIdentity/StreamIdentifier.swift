@@ -22,7 +22,10 @@ public struct StreamIdentifier {
         /// A pid's start time, nil when no such process runs.
         public var startTime: (UInt32) -> UInt64?
         /// What identity resolution needs of a live process, with notes for the debug log.
-        public var facts: (_ pid: UInt32, _ chain: [UInt32], _ applicationID: String?, _ flatpakID: String?) -> (ProcessFacts, [String])
+        public var facts:
+            (_ pid: UInt32, _ chain: [UInt32], _ applicationID: String?, _ flatpakID: String?) -> (
+                ProcessFacts, [String]
+            )
 
         public init(
             host: @escaping ([String: String]) -> StreamIdentity.Host,
@@ -85,7 +88,9 @@ public struct StreamIdentifier {
     ) -> Identified {
         let key = StreamIdentity.sourceKeys.map { props[$0] }
         if let k = kept[key], now - k.at < Self.keepNanoseconds, let pid = k.host.pid {
-            if clientVouches, let client, k.client == client { return Identified(host: k.host, chain: k.chain, app: k.app, notes: []) }
+            if clientVouches, let client, k.client == client {
+                return Identified(host: k.host, chain: k.chain, app: k.app, notes: [])
+            }
             if let start = processes.startTime(pid), start == k.start {
                 return Identified(host: k.host, chain: k.chain, app: k.app, notes: [])
             }
@@ -104,7 +109,9 @@ public struct StreamIdentifier {
         // Only a pid the stream itself names (the kernel's, or the reported one the host vouched for) is kept: any
         // other answer came from scanning the sandboxes, which the next sandbox with the same inner pid and binary
         // changes.
-        let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap { $0.flatMap { UInt32($0) } }
+        let named = [props["pipewire.sec.pid"], props["application.process.id"]].compactMap {
+            $0.flatMap { UInt32($0) }
+        }
         if let pid = host.pid, named.contains(pid), let start = walked?.start {
             kept[key] = Kept(host: host, chain: chain, start: start, at: now, client: client, app: app)
         }
@@ -122,11 +129,14 @@ public struct StreamIdentifier {
 
     /// Who the app is, as the desktop knows it: read from /proc once per process, resolved against the desktop
     /// entries. Without a believed pid, only what the stream says.
-    private func profile(host: StreamIdentity.Host, chain: [UInt32], props: [String: String], notes: inout [String]) -> AppProfile {
+    private func profile(host: StreamIdentity.Host, chain: [UInt32], props: [String: String], notes: inout [String])
+        -> AppProfile
+    {
         let index: any DesktopEntries = entries ?? NoDesktopEntries()
         guard let pid = host.pid else {
-            let facts = ProcessFacts(pid: 0, flatpakID: host.app, applicationID: props["application.id"],
-                                     program: props["application.process.binary"])
+            let facts = ProcessFacts(
+                pid: 0, flatpakID: host.app, applicationID: props["application.id"],
+                program: props["application.process.binary"])
             return IdentityResolver.resolve(facts, index)
         }
         var (facts, read) = processes.facts(pid, chain, props["application.id"], host.app)
@@ -135,7 +145,9 @@ public struct StreamIdentifier {
         guard keepsNotes else { return p }
         notes += read.map { "\($0); the next-weaker evidence decides" }
         if let id = p.id {
-            notes.append("pid \(pid) is \(id.name), found through \(id.source.phrase)\(p.entry.map { "; desktop entry \($0.path)" } ?? "")")
+            notes.append(
+                "pid \(pid) is \(id.name), found through \(id.source.phrase)\(p.entry.map { "; desktop entry \($0.path)" } ?? "")"
+            )
         }
         return p
     }

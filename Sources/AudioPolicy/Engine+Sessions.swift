@@ -39,7 +39,8 @@ extension Engine {
                 "session \(id.rawValue) is an implicit session made by audiod; change it with SetApplicationCategory")
         }
         if isPlatformCall(id) {
-            return .accessDenied("session \(id.rawValue) is the platform's call: it follows the platform's call services")
+            return .accessDenied(
+                "session \(id.rawValue) is the platform's call: it follows the platform's call services")
         }
         return nil
     }
@@ -151,7 +152,10 @@ extension Engine {
     mutating func configure(_ r: RequestID, _ new: Settings) {
         guard new.duckLevel > 0, new.duckLevel < 1, new.duckLevel.isFinite else {
             return reply(
-                r, .error(.invalidArgs("duck-level \(new.duckLevel) is out of range: it must be greater than 0 and less than 1")))
+                r,
+                .error(
+                    .invalidArgs(
+                        "duck-level \(new.duckLevel) is out of range: it must be greater than 0 and less than 1")))
         }
         let level = new.duckLevel
         let lockBefore = lockApplies
@@ -167,7 +171,10 @@ extension Engine {
 
     mutating func setApplicationCategory(_ r: RequestID, _ app: String, _ c: String, _ m: String, _ o: [String]) {
         guard !app.isEmpty else {
-            return reply(r, .error(.invalidArgs("the application name is empty; give an application.id, binary or application.name")))
+            return reply(
+                r,
+                .error(
+                    .invalidArgs("the application name is empty; give an application.id, binary or application.name")))
         }
         switch Configuration.parse(category: c, mode: m, options: o) {
         case .failure(let e): reply(r, .error(e))
@@ -292,7 +299,9 @@ extension Engine {
 
     /// Takes the audio from a session: it becomes inactive and interrupted at once, its streams are silenced,
     /// an implicit session's playing MPRIS players are paused.
-    mutating func interrupt(_ id: SessionID, reason: InterruptionReason, by interrupter: SessionID?, spokenOnly: Bool = false) {
+    mutating func interrupt(
+        _ id: SessionID, reason: InterruptionReason, by interrupter: SessionID?, spokenOnly: Bool = false
+    ) {
         guard var s = sessions[id], !isPlatformCall(id) else { return }
         // The session taking over in a handover is interrupted: its handover ends. Whoever took primary audio
         // (or the session that counted as it) from it takes over in turn, until its own first sound (§5).
@@ -363,7 +372,9 @@ extension Engine {
 
     /// Ends the interruptions tied to `id`; returns the sessions told `InterruptionEnded(should_resume = true)`.
     @discardableResult
-    mutating func resolveTies(of id: SessionID, notify: Bool, cause: DeactivationCause, interrupterWasCall: Bool) -> [SessionID] {
+    mutating func resolveTies(of id: SessionID, notify: Bool, cause: DeactivationCause, interrupterWasCall: Bool)
+        -> [SessionID]
+    {
         guard let tied = tiedTo.removeValue(forKey: id) else { return [] }
         var resumed: [SessionID] = []
         for other in tied.sorted() {
@@ -421,7 +432,8 @@ extension Engine {
     /// §3: someone other than `gone` holds the audio now and would have interrupted this session too — it is tied
     /// to them and waits, instead of hearing that its interruption ended.
     mutating func waitsForHolder(_ id: SessionID, otherThan gone: SessionID? = nil) -> Bool {
-        guard let o = sessions[id], let h = holder(excluding: id), h != gone, let hs = sessions[h], hs.isCall || !o.mixable
+        guard let o = sessions[id], let h = holder(excluding: id), h != gone, let hs = sessions[h],
+            hs.isCall || !o.mixable
         else { return false }
         sessions[id]?.interrupter = h
         tiedTo[h, default: []].insert(id)
@@ -473,13 +485,18 @@ extension Engine {
 
     mutating func reindexCategory(_ id: SessionID) {
         guard let s = sessions[id] else { return }
-        if s.configuration.category.obeysSilentMode { silentModeSessions.insert(id) } else { silentModeSessions.remove(id) }
+        if s.configuration.category.obeysSilentMode {
+            silentModeSessions.insert(id)
+        } else {
+            silentModeSessions.remove(id)
+        }
         if s.configuration.category == .ambient { ambientSessions.insert(id) } else { ambientSessions.remove(id) }
     }
 
     func view(_ s: SessionState) -> SessionView {
         SessionView(
-            id: s.id, isImplicit: s.isImplicit || isPlatformCall(s.id), applicationName: s.applicationName, processID: s.pid,
+            id: s.id, isImplicit: s.isImplicit || isPlatformCall(s.id), applicationName: s.applicationName,
+            processID: s.pid,
             configuration: s.configuration, active: s.active, interrupted: s.interrupted,
             secondaryAudioShouldBeSilencedHint: primary != nil && primary != s.id,
             otherAudioPlaying: totalAudible - s.audibleCount > 0,
@@ -494,7 +511,8 @@ extension Engine {
     func identity(_ s: SessionState) -> SessionIdentity {
         if let pc = platformCall, pc.session == s.id {
             return SessionIdentity(
-                appID: pc.info.appID ?? "platform-call", source: "platform", desktopEntry: "", categoryReason: .platformCall)
+                appID: pc.info.appID ?? "platform-call", source: "platform", desktopEntry: "",
+                categoryReason: .platformCall)
         }
         guard s.isImplicit else {
             return SessionIdentity(

@@ -29,8 +29,9 @@ extension Engine {
         if let call = platformCallOwner(st) { return call }
         if let s = explicitOwner(chain: st.info.processChain, tag: st.info.sessionTag) { return s }
         if processGone { return nil }
-        guard let key = implicitKey(
-            chain: st.info.processChain, applicationName: st.info.applicationName, identity: st.info.identity)
+        guard
+            let key = implicitKey(
+                chain: st.info.processChain, applicationName: st.info.applicationName, identity: st.info.identity)
         else {
             return nil
         }
@@ -65,7 +66,10 @@ extension Engine {
             }
             // The silencing its old session caused is lifted — except a record stream's privacy hold (§3).
             streams[sid]?.routeSilenced = false
-            if let new { attach(sid, to: new); if sessions[new]?.isImplicit == true { changedImplicit.insert(new) } }
+            if let new {
+                attach(sid, to: new)
+                if sessions[new]?.isImplicit == true { changedImplicit.insert(new) }
+            }
             markDirty(sid)
         }
         // An implicit session whose last stream went to another session ends at once (§7).
@@ -82,7 +86,11 @@ extension Engine {
         guard var st = streams[sid], let s = sessions[id] else { return }
         st.session = id
         // In place: a copy of the session taken out and put back would copy its stream sets on every attach.
-        if sid.kind == .playback { sessions[id]?.playbackStreams.insert(sid) } else { sessions[id]?.recordStreams.insert(sid) }
+        if sid.kind == .playback {
+            sessions[id]?.playbackStreams.insert(sid)
+        } else {
+            sessions[id]?.recordStreams.insert(sid)
+        }
         if s.isImplicit && s.applicationName.isEmpty { sessions[id]?.applicationName = st.info.applicationName }
         if st.audible {
             adjustAudible(nil, -1)
@@ -151,11 +159,13 @@ extension Engine {
         playing.leftByPolicy = nil
         _ = probe.handle(.streamAppeared(playing), at: now)
         guard let owner = probe.streams[info.id]?.session, probe.sessions[owner]?.isCall == true else { return }
-        let ahead = Set(probe.streams.compactMap { sid, st -> StreamID? in
-            // Sounds that must not mix: a capture the call would hold is decided at the link.
-            guard sid != info.id, sid.kind == .playback, st.policyMute, let mine = streams[sid], !mine.policyMute else { return nil }
-            return sid
-        })
+        let ahead = Set(
+            probe.streams.compactMap { sid, st -> StreamID? in
+                // Sounds that must not mix: a capture the call would hold is decided at the link.
+                guard sid != info.id, sid.kind == .playback, st.policyMute, let mine = streams[sid], !mine.policyMute
+                else { return nil }
+                return sid
+            })
         guard !ahead.isEmpty else { return }
         callsAboutToSound[info.id] = ahead
         for sid in ahead { markDirty(sid) }
@@ -362,7 +372,8 @@ extension Engine {
     /// record stream from a source that is not a monitor — while *playing* — a playback stream the app plays
     /// (uncorked, not muted or silent by its user; MPRIS does not count here, so a browser's WebRTC call counts).
     func capturesWhilePlaying(_ s: SessionState) -> Bool {
-        var capturing = false, playing = false
+        var capturing = false
+        var playing = false
         for id in s.recordStreams where !capturing {
             if let st = streams[id], !st.info.corked, !st.info.fromMonitor { capturing = true }
         }
@@ -418,7 +429,8 @@ extension Engine {
         // Runs on every stream event of the session (a game may hold a hundred streams): one pass over them, and
         // none for rules when there are none.
         let profile = profile(of: s)
-        for (rules, source) in [(busRules, CategoryReason.RuleSource.bus), (configRules, .config)] where !rules.isEmpty {
+        for (rules, source) in [(busRules, CategoryReason.RuleSource.bus), (configRules, .config)] where !rules.isEmpty
+        {
             // The rule on the strongest name wins: the profile's names in order, then what the streams say.
             var names: [String] = profile?.names.map(\.name) ?? []
             for id in s.allStreams {
@@ -430,7 +442,8 @@ extension Engine {
             }
         }
         var roles: Set<String> = []
-        var owned = 0, recording = 0
+        var owned = 0
+        var recording = 0
         for set in [s.playbackStreams, s.recordStreams] {
             for id in set {
                 guard let info = streams[id]?.info else { continue }
@@ -442,8 +455,10 @@ extension Engine {
         let call = s.voiceCall || capturesWhilePlaying(s)
         if let game = gameEvidence(s, roles: roles, profile: profile) {
             if call {
-                return (Configuration(category: .playAndRecord, mode: .gameChat, options: [.mixWithOthers]), false,
-                        .gameChat(game))
+                return (
+                    Configuration(category: .playAndRecord, mode: .gameChat, options: [.mixWithOthers]), false,
+                    .gameChat(game)
+                )
             }
             return (Configuration(category: .ambient), false, .game(game))
         }
@@ -453,8 +468,10 @@ extension Engine {
         if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false, .mpris) }
         for tier in Settings.builtInRoles {
             if let role = tier.roles.first(where: roles.contains) {
-                return (settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary,
-                        .role(role, configured: false))
+                return (
+                    settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary,
+                    .role(role, configured: false)
+                )
             }
         }
         for role in roles.sorted() {
@@ -599,7 +616,8 @@ extension Engine {
             // the bus and the stream the sound server, and either may arrive first.
             guard var p = players[pid],
                 p.info.status == .playing
-                    || (streamsByAncestor[p.info.pid] ?? []).contains(where: { streams[$0].map(soundsOnDevice) == true })
+                    || (streamsByAncestor[p.info.pid] ?? []).contains(where: { streams[$0].map(soundsOnDevice) == true }
+                    )
             else { continue }
             p.pausedByAudiod = resumable
             p.pauseInFlight = true

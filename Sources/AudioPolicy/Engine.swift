@@ -133,7 +133,8 @@ public struct Engine: Sendable {
     public func streamView(_ id: StreamID) -> StreamView? {
         guard let s = streams[id] else { return nil }
         return StreamView(
-            info: s.info, session: s.session, policyMuted: s.policyMute || silencedAhead(id) != nil, duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
+            info: s.info, session: s.session, policyMuted: s.policyMute || silencedAhead(id) != nil,
+            duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
             userVolume: s.userVolume, audible: s.audible, reasons: policyReasons(s))
     }
 
@@ -142,7 +143,9 @@ public struct Engine: Sendable {
     /// comes first (mpv-mpris announces Paused ~100 ms after its stream corks, measured).
     public func playerStillPlays(_ id: PlayerID) -> Bool {
         guard let p = players[id], p.info.status == .playing else { return false }
-        return (streamsByAncestor[p.info.pid] ?? []).contains { streams[$0].map { $0.kind == .playback && !$0.info.corked } ?? false }
+        return (streamsByAncestor[p.info.pid] ?? []).contains {
+            streams[$0].map { $0.kind == .playback && !$0.info.corked } ?? false
+        }
     }
 
     /// Every app rule: config-file rules first, then D-Bus rules, each in application order.
@@ -212,7 +215,8 @@ public struct Engine: Sendable {
         case .gameModeGames(let pids): gameModeGames(pids)
         case .platformCall(let call): platformCallChanged(call)
         case .platformCallSourceLost(let remaining): platformCallChanged(remaining, notify: false)
-        case .microphoneMuted(let source, let muted, let isDefault): microphoneMuted(source, muted, isDefault: isDefault)
+        case .microphoneMuted(let source, let muted, let isDefault):
+            microphoneMuted(source, muted, isDefault: isDefault)
         case .screenLocked(let locked): screenLockChanged(locked)
         case .prepareForSleep(let sleeping): prepareForSleep(sleeping)
         case .platformSilentMode(let on): applySilentMode(on)
@@ -261,7 +265,8 @@ public struct AppliedChange: Sendable, Equatable {
     /// audiod changed the volume; undo by setting this one.
     public var restoreVolume: Volume?
 
-    public init(stream: StreamID, applicationName: String, unmute: Bool, appliedVolume: Volume?, restoreVolume: Volume?) {
+    public init(stream: StreamID, applicationName: String, unmute: Bool, appliedVolume: Volume?, restoreVolume: Volume?)
+    {
         self.stream = stream
         self.applicationName = applicationName
         self.unmute = unmute
@@ -320,7 +325,9 @@ public struct SessionView: Sendable, Equatable {
     /// The view with `changes` (`changes(from:)`, a `PropertiesChanged`) applied: what a reader of the published
     /// properties holds. `Mixable` follows from the configuration.
     public mutating func apply(_ changes: [SessionProperty]) {
-        var category = configuration.category, mode = configuration.mode, options = configuration.options
+        var category = configuration.category
+        var mode = configuration.mode
+        var options = configuration.options
         var configured = false
         for p in changes {
             switch p {

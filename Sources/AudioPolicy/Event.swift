@@ -231,7 +231,9 @@ public struct ApplicationRule: Sendable, Equatable {
     public var file: String?
     public var line: Int?
 
-    public init(application: String, configuration: Configuration, source: Source, file: String? = nil, line: Int? = nil) {
+    public init(
+        application: String, configuration: Configuration, source: Source, file: String? = nil, line: Int? = nil
+    ) {
         self.application = application
         self.configuration = configuration
         self.source = source

@@ -28,7 +28,8 @@ public struct PolicyError: Error, Sendable, Hashable, CustomStringConvertible {
     /// audiod's own error from a refusal the vocabulary words (the short name, as `name` holds it).
     public init(_ r: Refusal) {
         self.init(
-            name: r.busName.hasPrefix(BusNames.errorPrefix) ? String(r.busName.dropFirst(BusNames.errorPrefix.count)) : r.busName,
+            name: r.busName.hasPrefix(BusNames.errorPrefix)
+                ? String(r.busName.dropFirst(BusNames.errorPrefix.count)) : r.busName,
             message: r.message)
     }
 

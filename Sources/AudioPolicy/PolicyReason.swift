@@ -4,7 +4,8 @@
 /// same conditions named one by one, so that "why is this quiet?" has the answer the decision had.
 public enum PolicyReason: Sendable, Hashable {
     /// Its session was interrupted by another (nil: by an event nobody will end, e.g. its device went away).
-    case interrupted(by: SessionID?, interrupterIsCall: Bool, interrupterCategory: Category?, reason: InterruptionReason?)
+    case interrupted(
+        by: SessionID?, interrupterIsCall: Bool, interrupterCategory: Category?, reason: InterruptionReason?)
     /// Its session was interrupted and stays silent until it is activated again.
     case awaitingActivation
     /// A record stream stays muted after an interruption until its session is activated again (privacy).
@@ -48,8 +49,10 @@ extension Engine {
         var reasons: [PolicyReason] = []
         if s.interrupted {
             let by = s.interrupter.flatMap { sessions[$0] }
-            reasons.append(.interrupted(by: s.interrupter, interrupterIsCall: by?.isCall ?? false,
-                                        interrupterCategory: by?.configuration.category, reason: s.interruptionReason))
+            reasons.append(
+                .interrupted(
+                    by: s.interrupter, interrupterIsCall: by?.isCall ?? false,
+                    interrupterCategory: by?.configuration.category, reason: s.interruptionReason))
         } else if s.awaitingActivation {
             reasons.append(.awaitingActivation)
         }
@@ -60,7 +63,8 @@ extension Engine {
         if st.routeSilenced { reasons.append(.routeChange) }
         if silentMode && s.configuration.category.obeysSilentMode { reasons.append(.silentMode) }
         if lockedOut(s) { reasons.append(.screenLocked) }
-        if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt {
+        if let primary, primary != owner, s.configuration.category == .ambient, !s.handlesSecondaryAudio, !s.roleExempt
+        {
             reasons.append(.secondaryAudio(primary: primary))
         }
         if let call = silencedAhead(st.info.id) { reasons.append(.callAboutToSound(call)) }

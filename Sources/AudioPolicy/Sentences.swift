@@ -11,7 +11,8 @@ extension Event {
         case .setActive(_, let id, let active, let o):
             "\(id) asks to \(active ? "activate" : "deactivate")\(o.isEmpty ? "" : " with \(o.joined(separator: ", "))")"
         case .release(_, let id): "\(id) is released by its owner"
-        case .setHandlesSecondaryAudio(_, let id, let on): "\(id) says it \(on ? "handles" : "no longer handles") secondary audio itself"
+        case .setHandlesSecondaryAudio(_, let id, let on):
+            "\(id) says it \(on ? "handles" : "no longer handles") secondary audio itself"
         case .setPrefersNoInterruptions(_, let id, let on):
             "\(id) \(on ? "asks not to be" : "may again be") interrupted by a call that only rings"
         case .setSilentMode(_, let on): "silent mode is switched \(on ? "on" : "off")"
@@ -43,7 +44,8 @@ extension Event {
         case .platformCallSourceLost(let call?):
             "a call source's bus was lost; the platform's call is \(call.state.rawValue)"
         case .platformCallSourceLost(nil): "a call source's bus was lost: its calls end without resuming anyone"
-        case .microphoneMuted(let source, let muted, _): "the user \(muted ? "muted" : "unmuted") the microphone \(source)"
+        case .microphoneMuted(let source, let muted, _):
+            "the user \(muted ? "muted" : "unmuted") the microphone \(source)"
         case .screenLocked(let locked): "the screen is \(locked ? "locked" : "unlocked")"
         case .prepareForSleep(let sleeping): sleeping ? "the machine is going to sleep" : "the machine woke up"
         case .platformSilentMode(let on): "the phone's ring/silent profile switches silent mode \(on ? "on" : "off")"

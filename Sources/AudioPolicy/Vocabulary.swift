@@ -43,8 +43,11 @@ public struct Configuration: Sendable, Hashable {
         if let refusal = Refusal.check(category: category, mode: mode, options: options) {
             return .failure(PolicyError(refusal))
         }
-        guard let c = Category(rawValue: category), let m = Mode(rawValue: mode) else { return .failure(.invalidCategory(category)) }
-        return .success(Configuration(category: c, mode: m, options: options.compactMap(CategoryOption.init(rawValue:))))
+        guard let c = Category(rawValue: category), let m = Mode(rawValue: mode) else {
+            return .failure(.invalidCategory(category))
+        }
+        return .success(
+            Configuration(category: c, mode: m, options: options.compactMap(CategoryOption.init(rawValue:))))
     }
 }
 

@@ -70,7 +70,10 @@ public struct Volume: Hashable, Sendable, CustomStringConvertible {
             let next = x - (x * x * x - v) / (3 * x * x)
             if next == x { break }
             // Newton on x³ converges from above; stop once it oscillates in the last bit.
-            if abs(next - x) <= x.ulp { x = Swift.min(x, next); break }
+            if abs(next - x) <= x.ulp {
+                x = Swift.min(x, next)
+                break
+            }
             x = next
         }
         return x

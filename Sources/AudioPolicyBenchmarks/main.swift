@@ -33,7 +33,9 @@ struct Bench {
                 continue
             }
             _ = send(.setCategory(req(), id, category: "playback", mode: "default", options: ["mix-with-others"]))
-            _ = send(.streamAppeared(StreamInfo(id: .playback(UInt32(i)), processChain: [pid, 1], applicationName: "app\(i)")))
+            _ = send(
+                .streamAppeared(
+                    StreamInfo(id: .playback(UInt32(i)), processChain: [pid, 1], applicationName: "app\(i)")))
         }
     }
 }
@@ -77,9 +79,12 @@ for n in counts {
     let volume = measure(iterations) { i in
         let index = UInt32((i * 7919) % n)
         let v: UInt32 = i % 2 == 0 ? 40_000 : 50_000
-        _ = b.send(.streamChanged(StreamInfo(
-            id: .playback(index), processChain: [UInt32(10_000 + Int(index)), 1], applicationName: "app\(index)",
-            volume: Volume(uniform: v))))
+        _ = b.send(
+            .streamChanged(
+                StreamInfo(
+                    id: .playback(index), processChain: [UInt32(10_000 + Int(index)), 1],
+                    applicationName: "app\(index)",
+                    volume: Volume(uniform: v))))
     }
 
     var rivals: [SessionID] = []
@@ -95,10 +100,15 @@ for n in counts {
 
     let stream = measure(iterations / 2) { i in
         let id = StreamID.playback(UInt32(1_000_000 + i))
-        let appeared = b.send(.streamAppeared(StreamInfo(id: id, processChain: [UInt32(500_000 + i), 1], applicationName: "x")))
+        let appeared = b.send(
+            .streamAppeared(StreamInfo(id: id, processChain: [UInt32(500_000 + i), 1], applicationName: "x")))
         _ = b.send(.streamRemoved(id))
         for case .sessionAdded(let implicit) in appeared { _ = b.send(.timerFired(.linger(implicit.id))) }
     }
-    if b.engine.sessionIDs.count != n + 2 { print("warning: \(b.engine.sessionIDs.count - n - 2) implicit sessions were not removed") }
-    print("| \(n) | \(fmt(volume.median)) / \(fmt(volume.p99)) | \(fmt(activate.median)) / \(fmt(activate.p99)) | \(fmt(stream.median)) / \(fmt(stream.p99)) |")
+    if b.engine.sessionIDs.count != n + 2 {
+        print("warning: \(b.engine.sessionIDs.count - n - 2) implicit sessions were not removed")
+    }
+    print(
+        "| \(n) | \(fmt(volume.median)) / \(fmt(volume.p99)) | \(fmt(activate.median)) / \(fmt(activate.p99)) | \(fmt(stream.median)) / \(fmt(stream.p99)) |"
+    )
 }

@@ -28,23 +28,30 @@ public struct Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     public static func incompatibleMode(_ mode: Mode, category: Category) -> Refusal {
-        Refusal(.incompatibleMode, "mode '\(mode.rawValue)' is not accepted by category '\(category.rawValue)', "
-            + "which accepts \(words(category.acceptedModes))")
+        Refusal(
+            .incompatibleMode,
+            "mode '\(mode.rawValue)' is not accepted by category '\(category.rawValue)', "
+                + "which accepts \(words(category.acceptedModes))")
     }
 
     public static func invalidCategoryOption(_ raw: String) -> Refusal {
-        Refusal(.invalidOption, "'\(raw)' is not a category option; category options are \(words(CategoryOption.allCases))")
+        Refusal(
+            .invalidOption, "'\(raw)' is not a category option; category options are \(words(CategoryOption.allCases))")
     }
 
     public static func invalidActivationOption(_ raw: String) -> Refusal {
-        Refusal(.invalidOption, "'\(raw)' is not an activation option; the only activation option is "
-            + "\(words(ActivationOption.allCases)) (with SetActive(false))")
+        Refusal(
+            .invalidOption,
+            "'\(raw)' is not an activation option; the only activation option is "
+                + "\(words(ActivationOption.allCases)) (with SetActive(false))")
     }
 
     public static func optionNotAccepted(_ raw: String, by category: Category) -> Refusal {
         let accepted = category.acceptedOptions
-        return Refusal(.incompatibleOption, "option '\(raw)' is not accepted by category '\(category.rawValue)', which accepts "
-            + (accepted.isEmpty ? "no options" : words(accepted)))
+        return Refusal(
+            .incompatibleOption,
+            "option '\(raw)' is not accepted by category '\(category.rawValue)', which accepts "
+                + (accepted.isEmpty ? "no options" : words(accepted)))
     }
 
     public static func onlyOnDeactivation(_ raw: String) -> Refusal {
@@ -52,7 +59,8 @@ public struct Refusal: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     public static func duckLevelOutOfRange(_ level: Double) -> Refusal {
-        Refusal(standard: "InvalidArgs", "DuckLevel \(level) is out of range: it must be greater than 0 and less than 1")
+        Refusal(
+            standard: "InvalidArgs", "DuckLevel \(level) is out of range: it must be greater than 0 and less than 1")
     }
 
     /// The first problem of a configuration, in the order audiod checks: category, mode, then options in list order.

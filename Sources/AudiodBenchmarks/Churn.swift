@@ -53,8 +53,10 @@ func cpuNs(_ pid: pid_t) -> UInt64 {
 /// 0: each stream on a connection of its own, which goes with it — pipewire-pulse 0.3.65 drops a connection that
 /// closes streams and opens more in quick succession ("Connection terminated"), and a connection costs the server
 /// several times what a stream does.
-func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod: pid_t, threads: Int = 2,
-           clientsPerThread: Int = 0, corked: Bool = false, sampleRate: UInt32 = 8000) throws -> ChurnRow {
+func churn(
+    rate: Int, total: Int, server: TestServer, observer: Observer, audiod: pid_t, threads: Int = 2,
+    clientsPerThread: Int = 0, corked: Bool = false, sampleRate: UInt32 = 8000
+) throws -> ChurnRow {
     var row = ChurnRow(target: rate)
     let lifetimeNs = UInt64(min(0.2, 100 / Double(rate)) * 1e9)
     observer.forgetFirstMuted()
@@ -72,7 +74,9 @@ func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod
             var live: [(client: ToneClient, index: UInt32, at: UInt64)] = []
             var pool: [ToneClient] = []
             do {
-                pool = try (0..<clientsPerThread).map { try ToneClient(server: server.pulseServer, name: "churn-\(t)-\($0)") }
+                pool = try (0..<clientsPerThread).map {
+                    try ToneClient(server: server.pulseServer, name: "churn-\(t)-\($0)")
+                }
             } catch {
                 failure.withLock { $0 = "\(error)" }
                 return
@@ -96,7 +100,8 @@ func churn(rate: Int, total: Int, server: TestServer, observer: Observer, audiod
                         client = pool[turn % pool.count]
                         turn += 1
                     }
-                    let (index, at) = try client.open(["media.role": "game", "application.name": "churn"], corked: corked, rate: sampleRate)
+                    let (index, at) = try client.open(
+                        ["media.role": "game", "application.name": "churn"], corked: corked, rate: sampleRate)
                     live.append((client, index, at))
                     opened.withLock { $0.append((index, at)) }
                 } catch {

@@ -12,7 +12,8 @@ func identityRows(iterations: Int) -> String {
     defer { try? FileManager.default.removeItem(atPath: dir) }
     let me = ProcessInfo.processInfo.processName
     for i in 0..<500 {
-        let text = "[Desktop Entry]\nType=Application\nName=App \(i)\nExec=/usr/bin/app\(i) %U\nCategories=AudioVideo;Player;\n"
+        let text =
+            "[Desktop Entry]\nType=Application\nName=App \(i)\nExec=/usr/bin/app\(i) %U\nCategories=AudioVideo;Player;\n"
         try? text.write(toFile: "\(apps)/org.example.App\(i).desktop", atomically: false, encoding: .utf8)
     }
     try? "[Desktop Entry]\nType=Application\nName=Bench\nExec=\(me)\nCategories=Game;\n"
@@ -27,12 +28,14 @@ func identityRows(iterations: Int) -> String {
     let t0 = now()
     let index = DesktopEntryIndex(directories: dirs)
     let t1 = now()
-    let first = IdentityResolver.resolve(ProcessReader.facts(pid: pid, chain: chain, applicationID: nil, flatpakID: nil).facts, index)
+    let first = IdentityResolver.resolve(
+        ProcessReader.facts(pid: pid, chain: chain, applicationID: nil, flatpakID: nil).facts, index)
     let t2 = now()
     var warm: [UInt64] = []
     for _ in 0..<max(iterations, 50) {
         let a = now()
-        _ = IdentityResolver.resolve(ProcessReader.facts(pid: pid, chain: chain, applicationID: nil, flatpakID: nil).facts, index)
+        _ = IdentityResolver.resolve(
+            ProcessReader.facts(pid: pid, chain: chain, applicationID: nil, flatpakID: nil).facts, index)
         warm.append(now() - a)
     }
     warm.sort()

@@ -5,13 +5,17 @@
 /// followed: the phases in µs from the client's call (the clocks are the same CLOCK_MONOTONIC).
 /// `told`: for a stream's step, the phase in which the server told audiod of the stream (its "stream event" line),
 /// before audiod had read it.
-func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], first: String, told: String? = nil) -> [(phase: String, us: [UInt64])] {
+func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], first: String, told: String? = nil) -> [(
+    phase: String, us: [UInt64]
+)] {
     var steps: [(at: UInt64, fields: [String: UInt64])] = []
-    var events: [UInt64] = [], reads: [UInt64] = []
+    var events: [UInt64] = []
+    var reads: [UInt64] = []
     for line in log.split(separator: "\n") {
         let isStep = line.contains("step timing") && line.contains(event)
         let isRead = told != nil && line.hasSuffix("] stream read")
-        guard isStep || isRead || (told != nil && line.hasSuffix("] stream event") && line.contains("change=new")) else { continue }
+        guard isStep || isRead || (told != nil && line.hasSuffix("] stream event") && line.contains("change=new"))
+        else { continue }
         var f: [String: UInt64] = [:]
         for word in line.split(separator: " ") {
             let kv = word.split(separator: "=", maxSplits: 1)
@@ -21,12 +25,15 @@ func breakdown(_ log: String, event: String, sent: [UInt64], seen: [UInt64], fir
         if isStep { steps.append((at, f)) } else if isRead { reads.append(at) } else { events.append(at) }
     }
     let phases = ["decided", "logged", "journaled", "queued", "written", "acknowledged"]
-    var out: [(phase: String, us: [UInt64])] = (told.map { [($0, []), ("the server's answer to audiod's read arrives", [])] } ?? []) + [(first, [])]
+    var out: [(phase: String, us: [UInt64])] =
+        (told.map { [($0, []), ("the server's answer to audiod's read arrives", [])] } ?? []) + [(first, [])]
         + phases.map { ("audiod: \($0)", []) } + [("observer sees the mute", [])]
     let base = told == nil ? 0 : 2
     for (t0, t1) in zip(sent, seen) {
         // The step this round caused: the first after the call that muted something (it has "written").
-        guard let step = steps.first(where: { $0.at >= t0 && $0.at <= t1 && $0.fields["written"] != nil }) else { continue }
+        guard let step = steps.first(where: { $0.at >= t0 && $0.at <= t1 && $0.fields["written"] != nil }) else {
+            continue
+        }
         if told != nil {
             guard let e = events.first(where: { $0 >= t0 && $0 <= step.at }),
                 let r = reads.last(where: { $0 >= e && $0 <= step.at })

@@ -11,7 +11,13 @@ func nowNs() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 /// An independent client of the sound server that records, for every playback stream, its mute and volume and
 /// when it learnt them. It is how every latency here is read: "seen by another client", as a user would hear it.
 final class Observer: @unchecked Sendable {
-    struct Seen { var muted: Bool; var volume: UInt32; var role: String?; var corked: Bool; var at: UInt64 }
+    struct Seen {
+        var muted: Bool
+        var volume: UInt32
+        var role: String?
+        var corked: Bool
+        var at: UInt64
+    }
     let loop: MainLoop
     /// Made before the loop runs, used only on it.
     private let backend: LoopBound<PulseBackend>
@@ -24,7 +30,8 @@ final class Observer: @unchecked Sendable {
 
     init(server: String, logger: Logger) throws {
         loop = try MainLoop()
-        let b = loop.bind(PulseBackend(loop: loop, options: .init(server: server, clientName: "observer"), logger: logger))
+        let b = loop.bind(
+            PulseBackend(loop: loop, options: .init(server: server, clientName: "observer"), logger: logger))
         backend = b
         loop.start()
         loop.sync { [self] in
@@ -34,7 +41,10 @@ final class Observer: @unchecked Sendable {
                 switch ev {
                 case .streamAppeared(let i), .streamChanged(let i):
                     guard i.id.kind == .playback else { return }
-                    seen.withLock { $0[i.id.index] = Seen(muted: i.muted, volume: i.volume.channels.max() ?? 0, role: i.role, corked: i.corked, at: t) }
+                    seen.withLock {
+                        $0[i.id.index] = Seen(
+                            muted: i.muted, volume: i.volume.channels.max() ?? 0, role: i.role, corked: i.corked, at: t)
+                    }
                     if i.muted { firstMuted.withLock { if $0[i.id.index] == nil { $0[i.id.index] = t } } }
                     firstSeen.withLock { if $0[i.id.index] == nil { $0[i.id.index] = t } }
                     signal.signal()

@@ -24,8 +24,11 @@ final class MonitorRecorder: @unchecked Sendable {
         // and the child opens the FIFO for writing before that.
         fd = open(fifo, O_RDONLY | O_NONBLOCK)
         guard fd >= 0 else { throw BenchFailure("cannot read \(fifo)") }
-        child = try server.spawn(["parecord", "--device=null.monitor", "--raw", "--format=s16le", "--channels=1", "--rate=\(rate)",
-                                  "--latency-msec=\(latencyMs)", "--client-name=audiod-bench-recorder"], log: URL(fileURLWithPath: fifo).lastPathComponent)
+        child = try server.spawn(
+            [
+                "parecord", "--device=null.monitor", "--raw", "--format=s16le", "--channels=1", "--rate=\(rate)",
+                "--latency-msec=\(latencyMs)", "--client-name=audiod-bench-recorder",
+            ], log: URL(fileURLWithPath: fifo).lastPathComponent)
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         let t = Thread { [self] in
             var buffer = [UInt8](repeating: 0, count: 65536)
@@ -35,7 +38,10 @@ final class MonitorRecorder: @unchecked Sendable {
                 if n <= 0 { break }
                 let at = nowNs()
                 var bytes = Array(buffer[0..<n])
-                if let o = odd { bytes.insert(o, at: 0); odd = nil }
+                if let o = odd {
+                    bytes.insert(o, at: 0)
+                    odd = nil
+                }
                 if bytes.count % 2 == 1 { odd = bytes.removeLast() }
                 let samples = bytes.withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
                 recorded.withLock { r in
@@ -55,7 +61,8 @@ final class MonitorRecorder: @unchecked Sendable {
 
     func samples(_ range: Range<Int>) -> [Int16] {
         recorded.withLock { r in
-            let lo = max(0, min(range.lowerBound, r.samples.count)), hi = max(lo, min(range.upperBound, r.samples.count))
+            let lo = max(0, min(range.lowerBound, r.samples.count))
+            let hi = max(lo, min(range.upperBound, r.samples.count))
             return Array(r.samples[lo..<hi])
         }
     }
@@ -72,8 +79,12 @@ final class MonitorRecorder: @unchecked Sendable {
     /// The median block that arrived at once, in samples.
     var medianBlock: Int {
         recorded.withLock { r in
-            var sizes: [Int] = [], last = 0
-            for b in r.blocks { sizes.append(b.total - last); last = b.total }
+            var sizes: [Int] = []
+            var last = 0
+            for b in r.blocks {
+                sizes.append(b.total - last)
+                last = b.total
+            }
             sizes.sort()
             return sizes.isEmpty ? 0 : sizes[sizes.count / 2]
         }
@@ -90,15 +101,18 @@ final class MonitorRecorder: @unchecked Sendable {
 /// `amplitude` (of full scale) filling the window (`threshold` 0.01 is −20 dB). A tone cut or started in the middle
 /// of a window splashes a little power into every frequency: a tone counts only where its power is also at least a
 /// quarter of the other's, as it is wherever both really sound (at the same amplitude).
-func tonePresence(_ samples: [Int16], rate: Double, window: Int, frequencies: [Double], amplitude: Double = 0.3,
-                  threshold: Double = 0.01) -> [[Bool]] {
+func tonePresence(
+    _ samples: [Int16], rate: Double, window: Int, frequencies: [Double], amplitude: Double = 0.3,
+    threshold: Double = 0.01
+) -> [[Bool]] {
     let reference = pow(amplitude * 32767 * Double(window) / 2, 2)
     let coefficients = frequencies.map { 2 * cos(2 * Double.pi * $0 / rate) }
     var out: [[Bool]] = []
     var start = 0
     while start + window <= samples.count {
         let powers = coefficients.map { c in
-            var s1 = 0.0, s2 = 0.0
+            var s1 = 0.0
+            var s2 = 0.0
             for i in start..<(start + window) {
                 let s0 = Double(samples[i]) + c * s1 - s2
                 s2 = s1
@@ -144,7 +158,8 @@ struct OverlapResults {
     var togetherEdge: [Double] = [], mutedFirstEdge: [Double] = []
 }
 
-private let oldTone = 1000.0, newTone = 3000.0
+private let oldTone = 1000.0
+private let newTone = 3000.0
 private let burst: useconds_t = 250_000
 private let windowMs = 2.0
 nonisolated(unsafe) private var dumps = 0
@@ -162,7 +177,8 @@ private struct Heard {
 
 /// The Goertzel magnitude of `frequency` over `samples[from..<from + n]`.
 private func magnitude(_ samples: [Int16], from: Int, n: Int, coefficient c: Double) -> Double {
-    var s1 = 0.0, s2 = 0.0
+    var s1 = 0.0
+    var s2 = 0.0
     for i in from..<(from + n) {
         let s0 = Double(samples[i]) + c * s1 - s2
         s2 = s1
@@ -179,11 +195,19 @@ private func edges(_ samples: [Int16], rate: Double, window: Int, rows: [[Bool]]
     -> (newStart: Int, oldEnd: Int)?
 {
     let step = max(1, Int(rate) / 4000)
-    let cOld = 2 * cos(2 * Double.pi * oldTone / rate), cNew = 2 * cos(2 * Double.pi * newTone / rate)
+    let cOld = 2 * cos(2 * Double.pi * oldTone / rate)
+    let cNew = 2 * cos(2 * Double.pi * newTone / rate)
     func median(_ xs: [Double]) -> Double? { xs.isEmpty ? nil : xs.sorted()[xs.count / 2] }
     // Each tone's level in the windows it sounds in (Goertzel hears one frequency: the other tone barely counts).
-    guard let oldLevel = median((0..<quietAt).filter { rows[$0][0] }.map { magnitude(samples, from: $0 * window, n: window, coefficient: cOld) }),
-          let newLevel = median((firstNew..<rows.count).filter { rows[$0][1] }.map { magnitude(samples, from: $0 * window, n: window, coefficient: cNew) })
+    guard
+        let oldLevel = median(
+            (0..<quietAt).filter { rows[$0][0] }.map {
+                magnitude(samples, from: $0 * window, n: window, coefficient: cOld)
+            }),
+        let newLevel = median(
+            (firstNew..<rows.count).filter { rows[$0][1] }.map {
+                magnitude(samples, from: $0 * window, n: window, coefficient: cNew)
+            })
     else { return nil }
     var newStart: Int?
     var pos = max(0, (firstNew - 2) * window)
@@ -223,7 +247,9 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
     }
     if ProcessInfo.processInfo.environment["BENCH_OVERLAP_DEBUG"] != nil {
         let peak = samples.map { abs(Int($0)) }.max() ?? 0
-        print("overlap debug: \(samples.count) samples, peak \(peak), windows \(rows.count), old in \(rows.filter { $0[0] }.count), new in \(rows.filter { $0[1] }.count), quiet at \(quietAt.map(String.init) ?? "-")")
+        print(
+            "overlap debug: \(samples.count) samples, peak \(peak), windows \(rows.count), old in \(rows.filter { $0[0] }.count), new in \(rows.filter { $0[1] }.count), quiet at \(quietAt.map(String.init) ?? "-")"
+        )
         if let path = ProcessInfo.processInfo.environment["BENCH_OVERLAP_DUMP"] {
             let data = samples.withUnsafeBytes { Data($0) }
             dumps += 1
@@ -234,15 +260,19 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
     let firstNew = rows.indices.first { rows[$0][1] && $0 < (quietAt ?? rows.count) + 50 }
     let upTo = quietAt ?? rows.count
     let both = rows[0..<upTo].filter { $0[0] && $0[1] }.count
-    var span: Double?, edge: Double?
+    var span: Double?
+    var edge: Double?
     if let firstNew, let quietAt {
         span = Double(quietAt - firstNew) * windowMs
-        if let e = edges(samples, rate: Double(recorder.rate), window: window, rows: rows, firstNew: firstNew, quietAt: quietAt) {
+        if let e = edges(
+            samples, rate: Double(recorder.rate), window: window, rows: rows, firstNew: firstNew, quietAt: quietAt)
+        {
             edge = Double(e.oldEnd - e.newStart) * 1000 / Double(recorder.rate)
         }
     }
-    return Heard(overlapMs: Double(both) * windowMs, spanMs: span, edgeMs: edge, oldLastEnd: quietAt.map { start + $0 * window },
-                 newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
+    return Heard(
+        overlapMs: Double(both) * windowMs, spanMs: span, edgeMs: edge, oldLastEnd: quietAt.map { start + $0 * window },
+        newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
 }
 
 /// Waits `ms` for what the server rendered up to now to reach the recording (a capture block or two, and margin).
@@ -263,7 +293,8 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     // BENCH_LOG: audiod's log of this part is kept beside the others', to lay beside BENCH_OVERLAP_TRACE's rounds.
     defer {
         if ProcessInfo.processInfo.environment["BENCH_LOG"] != nil {
-            try? server.file("audiod.log").write(toFile: "\(NSTemporaryDirectory())/audiod-bench-\(kind)-overlap.log", atomically: true, encoding: .utf8)
+            try? server.file("audiod.log").write(
+                toFile: "\(NSTemporaryDirectory())/audiod-bench-\(kind)-overlap.log", atomically: true, encoding: .utf8)
         }
     }
     let sinks = try server.pactl(["list", "short", "sinks"])
@@ -278,17 +309,21 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     // The tones, as raw files at the sink's rate: every source is a pacat of its own, an app of its own to audiod.
     func toneFile(_ name: String, _ frequency: Double, seconds: Double) throws -> String {
         let path = "\(server.directory)/\(name).raw"
-        _ = try server.run(["sox", "-q", "-n", "-r", "\(rate)", "-e", "signed", "-b", "16", "-c", "1", "-t", "raw", path,
-                            "synth", "\(seconds)", "sine", "\(Int(frequency))", "vol", "0.3"])
+        _ = try server.run([
+            "sox", "-q", "-n", "-r", "\(rate)", "-e", "signed", "-b", "16", "-c", "1", "-t", "raw", path,
+            "synth", "\(seconds)", "sine", "\(Int(frequency))", "vol", "0.3",
+        ])
         return path
     }
-    let oldLong = try toneFile("old", oldTone, seconds: 600), newLong = try toneFile("new", newTone, seconds: 600)
+    let oldLong = try toneFile("old", oldTone, seconds: 600)
+    let newLong = try toneFile("new", newTone, seconds: 600)
     let oldBurst = try toneFile("old-burst", oldTone, seconds: Double(burst) / 1e6)
     let newBurst = try toneFile("new-burst", newTone, seconds: Double(burst) / 1e6)
     /// A pacat of its own playing `file` (started, not waited for).
     func pacat(_ app: String, _ file: String, _ properties: [String] = []) throws -> Child {
-        try server.spawn(["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=\(app)"]
-            + properties.map { "--property=\($0)" } + [file])
+        try server.spawn(
+            ["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=\(app)"]
+                + properties.map { "--property=\($0)" } + [file])
     }
     func play(_ app: String, _ file: String, _ properties: [String] = []) throws -> (child: Child, index: UInt32) {
         let c = try pacat(app, file, properties)
@@ -328,7 +363,9 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             let a = try play("validation-a", oldLong)
             usleep(100_000)
             _ = try server.pactl(["set-sink-input-mute", "\(a.index)", "1"])
-            guard observer.wait([a.index], muted: true) != nil else { throw BenchFailure("validation: the muted tone is not muted") }
+            guard observer.wait([a.index], muted: true) != nil else {
+                throw BenchFailure("validation: the muted tone is not muted")
+            }
             settle(ms: 30)
             try burstOf("validation-b", newBurst)
             a.child.kill()
@@ -360,26 +397,33 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     // audiod, with rules for the game (ambient) and the video (playback), and no linger.
     let config = "\(server.directory)/audiod.toml"
     try """
-        linger = 0
-        [apps.game-app]
-        category = "ambient"
-        [apps.video-app]
-        category = "playback"
+    linger = 0
+    [apps.game-app]
+    category = "ambient"
+    [apps.video-app]
+    category = "playback"
 
-        """.write(toFile: config, atomically: true, encoding: .utf8)
+    """.write(toFile: config, atomically: true, encoding: .utf8)
     let busAddress = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
     let bus = try BusClient(address: busAddress, recordSignals: false)
     defer { bus.close() }
     var (audiod, _) = try startAudiod(server, config: config, client: bus, part: "-overlap")
-    defer { audiod.signal(SIGTERM); _ = audiod.wait(timeout: 10) }
+    defer {
+        audiod.signal(SIGTERM)
+        _ = audiod.wait(timeout: 10)
+    }
     let holder = try server.spawn(["sleep", "86400"])
 
     /// One round after another: `trigger` makes the new sound (or none) and returns when it was asked for;
     /// `restore` ends it; the old stream must go quiet in between (as the observer sees it) and come back after.
-    func each(_ row: inout OverlapRow, old: UInt32, r: MonitorRecorder, newSound: Bool = true, trigger: () throws -> UInt64,
-              restore: () throws -> Void) throws {
+    func each(
+        _ row: inout OverlapRow, old: UInt32, r: MonitorRecorder, newSound: Bool = true, trigger: () throws -> UInt64,
+        restore: () throws -> Void
+    ) throws {
         for _ in 0..<rounds {
-            guard observer.wait([old], muted: false) != nil else { throw BenchFailure("\(row.transition): the old sound is muted before the round") }
+            guard observer.wait([old], muted: false) != nil else {
+                throw BenchFailure("\(row.transition): the old sound is muted before the round")
+            }
             usleep(80_000)
             // From 30 ms of what was recorded before the trigger: what the server rendered just before it may
             // still be on its way to the recorder (PulseAudio's null sink renders ahead by up to a block).
@@ -401,13 +445,18 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             if newSound, let s = h.spanMs { row.spanMs.append(s) }
             if newSound, let e = h.edgeMs { row.edgeMs.append(e) }
             row.rounds += 1
-            if let end = h.oldLastEnd, let at = r.time(ofSample: end) { row.triggerMs.append((Double(at) - Double(t)) / 1e6) }
+            if let end = h.oldLastEnd, let at = r.time(ofSample: end) {
+                row.triggerMs.append((Double(at) - Double(t)) / 1e6)
+            }
             // BENCH_OVERLAP_TRACE: each round's times (CLOCK_MONOTONIC ns, as audiod's trace log dates its events),
             // to lay the recording beside `--log-level trace`: the trigger, the new sound's first window, the old
             // one's end, the overlap.
             if ProcessInfo.processInfo.environment["BENCH_OVERLAP_TRACE"] != nil {
-                let first = h.newFirst.flatMap { r.time(ofSample: $0) }, last = h.oldLastEnd.flatMap { r.time(ofSample: $0) }
-                print("overlap-trace \(kind) \(row.by) \(row.transition.replacingOccurrences(of: " ", with: "_")) trigger=\(t) first=\(first.map(String.init) ?? "-") last=\(last.map(String.init) ?? "-") both=\(h.overlapMs)")
+                let first = h.newFirst.flatMap { r.time(ofSample: $0) }
+                let last = h.oldLastEnd.flatMap { r.time(ofSample: $0) }
+                print(
+                    "overlap-trace \(kind) \(row.by) \(row.transition.replacingOccurrences(of: " ", with: "_")) trigger=\(t) first=\(first.map(String.init) ?? "-") last=\(last.map(String.init) ?? "-") both=\(h.overlapMs)"
+                )
             }
         }
     }
@@ -420,16 +469,21 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             defer { music.child.kill() }
             let session = try bus.makeSession(pid: holder.pid, "playback")
             var movie: Child?
-            try each(&activation, old: music.index, r: r, trigger: {
-                let t = nowNs()
-                try expectSuccess(bus.session(session, "SetActive", [.bool(true), .strings([])]), "SetActive")
-                movie = try play("movie-app", newLong, ["audiod.session=\(sessionID(session))"]).child
-                return t
-            }, restore: {
-                usleep(burst)
-                movie?.kill()
-                try expectSuccess(bus.session(session, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]), "SetActive false")
-            })
+            try each(
+                &activation, old: music.index, r: r,
+                trigger: {
+                    let t = nowNs()
+                    try expectSuccess(bus.session(session, "SetActive", [.bool(true), .strings([])]), "SetActive")
+                    movie = try play("movie-app", newLong, ["audiod.session=\(sessionID(session))"]).child
+                    return t
+                },
+                restore: {
+                    usleep(burst)
+                    movie?.kill()
+                    try expectSuccess(
+                        bus.session(session, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]),
+                        "SetActive false")
+                })
             _ = bus.session(session, "Release")
         }
         out.rows.append(activation)
@@ -442,15 +496,18 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             let music = try play("music-app", oldLong, ["media.role=music"])
             defer { music.child.kill() }
             var phone: Child?
-            try each(&row, old: music.index, r: r, trigger: {
-                let t = nowNs()
-                phone = try pacat("phone-app", newBurst, ["media.role=phone"])
-                return t
-            }, restore: {
-                _ = phone?.wait(timeout: 10)
-                // module-role-cork leaves the music corked: a person would press play.
-                if by != "audiod" { _ = try? server.pactl(["suspend-sink", "null", "0"]) }
-            })
+            try each(
+                &row, old: music.index, r: r,
+                trigger: {
+                    let t = nowNs()
+                    phone = try pacat("phone-app", newBurst, ["media.role=phone"])
+                    return t
+                },
+                restore: {
+                    _ = phone?.wait(timeout: 10)
+                    // module-role-cork leaves the music corked: a person would press play.
+                    if by != "audiod" { _ = try? server.pactl(["suspend-sink", "null", "0"]) }
+                })
         }
         return row
     }
@@ -459,8 +516,11 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
         if kind == .pulseaudio {
             audiod.signal(SIGTERM)
             _ = audiod.wait(timeout: 10)
-            let module = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
-                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let module = try server.pactl([
+                "load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music",
+            ]
+            )
+            .trimmingCharacters(in: .whitespacesAndNewlines)
             out.rows.append(try phoneOverMusic(by: "module-role-cork"))
             _ = try server.pactl(["unload-module", module])
             (audiod, _) = try startAudiod(server, config: config, client: bus, part: "-overlap")
@@ -477,14 +537,17 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             defer { video.child.kill() }
             _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
             guard observer.wait([video.index], muted: true) != nil else { throw BenchFailure("the video is not muted") }
-            try each(&pip, old: game.index, r: r, trigger: {
-                let t = nowNs()
-                _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "0"])
-                return t
-            }, restore: {
-                usleep(burst)
-                _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
-            })
+            try each(
+                &pip, old: game.index, r: r,
+                trigger: {
+                    let t = nowNs()
+                    _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "0"])
+                    return t
+                },
+                restore: {
+                    usleep(burst)
+                    _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
+                })
         }
         out.rows.append(pip)
     }
@@ -496,17 +559,22 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             let game = try play("game-app", oldLong)
             defer { game.child.kill() }
             func silentMode(_ on: Bool) throws {
-                try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
-                                           [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
+                try expectSuccess(
+                    bus.call(
+                        API.managerPath, API.properties.name, "Set",
+                        [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
             }
-            try each(&silent, old: game.index, r: r, newSound: false, trigger: {
-                let t = nowNs()
-                try silentMode(true)
-                return t
-            }, restore: {
-                usleep(burst)
-                try silentMode(false)
-            })
+            try each(
+                &silent, old: game.index, r: r, newSound: false,
+                trigger: {
+                    let t = nowNs()
+                    try silentMode(true)
+                    return t
+                },
+                restore: {
+                    usleep(burst)
+                    try silentMode(false)
+                })
         }
         out.rows.append(silent)
     }
@@ -517,7 +585,9 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
         try record { r in
             let calls = try BusClient(address: busAddress, recordSignals: false)
             defer { calls.close() }
-            guard case .success(let got) = calls.callBus("RequestName", [.string("org.gnome.Calls"), .uint32(4)]), got.first == .uint32(1) else {
+            guard case .success(let got) = calls.callBus("RequestName", [.string("org.gnome.Calls"), .uint32(4)]),
+                got.first == .uint32(1)
+            else {
                 throw BenchFailure("could not own org.gnome.Calls")
             }
             usleep(300_000)
@@ -525,25 +595,40 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
             defer { music.child.kill() }
             var n = 0
             var current = ""
-            try each(&ring, old: music.index, r: r, newSound: false, trigger: {
-                n += 1
-                current = "/org/gnome/Calls/Call/\(n)"
-                guard let added = DBusMessage.signal(path: "/org/gnome/Calls", interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded")
-                else { throw BenchFailure("cannot build InterfacesAdded") }
-                added.append([
-                    .objectPath(current),
-                    .dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties([("State", .uint32(5)), ("Inbound", .bool(true))]))]),
-                ])
-                let t = nowNs()
-                calls.send(added)
-                return t
-            }, restore: {
-                usleep(burst)
-                guard let ended = DBusMessage.signal(path: current, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
-                else { throw BenchFailure("cannot build PropertiesChanged") }
-                ended.append([.string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]), .strings([])])
-                calls.send(ended)
-            })
+            try each(
+                &ring, old: music.index, r: r, newSound: false,
+                trigger: {
+                    n += 1
+                    current = "/org/gnome/Calls/Call/\(n)"
+                    guard
+                        let added = DBusMessage.signal(
+                            path: "/org/gnome/Calls", interface: "org.freedesktop.DBus.ObjectManager",
+                            member: "InterfacesAdded")
+                    else { throw BenchFailure("cannot build InterfacesAdded") }
+                    added.append([
+                        .objectPath(current),
+                        .dict(
+                            key: "s", value: "a{sv}",
+                            [
+                                (
+                                    .string("org.gnome.Calls.Call"),
+                                    .properties([("State", .uint32(5)), ("Inbound", .bool(true))])
+                                )
+                            ]),
+                    ])
+                    let t = nowNs()
+                    calls.send(added)
+                    return t
+                },
+                restore: {
+                    usleep(burst)
+                    guard
+                        let ended = DBusMessage.signal(
+                            path: current, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+                    else { throw BenchFailure("cannot build PropertiesChanged") }
+                    ended.append([.string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]), .strings([])])
+                    calls.send(ended)
+                })
         }
         out.rows.append(ring)
     }
@@ -558,7 +643,9 @@ private func pulseSinkLatencyMs(_ server: TestServer) throws -> Double {
     let text = try server.pactl(["list", "sinks"])
     for line in text.split(separator: "\n") where line.contains("Latency:") {
         let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "," })
-        if let i = words.firstIndex(of: "configured"), i + 1 < words.count, let us = Double(words[i + 1]) { return us / 1000 }
+        if let i = words.firstIndex(of: "configured"), i + 1 < words.count, let us = Double(words[i + 1]) {
+            return us / 1000
+        }
     }
     throw BenchFailure("no configured latency in pactl list sinks")
 }

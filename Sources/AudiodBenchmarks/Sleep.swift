@@ -77,13 +77,18 @@ final class SleepLogind: @unchecked Sendable {
             held.withLock { $0.append(fds[0]) }
             return
         }
-        if let e = m.makeError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not part of this stand-in") { _ = c.send(e) }
+        if let e = m.makeError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not part of this stand-in") {
+            _ = c.send(e)
+        }
     }
 
     func prepareForSleep(_ going: Bool) {
         let c = connection
         loop.sync {
-            guard let c = c?.value, let s = DBusMessage.signal(path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager", member: "PrepareForSleep")
+            guard let c = c?.value,
+                let s = DBusMessage.signal(
+                    path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager",
+                    member: "PrepareForSleep")
             else { return }
             s.append([.bool(going)])
             _ = c.send(s)
@@ -101,7 +106,11 @@ final class SleepLogind: @unchecked Sendable {
     }
 }
 
-struct SleepRound { var paused: UInt64; var released: UInt64; var both: UInt64 }
+struct SleepRound {
+    var paused: UInt64
+    var released: UInt64
+    var both: UInt64
+}
 
 /// `PrepareForSleep(true)` → every player paused (its stream corked, as another client of the server sees it) and
 /// audiod's inhibitor released; then wake, the inhibitor taken again and the players played again by the benchmark.
@@ -115,16 +124,28 @@ func sleeps(_ kind: ServerKind, players count: Int, rounds: Int) throws -> [Slee
     defer { logind.close() }
     let observer = try Observer(server: server.pulseServer, logger: logger)
     defer { observer.stop() }
-    let audiod = try server.spawn([TestServer.builtProduct("audiod"), "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"],
-                                  environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], log: "audiod.log")
-    defer { audiod.signal(SIGTERM); _ = audiod.wait(timeout: 10) }
+    let audiod = try server.spawn(
+        [
+            TestServer.builtProduct("audiod"), "--log-level",
+            ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning",
+        ],
+        environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], log: "audiod.log")
+    defer {
+        audiod.signal(SIGTERM)
+        _ = audiod.wait(timeout: 10)
+    }
     let bus = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", recordSignals: false)
     defer { bus.close() }
-    guard waitFor(10, { logind.inhibitorsHeld == 1 }) else { throw BenchFailure("audiod took no sleep inhibitor: \(server.file("audiod.log").suffix(2000))") }
+    guard waitFor(10, { logind.inhibitorsHeld == 1 }) else {
+        throw BenchFailure("audiod took no sleep inhibitor: \(server.file("audiod.log").suffix(2000))")
+    }
     let tone = "\(server.directory)/tone.ogg"
     _ = try server.run(["sox", "-n", "-r", "22050", "-c", "2", tone, "synth", "20", "sine", "440", "vol", "0.3"])
     // Players that mix (a rule for mpv), so that all of them play at once and sleep is what pauses them.
-    try expectSuccess(bus.manager("SetApplicationCategory", [.string("mpv"), .string("playback"), .string("default"), .strings(["mix-with-others"])]), "rule")
+    try expectSuccess(
+        bus.manager(
+            "SetApplicationCategory",
+            [.string("mpv"), .string("playback"), .string("default"), .strings(["mix-with-others"])]), "rule")
     var mpvs: [(Child, UInt32, String)] = []
     for _ in 0..<count {
         let p = try server.spawn(["mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf", tone])
@@ -149,7 +170,11 @@ func sleeps(_ kind: ServerKind, players count: Int, rounds: Int) throws -> [Slee
         let before = logind.releases.count
         let sent = nowNs()
         logind.prepareForSleep(true)
-        guard let paused = observer.wait(indexes, timeout: 10, { $0.corked }) else { throw BenchFailure("sleep did not pause every player: \(indexes.map { observer.state($0).map { "\($0.corked)" } ?? "gone" }) \(server.file("audiod.log").suffix(2000))") }
+        guard let paused = observer.wait(indexes, timeout: 10, { $0.corked }) else {
+            throw BenchFailure(
+                "sleep did not pause every player: \(indexes.map { observer.state($0).map { "\($0.corked)" } ?? "gone" }) \(server.file("audiod.log").suffix(2000))"
+            )
+        }
         guard waitFor(5, { logind.releases.count > before }), let released = logind.releases.last else {
             throw BenchFailure("the inhibitor was not released")
         }
@@ -160,9 +185,10 @@ func sleeps(_ kind: ServerKind, players count: Int, rounds: Int) throws -> [Slee
         // that follow each other closely into one Playing, which audiod would take as still playing).
         usleep(300_000)
         for (_, _, name) in mpvs {
-            _ = try server.run(["busctl", "--user", "call", name, "/org/mpris/MediaPlayer2", "org.mpris.MediaPlayer2.Player", "Play"])
+            _ = try server.run([
+                "busctl", "--user", "call", name, "/org/mpris/MediaPlayer2", "org.mpris.MediaPlayer2.Player", "Play",
+            ])
         }
     }
     return out
 }
-

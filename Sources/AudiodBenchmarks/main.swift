@@ -32,11 +32,14 @@ let journalOnDisk = ProcessInfo.processInfo.environment["BENCH_JOURNAL"] == "dis
 /// BENCH_ONLY=activation: start-up and the activation rows only (scripts/bench's run with the journal on disk).
 /// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, ring, sleep, churn, calls, identity — for
 /// working on one figure; start-up is always measured.
-let only: Set<String>? = ProcessInfo.processInfo.environment["BENCH_ONLY"].map { Set($0.split(separator: ",").map(String.init)) }
+let only: Set<String>? = ProcessInfo.processInfo.environment["BENCH_ONLY"].map {
+    Set($0.split(separator: ",").map(String.init))
+}
 let onlyActivation = only == ["activation"]
 func wants(_ part: String) -> Bool { only?.contains(part) ?? true }
 let iterations = args.first.flatMap { Int($0) } ?? 200
-let kinds = args.compactMap(ServerKind.init(rawValue:)).isEmpty
+let kinds =
+    args.compactMap(ServerKind.init(rawValue:)).isEmpty
     ? ServerKind.allCases.filter(\.isInstalled) : args.compactMap(ServerKind.init(rawValue:))
 let logger: Logger = {
     var l = Logger(label: "bench")
@@ -44,7 +47,10 @@ let logger: Logger = {
     return l
 }()
 
-struct Latency { var audiod: [UInt64] = []; var floor: [UInt64] = [] }
+struct Latency {
+    var audiod: [UInt64] = []
+    var floor: [UInt64] = []
+}
 struct Results {
     var startMs: [Double] = []
     var idleWakeupsPerSecond = 0.0
@@ -73,7 +79,8 @@ func contextSwitches(_ pid: pid_t) -> Int {
     let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
     return tasks.reduce(0) { sum, t in
         let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(t)/status", encoding: .utf8)) ?? ""
-        return sum + text.split(separator: "\n").filter { $0.contains("ctxt_switches") }
+        return sum
+            + text.split(separator: "\n").filter { $0.contains("ctxt_switches") }
             .compactMap { Int($0.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") }.reduce(0, +)
     }
 }
@@ -103,7 +110,11 @@ func startAudiod(_ server: TestServer, config: String, client: BusClient, part: 
         // Top-level keys go before the first table.
         try "nice-level = \(level)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
     }
-    let child = try server.spawn([TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level", ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning"], log: "audiod.log")
+    let child = try server.spawn(
+        [
+            TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level",
+            ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "warning",
+        ], log: "audiod.log")
     while nowNs() - t0 < 10_000_000_000 {
         if case .success = client.call(API.managerPath, API.peer.name, "Ping") {
             return (child, Double(nowNs() - t0) / 1e6)
@@ -139,7 +150,9 @@ func run(_ kind: ServerKind) throws -> Results {
         if ProcessInfo.processInfo.environment["BENCH_LOG"] != nil { keepLog("") }
         if ["debug", "trace"].contains(ProcessInfo.processInfo.environment["BENCH_LOG"] ?? "") {
             let (writes, unexplained) = unexplainedWrites(server.file("audiod.log"))
-            print("\(kind): \(writes) stream writes in audiod's debug log, \(unexplained.count) not explained by the decision before them")
+            print(
+                "\(kind): \(writes) stream writes in audiod's debug log, \(unexplained.count) not explained by the decision before them"
+            )
             for u in unexplained.prefix(5) { print("  \(u)") }
         }
         return r
@@ -173,16 +186,19 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         }
     }
     guard let audiod = daemon else { throw BenchFailure("no daemon") }
-    defer { audiod.signal(SIGTERM); _ = audiod.wait(timeout: 10) }
+    defer {
+        audiod.signal(SIGTERM)
+        _ = audiod.wait(timeout: 10)
+    }
 
     // Idle: nothing but one idle bus client; 3 s first, for a server that has just started to settle (WirePlumber
     // is still at work for a second or two after pactl answers).
     sleep(3)
     if wants("memory") {
-    (r.idleRSS, r.idlePSS) = processMemory(audiod.pid)
-    let before = contextSwitches(audiod.pid)
-    sleep(10)
-    r.idleWakeupsPerSecond = Double(contextSwitches(audiod.pid) - before) / 10
+        (r.idleRSS, r.idlePSS) = processMemory(audiod.pid)
+        let before = contextSwitches(audiod.pid)
+        sleep(10)
+        r.idleWakeupsPerSecond = Double(contextSwitches(audiod.pid) - before) / 10
     }
 
     // Loaded: 1,000 sessions and 200 streams belonging to them.
@@ -192,8 +208,10 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         let owners = try (0..<16).map { _ in try BusClient(address: busAddress, recordSignals: false) }
         var paths: [String] = []
         for i in 0..<1000 {
-            paths.append(try owners[i / 63].makeSession(pid: holder.pid, i % 2 == 0 ? "ambient" : "playback",
-                                                        options: i % 2 == 0 ? [] : ["mix-with-others"], activate: true))
+            paths.append(
+                try owners[i / 63].makeSession(
+                    pid: holder.pid, i % 2 == 0 ? "ambient" : "playback",
+                    options: i % 2 == 0 ? [] : ["mix-with-others"], activate: true))
         }
         // Four apps of 50 streams each, on two sinks: PipeWire mixes at most 128 streams into one sink (the
         // 129th times out).
@@ -201,12 +219,15 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             .trimmingCharacters(in: .whitespacesAndNewlines)
         let tones = try (0..<4).map { try ToneClient(server: server.pulseServer, name: "loaded-\($0)") }
         for i in 0..<200 {
-            try tones[i % 4].open(["audiod.session": sessionID(paths[i]), "media.role": "music"], device: i < 100 ? nil : "second")
+            try tones[i % 4].open(
+                ["audiod.session": sessionID(paths[i]), "media.role": "music"], device: i < 100 ? nil : "second")
         }
-        guard waitFor(30, { listedStreams(bus) >= 200 }) else { throw BenchFailure("audiod did not list the 200 streams") }
+        guard waitFor(30, { listedStreams(bus) >= 200 }) else {
+            throw BenchFailure("audiod did not list the 200 streams")
+        }
         sleep(1)
         (r.loadedRSS, r.loadedPSS) = processMemory(audiod.pid)
-        tones.forEach { $0.closeAll() }
+        for t in tones { t.closeAll() }
         for o in owners { o.close() }
         // The second sink goes with the streams it was for: its thread would run on beside what is measured next.
         _ = try server.pactl(["unload-module", secondSink])
@@ -217,27 +238,36 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     let floorLoop = try MainLoop()
     floorLoop.start()
     let direct = floorLoop.sync {
-        floorLoop.bind(PulseBackend(loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger))
+        floorLoop.bind(
+            PulseBackend(
+                loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger))
     }
     // The direct client only touches streams it has read: the floor waits until it knows them all.
     let known = Mutex<Set<UInt32>>([])
     floorLoop.sync {
         direct.value.onEvent = { e in
             switch e {
-            case .policy(.streamAppeared(let i)), .policy(.streamChanged(let i)): _ = known.withLock { $0.insert(i.id.index) }
+            case .policy(.streamAppeared(let i)), .policy(.streamChanged(let i)):
+                _ = known.withLock { $0.insert(i.id.index) }
             case .policy(.streamRemoved(let id)): _ = known.withLock { $0.remove(id.index) }
             default: break
             }
         }
         direct.value.start()
     }
-    defer { floorLoop.sync { direct.value.stop() }; floorLoop.stop() }
-    guard waitFor(10, { floorLoop.sync { direct.value.isConnected } }) else { throw BenchFailure("direct client did not connect") }
+    defer {
+        floorLoop.sync { direct.value.stop() }
+        floorLoop.stop()
+    }
+    guard waitFor(10, { floorLoop.sync { direct.value.isConnected } }) else {
+        throw BenchFailure("direct client did not connect")
+    }
 
     // Activation → competing streams muted, with 2 sessions (one stream), then 100 (1, 10 and 100 streams).
-    let plans: [(extra: Int, streams: String)] = ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map {
-        [($0, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
-    } ?? [(0, "1"), (98, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
+    let plans: [(extra: Int, streams: String)] =
+        ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map {
+            [($0, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
+        } ?? [(0, "1"), (98, ProcessInfo.processInfo.environment["BENCH_STREAMS"] ?? "1,10,100")]
     for (extra, streamCounts) in plans where wants("activation") {
         let owner = try BusClient(address: busAddress, recordSignals: false)
         defer { owner.close() }
@@ -259,7 +289,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             var lat = Latency()
             // A hundred streams take the server ~0.25 s to mute whoever asks: fewer rounds keep the run short.
             let rounds = n >= 100 ? max(10, iterations / 4) : iterations
-            var sent: [UInt64] = [], seen: [UInt64] = []
+            var sent: [UInt64] = []
+            var seen: [UInt64] = []
             // audiod's rounds first, then the floor's: the two cannot take turns, as audiod answers each of the
             // floor's mutes (a user's change) with signals of its own that would still be on the bus.
             for _ in 0..<rounds {
@@ -270,7 +301,9 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 sent.append(t0)
                 seen.append(t1)
                 try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
-                guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("\(n) streams not unmuted") }
+                guard observer.wait(indexes, muted: false) != nil else {
+                    throw BenchFailure("\(n) streams not unmuted")
+                }
             }
             let ids = indexes.map { StreamID.playback($0) }
             guard waitFor(10, { known.withLock { $0.isSuperset(of: indexes) } }) else {
@@ -285,11 +318,14 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
             }
             if n == 1, extra > 0, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
-                r.breakdown = breakdown(server.file("audiod.log"), event: "setActive", sent: sent, seen: seen,
-                                        first: "bus: call → audiod")
+                r.breakdown = breakdown(
+                    server.file("audiod.log"), event: "setActive", sent: sent, seen: seen,
+                    first: "bus: call → audiod")
             }
             if ProcessInfo.processInfo.environment["BENCH_DUMP"] != nil {
-                print("audiod \(n): " + lat.audiod.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " "))
+                print(
+                    "audiod \(n): " + lat.audiod.map { String(format: "%.2f", Double($0) / 1e6) }.joined(separator: " ")
+                )
             }
             r.activation.append((extra + 2, n, lat))
             tones.closeAll()
@@ -300,13 +336,18 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
 
     // An app that never talks to audiod starts a phone-role stream; another app's music stream goes quiet.
     var m: UInt32 = 0
-    var phoneStarts: [UInt64] = [], phoneSeen: [UInt64] = []
+    var phoneStarts: [UInt64] = []
+    var phoneSeen: [UInt64] = []
     // On PulseAudio the rounds alternate with module-role-cork's in blocks (see the peer below): the machine's
     // state drifts between runs by more than the difference measured.
     let phoneBlocks = kind == .pulseaudio ? 4 : 1
     let phoneBlock = max(1, iterations / phoneBlocks)
     func phoneCalls(_ rounds: Int) throws -> [UInt64] {
-        guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music muted before the call (the observer sees \(observer.state(m).map { "\($0)" } ?? "no such stream"))") }
+        guard observer.wait([m], muted: false) != nil else {
+            throw BenchFailure(
+                "music muted before the call (the observer sees \(observer.state(m).map { "\($0)" } ?? "no such stream"))"
+            )
+        }
         var times: [UInt64] = []
         let phone = try ToneClient(server: server.pulseServer, name: "phone-app")
         for _ in 0..<rounds {
@@ -316,17 +357,22 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             phoneStarts.append(started)
             phoneSeen.append(t1)
             phone.closeAll()
-            guard observer.wait([m], muted: false) != nil else { throw BenchFailure("music not unmuted after the call") }
+            guard observer.wait([m], muted: false) != nil else {
+                throw BenchFailure("music not unmuted after the call")
+            }
         }
         return times
     }
     if wants("phone") {
-        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+        let music = try server.spawn([
+            "pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music",
+        ])
         m = try server.waitForPlaybackStream(pid: music.pid).index
         r.roleCork.audiod = try phoneCalls(phoneBlock)
         if ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
-            r.phoneBreakdown = breakdown(server.file("audiod.log"), event: "streamAppeared", sent: phoneStarts, seen: phoneSeen,
-                                         first: "audiod has read it (one round trip)", told: "server: stream asked for → made, audiod told")
+            r.phoneBreakdown = breakdown(
+                server.file("audiod.log"), event: "streamAppeared", sent: phoneStarts, seen: phoneSeen,
+                first: "audiod has read it (one round trip)", told: "server: stream asked for → made, audiod told")
         }
         music.kill()
     }
@@ -334,7 +380,9 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     // The platform rings: this process owns org.gnome.Calls and announces an incoming call as GNOME Calls does
     // (InterfacesAdded with State 5, then State 7 to end it); an app's music stream goes quiet.
     if wants("ring") {
-        let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+        let music = try server.spawn([
+            "pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music",
+        ])
         let index = try server.waitForPlaybackStream(pid: music.pid).index
         r.ring = try rings(server, bus: busAddress, observer: observer, music: index, rounds: iterations)
         music.kill()
@@ -350,14 +398,17 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     if wants("overlap") {
         // At most 100 rounds per row, ~0.5 s each: a full run (200 iterations) gives 100, the test command's brief
         // run 20; BENCH_OVERLAP_ROUNDS sets it.
-        let rounds = ProcessInfo.processInfo.environment["BENCH_OVERLAP_ROUNDS"].flatMap { Int($0) } ?? min(iterations, 100)
+        let rounds =
+            ProcessInfo.processInfo.environment["BENCH_OVERLAP_ROUNDS"].flatMap { Int($0) } ?? min(iterations, 100)
         r.overlap = try overlaps(kind, rounds: rounds)
     }
 
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
     if wants("churn") {
-        try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
-                                   [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]), "SilentMode on")
+        try expectSuccess(
+            bus.call(
+                API.managerPath, API.properties.name, "Set",
+                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]), "SilentMode on")
         let env = ProcessInfo.processInfo.environment
         let perRate = Int(env["BENCH_CHURN"] ?? "") ?? max(200, iterations * 10)
         // Streams at the device's rate (no resampler to set up). Playing: the server mixes every live one, which
@@ -366,38 +417,52 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         let native: UInt32 = kind.isPipeWire ? 48000 : 44100
         let pooled = kind == .pulseaudio && env["BENCH_CHURN_CONNECTIONS"] == nil
         for corked in [false, true] {
-            for rate in (env["BENCH_CHURN_RATES"] ?? "100,500,1000,5000").split(separator: ",").compactMap({ Int($0) }) {
-                var row = try churn(rate: rate, total: min(perRate, rate * 10), server: server, observer: observer, audiod: audiod.pid,
-                                    threads: pooled ? 4 : 2, clientsPerThread: pooled ? 8 : 0, corked: corked, sampleRate: native)
+            for rate in (env["BENCH_CHURN_RATES"] ?? "100,500,1000,5000").split(separator: ",").compactMap({ Int($0) })
+            {
+                var row = try churn(
+                    rate: rate, total: min(perRate, rate * 10), server: server, observer: observer, audiod: audiod.pid,
+                    threads: pooled ? 4 : 2, clientsPerThread: pooled ? 8 : 0, corked: corked, sampleRate: native)
                 row.corked = corked
                 r.churn.append(row)
             }
         }
         // Memory: what audiod holds once streams are gone must not grow with how many there ever were.
         // PipeWire makes streams about ten times slower than PulseAudio here: 20,000 there keeps the run short.
-        let long = Int(env["BENCH_CHURN_TOTAL"] ?? "") ?? (iterations >= 100 ? (kind == .pulseaudio ? 100_000 : 20_000) : 3_000)
+        let long =
+            Int(env["BENCH_CHURN_TOTAL"] ?? "")
+            ?? (iterations >= 100 ? (kind == .pulseaudio ? 100_000 : 20_000) : 3_000)
         // Corked, at the sink's own rate: the cheapest streams for the server to make, so the run is short.
-        _ = try churn(rate: 5000, total: 1000, server: server, observer: observer, audiod: audiod.pid, corked: true, sampleRate: native)
+        _ = try churn(
+            rate: 5000, total: 1000, server: server, observer: observer, audiod: audiod.pid, corked: true,
+            sampleRate: native)
         sleep(1)
         let after1000 = processMemory(audiod.pid).rss
-        let rest = try churn(rate: 5000, total: long - 1000, server: server, observer: observer, audiod: audiod.pid, corked: true, sampleRate: native)
+        let rest = try churn(
+            rate: 5000, total: long - 1000, server: server, observer: observer, audiod: audiod.pid, corked: true,
+            sampleRate: native)
         r.churnRSS = (long, after1000, processMemory(audiod.pid).rss)
-        print("\(kind): \(long) streams came and went at \(Int(rest.achieved))/s; audiod's RSS \(after1000) kB after 1,000, \(r.churnRSS.afterAll) kB after all")
+        print(
+            "\(kind): \(long) streams came and went at \(Int(rest.achieved))/s; audiod's RSS \(after1000) kB after 1,000, \(r.churnRSS.afterAll) kB after all"
+        )
         sleep(1)
         r.churnRSS = (long, after1000, processMemory(audiod.pid).rss)
-        try expectSuccess(bus.call(API.managerPath, API.properties.name, "Set",
-                                   [.string(API.manager.name), .string("SilentMode"), .variant(.bool(false))]), "SilentMode off")
+        try expectSuccess(
+            bus.call(
+                API.managerPath, API.properties.name, "Set",
+                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(false))]), "SilentMode off")
     }
 
     // Calls per second: SetActive round trips from 8 clients at once, and Peer.Ping on the same daemon, in blocks that
     // take turns (SetActive, Ping, SetActive, …) so that both see the machine in the same states.
     if wants("calls") {
         let clients = try (0..<8).map { _ in try BusClient(address: busAddress, recordSignals: false) }
-        defer { clients.forEach { $0.close() } }
+        defer { for c in clients { c.close() } }
         let sessions = try clients.map { try $0.makeSession(pid: holder.pid, "ambient") }
         /// Calls made and seconds taken in one block, and audiod's own CPU time over it (every thread's run time,
         /// in ns, from schedstat).
-        func block(_ seconds: Double, _ call: @escaping @Sendable (Int, Int) -> Void) -> (calls: Double, seconds: Double, cpuNs: Double) {
+        func block(_ seconds: Double, _ call: @escaping @Sendable (Int, Int) -> Void) -> (
+            calls: Double, seconds: Double, cpuNs: Double
+        ) {
             let cpu0 = cpuNs(audiod.pid)
             let count = Atomic<Int>(0)
             let stop = Atomic<Bool>(false)
@@ -406,7 +471,11 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                 done.enter()
                 Thread {
                     var i = 0
-                    while !stop.load(ordering: .relaxed) { call(c, i); i += 1; count.add(1, ordering: .relaxed) }
+                    while !stop.load(ordering: .relaxed) {
+                        call(c, i)
+                        i += 1
+                        count.add(1, ordering: .relaxed)
+                    }
                     done.leave()
                 }.start()
             }
@@ -414,17 +483,23 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             usleep(UInt32(seconds * 1_000_000))
             stop.store(true, ordering: .relaxed)
             done.wait()
-            return (Double(count.load(ordering: .relaxed)), Double(nowNs() - t0) / 1e9, Double(cpuNs(audiod.pid) - cpu0))
+            return (
+                Double(count.load(ordering: .relaxed)), Double(nowNs() - t0) / 1e9, Double(cpuNs(audiod.pid) - cpu0)
+            )
         }
         let cs = clients
-        var setActive = (calls: 0.0, seconds: 0.0, cpuNs: 0.0), ping = setActive
+        var setActive = (calls: 0.0, seconds: 0.0, cpuNs: 0.0)
+        var ping = setActive
         for _ in 0..<6 {
-            let a = block(0.5) { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])]) }
+            let a = block(0.5) { c, i in _ = cs[c].session(sessions[c], "SetActive", [.bool(i % 2 == 0), .strings([])])
+            }
             let p = block(0.5) { c, _ in _ = cs[c].call(API.managerPath, API.peer.name, "Ping") }
             setActive = (setActive.calls + a.calls, setActive.seconds + a.seconds, setActive.cpuNs + a.cpuNs)
             ping = (ping.calls + p.calls, ping.seconds + p.seconds, ping.cpuNs + p.cpuNs)
         }
-        (r.callsPerSecond, r.setActiveCPUus) = (setActive.calls / setActive.seconds, setActive.cpuNs / 1000 / setActive.calls)
+        (r.callsPerSecond, r.setActiveCPUus) = (
+            setActive.calls / setActive.seconds, setActive.cpuNs / 1000 / setActive.calls
+        )
         (r.pingsPerSecond, r.pingCPUus) = (ping.calls / ping.seconds, ping.cpuNs / 1000 / ping.calls)
     }
 
@@ -435,22 +510,32 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         _ = audiod.wait(timeout: 10)
         // A music stream of its own for each block: module-role-cork leaves the one it corked behind corked.
         func withMusic(_ body: () throws -> Void) throws {
-            let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music"])
+            let music = try server.spawn([
+                "pacat", "--playback", "/dev/zero", "--client-name=music-app", "--property=media.role=music",
+            ])
             defer { music.kill() }
             m = try server.waitForPlaybackStream(pid: music.pid).index
             try body()
         }
         for block in 0..<phoneBlocks {
-            let module = try server.pactl(["load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music"])
-                .trimmingCharacters(in: .whitespacesAndNewlines)
+            let module = try server.pactl([
+                "load-module", "module-role-cork", "trigger_roles=phone", "cork_roles=music",
+            ]
+            )
+            .trimmingCharacters(in: .whitespacesAndNewlines)
             try withMusic { r.roleCork.floor += try phoneCalls(phoneBlock) }
             _ = try server.pactl(["unload-module", module])
             guard block < phoneBlocks - 1 else { break }
             let (again, _) = try startAudiod(server, config: config, client: bus)
-            defer { again.signal(SIGTERM); _ = again.wait(timeout: 10) }
+            defer {
+                again.signal(SIGTERM)
+                _ = again.wait(timeout: 10)
+            }
             try withMusic {
                 // The music is known to this audiod before the first call.
-                guard waitFor(10, { listedStreams(bus) > 0 }) else { throw BenchFailure("the restarted audiod did not list the music stream") }
+                guard waitFor(10, { listedStreams(bus) > 0 }) else {
+                    throw BenchFailure("the restarted audiod did not list the music stream")
+                }
                 r.roleCork.audiod += try phoneCalls(phoneBlock)
             }
         }
@@ -460,22 +545,31 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     return r
 }
 
-let cpu = ((try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? "").split(separator: "\n")
-    .first { $0.hasPrefix("model name") }.map { String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces) } ?? "?"
+let cpu =
+    ((try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? "").split(separator: "\n")
+    .first { $0.hasPrefix("model name") }.map {
+        String($0.split(separator: ":").last ?? "").trimmingCharacters(in: .whitespaces)
+    } ?? "?"
 print("audiod benchmarks — \(iterations) iterations per latency row (\(max(10, iterations / 4)) with 100 streams)")
-print("machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory / 1_048_576) MB, \(ProcessInfo.processInfo.operatingSystemVersionString)")
+print(
+    "machine: \(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores, \(ProcessInfo.processInfo.physicalMemory / 1_048_576) MB, \(ProcessInfo.processInfo.operatingSystemVersionString)"
+)
 print("audiod: \(TestServer.builtProduct("audiod"))")
 var all: [(ServerKind, Results)] = []
 for kind in kinds {
-    let program = switch kind {
-    case .pulseaudio: "pulseaudio"
-    case .pipewire: "pipewire"
-    case .pipewire14: ServerKind.pipewire14Bin + "/pipewire"
-    }
-    let version = (try? TestServer.runCapturing([program, "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
+    let program =
+        switch kind {
+        case .pulseaudio: "pulseaudio"
+        case .pipewire: "pipewire"
+        case .pipewire14: ServerKind.pipewire14Bin + "/pipewire"
+        }
+    let version =
+        (try? TestServer.runCapturing([program, "--version"], environment: ProcessInfo.processInfo.environment)) ?? ""
     print("\(kind): \(version.split(separator: "\n").filter { !$0.isEmpty }.joined(separator: "; "))")
     do {
-        print("\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, what is heard together, calls, churn, memory, peer)…")
+        print(
+            "\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, what is heard together, calls, churn, memory, peer)…"
+        )
         fflush(nil)  // progress shows as it happens when piped to a file
         all.append((kind, try run(kind)))
     } catch {
@@ -488,23 +582,33 @@ if wants("identity"), !onlyActivation {
     print("\n### Identifying a new app's stream: /proc read and desktop entries (no server)\n")
     print(identityRows(iterations: iterations))
 }
-print("\n### Activation → competing streams muted, as an observer client sees it (journal on \(journalOnDisk ? "disk (ext4)" : "tmpfs"))\n")
-print("| server | sessions | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 | audiod − floor p50 |")
+print(
+    "\n### Activation → competing streams muted, as an observer client sees it (journal on \(journalOnDisk ? "disk (ext4)" : "tmpfs"))\n"
+)
+print(
+    "| server | sessions | streams | audiod p50 | audiod p99 | floor p50 | floor p99 | ratio p50 | ratio p99 | audiod − floor p50 |"
+)
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 /// audiod p50 | p99 | floor p50 | p99 | ratios; the floor's cells empty when it was not measured.
 func cells(_ l: Latency) -> String {
-    let a50 = percentile(l.audiod, 0.5), a99 = percentile(l.audiod, 0.99)
+    let a50 = percentile(l.audiod, 0.5)
+    let a99 = percentile(l.audiod, 0.99)
     guard !l.floor.isEmpty else { return "\(ms(a50)) | \(ms(a99)) | n/a | n/a | | |" }
-    let f50 = percentile(l.floor, 0.5), f99 = percentile(l.floor, 0.99)
+    let f50 = percentile(l.floor, 0.5)
+    let f99 = percentile(l.floor, 0.99)
     return "\(ms(a50)) | \(ms(a99)) | \(ms(f50)) | \(ms(f99)) | \(ratio(a50, f50)) | \(ratio(a99, f99)) |"
 }
 for (kind, r) in all {
     for (sessions, n, l) in r.activation {
-        print("| \(kind) | \(sessions) | \(n) | \(cells(l)) \(ms(percentile(l.audiod, 0.5) - percentile(l.floor, 0.5))) |")
+        print(
+            "| \(kind) | \(sessions) | \(n) | \(cells(l)) \(ms(percentile(l.audiod, 0.5) - percentile(l.floor, 0.5))) |"
+        )
     }
 }
 if onlyActivation { exit(0) }
-print("\n### An unmanaged phone-role stream starts → the music stream muted (PulseAudio: audiod and module-role-cork in four alternating blocks each)\n")
+print(
+    "\n### An unmanaged phone-role stream starts → the music stream muted (PulseAudio: audiod and module-role-cork in four alternating blocks each)\n"
+)
 print("| server | audiod p50 | audiod p99 | module-role-cork p50 | module-role-cork p99 | ratio p50 | ratio p99 |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all { print("| \(kind) | \(cells(r.roleCork))") }
@@ -521,19 +625,29 @@ if all.contains(where: { !$0.1.sleep.isEmpty }) {
     print("| server | rounds | paused p50 | paused p99 | released p50 | released p99 | both p50 | both p99 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for (kind, r) in all where !r.sleep.isEmpty {
-        let p = r.sleep.map(\.paused), q = r.sleep.map(\.released), b = r.sleep.map(\.both)
-        print("| \(kind) | \(r.sleep.count) | \(ms(percentile(p, 0.5))) | \(ms(percentile(p, 0.99))) | \(ms(percentile(q, 0.5))) | \(ms(percentile(q, 0.99))) | \(ms(percentile(b, 0.5))) | \(ms(percentile(b, 0.99))) |")
+        let p = r.sleep.map(\.paused)
+        let q = r.sleep.map(\.released)
+        let b = r.sleep.map(\.both)
+        print(
+            "| \(kind) | \(r.sleep.count) | \(ms(percentile(p, 0.5))) | \(ms(percentile(p, 0.99))) | \(ms(percentile(q, 0.5))) | \(ms(percentile(q, 0.99))) | \(ms(percentile(b, 0.5))) | \(ms(percentile(b, 0.99))) |"
+        )
     }
     for (kind, r) in all where !r.sleep.isEmpty {
         // audiod sees the cork through the server, the observer too: a release a little before the observer's
         // cork is the same moment seen by two clients, not a release before the pause.
         let early = r.sleep.filter { $0.released + 1_000_000 < $0.paused }.count
-        print("\(kind): released more than 1 ms before the observer saw every player's stream corked in \(early) of \(r.sleep.count) rounds")
+        print(
+            "\(kind): released more than 1 ms before the observer saw every player's stream corked in \(early) of \(r.sleep.count) rounds"
+        )
     }
 }
 if all.contains(where: { $0.1.overlap != nil }) {
-    print("\n### Two sounds that must not mix: how long both are heard (the null sink's monitor, 2 ms windows; old 1 kHz, new 3 kHz)\n")
-    print("| server | transition | by | rounds | both heard (windows) p50 | p99 | new's first → old's last (edges) p50 | p99 | both heard (edges) p99 | in periods | rounds heard together | trigger → old's last p50 | p99 | goal (p99) | met |")
+    print(
+        "\n### Two sounds that must not mix: how long both are heard (the null sink's monitor, 2 ms windows; old 1 kHz, new 3 kHz)\n"
+    )
+    print(
+        "| server | transition | by | rounds | both heard (windows) p50 | p99 | new's first → old's last (edges) p50 | p99 | both heard (edges) p99 | in periods | rounds heard together | trigger → old's last p50 | p99 | goal (p99) | met |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for (kind, r) in all {
         guard let o = r.overlap else { continue }
@@ -542,53 +656,72 @@ if all.contains(where: { $0.1.overlap != nil }) {
             // Held to the overlap found at the edges (0.25 ms); the windows' count reads up to a window long.
             let heard = row.edgeMs.map { max(0, $0) }
             let p99 = dpercentile(heard, 0.99) ?? .infinity
-            let met = row.by != "audiod" ? "reference" : limit == .infinity ? (row.unarbitrated == 0 ? "reported" : "not met")
-                // Within the edges' step (0.25 ms) the method cannot tell an overlap from none.
-                : (row.unarbitrated == 0 && p99 <= limit + 0.25 ? "met" : "not met")
-            print("| \(kind) | \(row.transition) | \(row.by) | \(row.rounds)\(row.unarbitrated > 0 ? " (+\(row.unarbitrated) never quiet)" : "") "
-                + "| \(dms(dpercentile(row.overlapMs, 0.5))) | \(dms(dpercentile(row.overlapMs, 0.99))) "
-                + "| \(dms(dpercentile(row.edgeMs, 0.5))) | \(dms(dpercentile(row.edgeMs, 0.99))) | \(dms(dpercentile(heard, 0.99))) "
-                + "| \(o.periodMs > 0 && !heard.isEmpty ? String(format: "%.2f", p99 / o.periodMs) : "—") "
-                // Beyond the edges' step (0.25 ms): what the method can tell from none.
-                + "| \(heard.isEmpty ? "—" : "\(heard.filter { $0 > 0.25 }.count)") "
-                + "| \(dms(dpercentile(row.triggerMs, 0.5))) | \(dms(dpercentile(row.triggerMs, 0.99))) | \(goal) | \(met) |")
+            let met =
+                row.by != "audiod"
+                ? "reference"
+                : limit == .infinity
+                    ? (row.unarbitrated == 0 ? "reported" : "not met")
+                    // Within the edges' step (0.25 ms) the method cannot tell an overlap from none.
+                    : (row.unarbitrated == 0 && p99 <= limit + 0.25 ? "met" : "not met")
+            print(
+                "| \(kind) | \(row.transition) | \(row.by) | \(row.rounds)\(row.unarbitrated > 0 ? " (+\(row.unarbitrated) never quiet)" : "") "
+                    + "| \(dms(dpercentile(row.overlapMs, 0.5))) | \(dms(dpercentile(row.overlapMs, 0.99))) "
+                    + "| \(dms(dpercentile(row.edgeMs, 0.5))) | \(dms(dpercentile(row.edgeMs, 0.99))) | \(dms(dpercentile(heard, 0.99))) "
+                    + "| \(o.periodMs > 0 && !heard.isEmpty ? String(format: "%.2f", p99 / o.periodMs) : "—") "
+                    // Beyond the edges' step (0.25 ms): what the method can tell from none.
+                    + "| \(heard.isEmpty ? "—" : "\(heard.filter { $0 > 0.25 }.count)") "
+                    + "| \(dms(dpercentile(row.triggerMs, 0.5))) | \(dms(dpercentile(row.triggerMs, 0.99))) | \(goal) | \(met) |"
+            )
         }
     }
     for (kind, r) in all {
         guard let o = r.overlap else { continue }
-        print("\(kind): \(o.rate) Hz; period \(String(format: "%.2f", o.periodMs)) ms (\(kind.isPipeWire ? "the driver's quantum" : "the null sink's latency")), capture block \(String(format: "%.2f", o.captureBlockMs)) ms; "
-            + "the method: two tones started together heard together \(dms(dpercentile(o.together, 0.5))) p50 (of a 250 ms burst), "
-            + "a tone muted before the other starts \(dms(dpercentile(o.mutedFirst, 0.99))) p99; at the edges: together \(dms(dpercentile(o.togetherEdge, 0.5))) p50, "
-            + "muted first \(dms(dpercentile(o.mutedFirstEdge, 0.99))) p99 (negative: a gap)")
+        print(
+            "\(kind): \(o.rate) Hz; period \(String(format: "%.2f", o.periodMs)) ms (\(kind.isPipeWire ? "the driver's quantum" : "the null sink's latency")), capture block \(String(format: "%.2f", o.captureBlockMs)) ms; "
+                + "the method: two tones started together heard together \(dms(dpercentile(o.together, 0.5))) p50 (of a 250 ms burst), "
+                + "a tone muted before the other starts \(dms(dpercentile(o.mutedFirst, 0.99))) p99; at the edges: together \(dms(dpercentile(o.togetherEdge, 0.5))) p50, "
+                + "muted first \(dms(dpercentile(o.mutedFirstEdge, 0.99))) p99 (negative: a gap)")
     }
 }
 print("\n### Calls, memory, idle\n")
-print("| server | SetActive/s (8 clients) | Peer.Ping/s | ratio | RSS idle | PSS idle | RSS 1,000 sessions + 200 streams | PSS loaded | idle wake-ups/s (10 s) | start → name p50 (max of 5) |")
+print(
+    "| server | SetActive/s (8 clients) | Peer.Ping/s | ratio | RSS idle | PSS idle | RSS 1,000 sessions + 200 streams | PSS loaded | idle wake-ups/s (10 s) | start → name p50 (max of 5) |"
+)
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all {
     let starts = r.startMs.sorted()
-    print("| \(kind) | \(Int(r.callsPerSecond)) | \(Int(r.pingsPerSecond)) | \(ratio(r.callsPerSecond, r.pingsPerSecond)) "
-        + "| \(r.idleRSS / 1024).\(r.idleRSS % 1024 * 10 / 1024) MB | \(r.idlePSS / 1024).\(r.idlePSS % 1024 * 10 / 1024) MB "
-        + "| \(r.loadedRSS / 1024).\(r.loadedRSS % 1024 * 10 / 1024) MB | \(r.loadedPSS / 1024).\(r.loadedPSS % 1024 * 10 / 1024) MB "
-        + "| \(String(format: "%.1f", r.idleWakeupsPerSecond)) | \(String(format: "%.1f", starts[starts.count / 2])) ms (\(String(format: "%.1f", starts.last ?? 0)) ms) |")
+    print(
+        "| \(kind) | \(Int(r.callsPerSecond)) | \(Int(r.pingsPerSecond)) | \(ratio(r.callsPerSecond, r.pingsPerSecond)) "
+            + "| \(r.idleRSS / 1024).\(r.idleRSS % 1024 * 10 / 1024) MB | \(r.idlePSS / 1024).\(r.idlePSS % 1024 * 10 / 1024) MB "
+            + "| \(r.loadedRSS / 1024).\(r.loadedRSS % 1024 * 10 / 1024) MB | \(r.loadedPSS / 1024).\(r.loadedPSS % 1024 * 10 / 1024) MB "
+            + "| \(String(format: "%.1f", r.idleWakeupsPerSecond)) | \(String(format: "%.1f", starts[starts.count / 2])) ms (\(String(format: "%.1f", starts.last ?? 0)) ms) |"
+    )
 }
 
-print("\n### audiod's own CPU time per call (its threads' run time, SetActive and Ping in six alternating 0.5 s blocks each)\n")
+print(
+    "\n### audiod's own CPU time per call (its threads' run time, SetActive and Ping in six alternating 0.5 s blocks each)\n"
+)
 print("| server | per SetActive | per Peer.Ping | ratio |")
 print("|---|---:|---:|---:|")
 for (kind, r) in all {
-    print("| \(kind) | \(String(format: "%.1f", r.setActiveCPUus)) µs | \(String(format: "%.1f", r.pingCPUus)) µs | \(ratio(r.setActiveCPUus, r.pingCPUus)) |")
+    print(
+        "| \(kind) | \(String(format: "%.1f", r.setActiveCPUus)) µs | \(String(format: "%.1f", r.pingCPUus)) µs | \(ratio(r.setActiveCPUus, r.pingCPUus)) |"
+    )
 }
 
 print("\n### Stream churn: game-role streams come and go with silent mode on (each one muted by audiod)\n")
-print("| server | streams | target/s | achieved/s | stream events/s | streams | audiod CPU | server CPU | audiod / server | asked → muted p50 | p99 | appeared → muted p50 | p99 | gone before seen muted |")
+print(
+    "| server | streams | target/s | achieved/s | stream events/s | streams | audiod CPU | server CPU | audiod / server | asked → muted p50 | p99 | appeared → muted p50 | p99 | gone before seen muted |"
+)
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for (kind, r) in all {
     for c in r.churn {
-        print("| \(kind) | \(c.corked ? "paused" : "playing") | \(c.target) | \(Int(c.achieved)) | \(Int(c.achieved * 2)) | \(c.streams) "
-            + "| \(String(format: "%.1f", c.audiodCPUms / c.seconds / 10)) % | \(String(format: "%.1f", c.serverCPUms / c.seconds / 10)) % "
-            + "| \(ratio(c.audiodCPUms, c.serverCPUms)) | \(ms(percentile(c.lag, 0.5))) | \(ms(percentile(c.lag, 0.99))) "
-            + "| \(ms(percentile(c.lagSinceAppeared, 0.5))) | \(ms(percentile(c.lagSinceAppeared, 0.99))) | \(c.unseen) |")
+        print(
+            "| \(kind) | \(c.corked ? "paused" : "playing") | \(c.target) | \(Int(c.achieved)) | \(Int(c.achieved * 2)) | \(c.streams) "
+                + "| \(String(format: "%.1f", c.audiodCPUms / c.seconds / 10)) % | \(String(format: "%.1f", c.serverCPUms / c.seconds / 10)) % "
+                + "| \(ratio(c.audiodCPUms, c.serverCPUms)) | \(ms(percentile(c.lag, 0.5))) | \(ms(percentile(c.lag, 0.99))) "
+                + "| \(ms(percentile(c.lagSinceAppeared, 0.5))) | \(ms(percentile(c.lagSinceAppeared, 0.99))) | \(c.unseen) |"
+        )
     }
 }
 print("\n### audiod's memory as streams come and go\n")
@@ -600,8 +733,10 @@ for (kind, r) in all {
 }
 
 for (kind, r) in all {
-    for (title, rows) in [("an activation's time goes (100 sessions, 1 stream; µs from the client's call)", r.breakdown),
-                          ("a phone-role stream's time goes (µs from asking for the stream)", r.phoneBreakdown)] where !rows.isEmpty {
+    for (title, rows) in [
+        ("an activation's time goes (100 sessions, 1 stream; µs from the client's call)", r.breakdown),
+        ("a phone-role stream's time goes (µs from asking for the stream)", r.phoneBreakdown),
+    ] where !rows.isEmpty {
         print("\n### \(kind): where \(title), --log-level trace\n")
         print("| phase | p50 | p99 |")
         print("|---|---:|---:|")

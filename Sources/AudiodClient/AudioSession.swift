@@ -69,9 +69,11 @@ public final class AudioSession: Sendable {
         var hints: [(String, DBusValue)] = [("lifetime", .string(lifetime.rawValue))]
         if let applicationName { hints.append(("application-name", .string(applicationName))) }
         if let pid { hints.append(("pid", .uint32(UInt32(bitPattern: pid)))) }
-        let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession", [.properties(hints)])
+        let out = try await c.call(
+            AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession", [.properties(hints)])
         guard case .objectPath(let p)? = out.first else {
-            throw AudiodError(name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
+            throw AudiodError(
+                name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
         }
         return AudioSession(connection: c, path: p)
     }
@@ -79,19 +81,25 @@ public final class AudioSession: Sendable {
     /// The session's number (the last path element).
     public var id: UInt64 { UInt64(path.split(separator: "/").last ?? "") ?? 0 }
 
-    public func setCategory(_ category: Category, mode: Mode = .default, options: [CategoryOption] = []) async throws(AudiodError) {
+    public func setCategory(_ category: Category, mode: Mode = .default, options: [CategoryOption] = [])
+        async throws(AudiodError)
+    {
         try await setCategory(category.rawValue, mode: mode.rawValue, options: options.map(\.rawValue))
     }
 
     /// The same with raw strings (what a command line passes through): audiod validates them.
-    public func setCategory(_ category: String, mode: String = "default", options: [String] = []) async throws(AudiodError) {
-        _ = try await connection.call(path, AudiodConnection.sessionInterface, "SetCategory",
-                                      [.string(category), .string(mode), .strings(options)])
+    public func setCategory(_ category: String, mode: String = "default", options: [String] = [])
+        async throws(AudiodError)
+    {
+        _ = try await connection.call(
+            path, AudiodConnection.sessionInterface, "SetCategory",
+            [.string(category), .string(mode), .strings(options)])
     }
 
     public func setActive(_ active: Bool, notifyOthersOnDeactivation: Bool = false) async throws(AudiodError) {
-        _ = try await connection.call(path, AudiodConnection.sessionInterface, "SetActive",
-                                      [.bool(active), .strings(notifyOthersOnDeactivation ? ["notify-others-on-deactivation"] : [])])
+        _ = try await connection.call(
+            path, AudiodConnection.sessionInterface, "SetActive",
+            [.bool(active), .strings(notifyOthersOnDeactivation ? ["notify-others-on-deactivation"] : [])])
     }
 
     /// Deactivates with notify and removes the session.
@@ -112,10 +120,13 @@ public final class AudioSession: Sendable {
             secondaryAudioShouldBeSilencedHint: p["SecondaryAudioShouldBeSilencedHint"]?.boolValue ?? false,
             otherAudioPlaying: p["OtherAudioPlaying"]?.boolValue ?? false,
             handlesSecondaryAudio: p["HandlesSecondaryAudio"]?.boolValue ?? false,
-            streams: { if case .array(_, let v)? = p["Streams"] { return v.compactMap(\.uint32Value) } else { return [] } }())
+            streams: {
+                if case .array(_, let v)? = p["Streams"] { return v.compactMap(\.uint32Value) } else { return [] }
+            }())
     }
 
-    private func events<T: Sendable>(_ member: String, _ map: @escaping @Sendable ([DBusValue]) -> T?) -> AsyncStream<T> {
+    private func events<T: Sendable>(_ member: String, _ map: @escaping @Sendable ([DBusValue]) -> T?) -> AsyncStream<T>
+    {
         let all = connection.signals()
         let path = self.path
         return AsyncStream { continuation in
@@ -160,7 +171,9 @@ public final class AudioSession: Sendable {
         events("RouteChanged") { args in
             guard let reason = args.first?.stringValue else { return nil }
             let d = args.last?.propertyMap
-            return RouteChange(reason: reason, previousDevice: d?["previous-device"]?.stringValue, currentDevice: d?["current-device"]?.stringValue)
+            return RouteChange(
+                reason: reason, previousDevice: d?["previous-device"]?.stringValue,
+                currentDevice: d?["current-device"]?.stringValue)
         }
     }
 }

@@ -1,7 +1,7 @@
 import AudioVocabulary
 import DBusTransport
-import LoopThread
 import Foundation
+import LoopThread
 import Synchronization
 
 /// An error from audiod (or from the bus on its way there): the D-Bus error name and audiod's message, which says
@@ -30,7 +30,9 @@ public struct AudiodError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 
     public var code: Code {
-        if name.hasPrefix(BusNames.errorPrefix), let e = ErrorName(rawValue: String(name.dropFirst(BusNames.errorPrefix.count))) {
+        if name.hasPrefix(BusNames.errorPrefix),
+            let e = ErrorName(rawValue: String(name.dropFirst(BusNames.errorPrefix.count)))
+        {
             return .audiod(e)
         }
         switch name {
@@ -91,14 +93,18 @@ public final class AudiodConnection: @unchecked Sendable {
                 // audiod's signals are believed only from the connection that owns its name now: follow the owner
                 // (subscribe first, then ask, so that no change falls between the two).
                 c.addMatch(
-                    "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.busName)'")
+                    "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(Self.busName)'"
+                )
                 c.addMatch("type='signal',sender='\(Self.busName)'")
                 if let q = DBusMessage.methodCall(
-                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus",
                     member: "GetNameOwner")
                 {
                     q.append([.string(Self.busName)])
-                    if let r = c.callBlocking(q), r.kind == .methodReturn { audiodOwner = r.arguments.first?.stringValue }
+                    if let r = c.callBlocking(q), r.kind == .methodReturn {
+                        audiodOwner = r.arguments.first?.stringValue
+                    }
                 }
                 // Weak: the connection is the loop's, and a strong reference here would keep this object (and its
                 // thread) alive after the app dropped it.
@@ -111,19 +117,26 @@ public final class AudiodConnection: @unchecked Sendable {
                         {
                             audiodOwner = a[2].stringValue.flatMap { $0.isEmpty ? nil : $0 }
                             // Passed on as it is, so that a watcher can say audiod went away or came back.
-                            let s = AudiodSignal(path: m.path ?? "", interface: m.interface ?? "", member: "NameOwnerChanged", arguments: a)
+                            let s = AudiodSignal(
+                                path: m.path ?? "", interface: m.interface ?? "", member: "NameOwnerChanged",
+                                arguments: a)
                             for c in subscribers.withLock({ Array($0.values) }) { c.yield(s) }
                         }
                         return
                     }
                     guard let sender = m.sender, sender == audiodOwner else { return }
-                    let s = AudiodSignal(path: m.path ?? "", interface: m.interface ?? "", member: m.member ?? "", arguments: m.arguments)
+                    let s = AudiodSignal(
+                        path: m.path ?? "", interface: m.interface ?? "", member: m.member ?? "", arguments: m.arguments
+                    )
                     for c in subscribers.withLock({ Array($0.values) }) { c.yield(s) }
                 }
                 c.onDisconnect = { [weak self] in
                     guard let self else { return }
                     lost.withLock { $0 = true }
-                    for c in subscribers.withLock({ s in defer { s.removeAll() }; return Array(s.values) }) { c.finish() }
+                    for c in subscribers.withLock({ s in
+                        defer { s.removeAll() }
+                        return Array(s.values)
+                    }) { c.finish() }
                 }
                 return .success(l.bind(c))
             } catch let e as DBusError {
@@ -145,7 +158,12 @@ public final class AudiodConnection: @unchecked Sendable {
     /// Closes the connection: sessions made with the default lifetime end now, calls still waiting for audiod are
     /// answered with an error, and the signal streams finish. Also when the app just drops this object.
     public func close() {
-        guard closed.withLock({ c in defer { c = true }; return !c }) else { return }
+        guard
+            closed.withLock({ c in
+                defer { c = true }
+                return !c
+            })
+        else { return }
         let c = connection
         if loop.isOnLoop {
             c?.value.close()
@@ -153,7 +171,10 @@ public final class AudiodConnection: @unchecked Sendable {
             loop.sync { c?.value.close() }
         }
         loop.stop()
-        for c in subscribers.withLock({ s in defer { s.removeAll() }; return Array(s.values) }) { c.finish() }
+        for c in subscribers.withLock({ s in
+            defer { s.removeAll() }
+            return Array(s.values)
+        }) { c.finish() }
     }
 
     /// This connection's unique bus name.
@@ -175,28 +196,43 @@ public final class AudiodConnection: @unchecked Sendable {
     }
 
     /// Calls a method of audiod and returns the reply's arguments.
-    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) async throws(AudiodError)
+    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [])
+        async throws(AudiodError)
         -> [DBusValue]
     {
         guard !closed.withLock({ $0 }) else {
-            throw AudiodError(name: "org.freedesktop.DBus.Error.Disconnected", message: "the connection to audiod is closed")
+            throw AudiodError(
+                name: "org.freedesktop.DBus.Error.Disconnected", message: "the connection to audiod is closed")
         }
         let c = connection
         let result: Result<[DBusValue], AudiodError> = await withCheckedContinuation { cont in
             loop.execute {
-                guard let c = c?.value, let m = DBusMessage.methodCall(destination: Self.busName, path: path, interface: interface, member: member)
+                guard let c = c?.value,
+                    let m = DBusMessage.methodCall(
+                        destination: Self.busName, path: path, interface: interface, member: member)
                 else {
-                    return cont.resume(returning: .failure(AudiodError(name: "org.freedesktop.DBus.Error.Failed", message: "not connected")))
+                    return cont.resume(
+                        returning: .failure(
+                            AudiodError(name: "org.freedesktop.DBus.Error.Failed", message: "not connected")))
                 }
                 guard m.append(args) else {
-                    return cont.resume(returning: .failure(AudiodError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: "arguments cannot be encoded")))
+                    return cont.resume(
+                        returning: .failure(
+                            AudiodError(
+                                name: "org.freedesktop.DBus.Error.InvalidArgs", message: "arguments cannot be encoded"))
+                    )
                 }
                 c.call(m) { r in
                     guard let r else {
-                        return cont.resume(returning: .failure(AudiodError(name: "org.freedesktop.DBus.Error.NoReply", message: "no reply from audiod")))
+                        return cont.resume(
+                            returning: .failure(
+                                AudiodError(name: "org.freedesktop.DBus.Error.NoReply", message: "no reply from audiod")
+                            ))
                     }
                     if r.kind == .error {
-                        cont.resume(returning: .failure(AudiodError(name: r.errorName ?? "", message: r.arguments.first?.stringValue ?? "")))
+                        cont.resume(
+                            returning: .failure(
+                                AudiodError(name: r.errorName ?? "", message: r.arguments.first?.stringValue ?? "")))
                     } else {
                         cont.resume(returning: .success(r.arguments))
                     }
@@ -210,7 +246,8 @@ public final class AudiodConnection: @unchecked Sendable {
     public func property(_ path: String, _ interface: String, _ name: String) async throws(AudiodError) -> DBusValue {
         let out = try await call(path, Self.propertiesInterface, "Get", [.string(interface), .string(name)])
         guard case .variant(let v)? = out.first else {
-            throw AudiodError(name: "org.freedesktop.DBus.Error.InvalidSignature", message: "audiod answered Get with \(out)")
+            throw AudiodError(
+                name: "org.freedesktop.DBus.Error.InvalidSignature", message: "audiod answered Get with \(out)")
         }
         return v
     }
@@ -222,7 +259,9 @@ public final class AudiodConnection: @unchecked Sendable {
     }
 
     /// `org.freedesktop.DBus.Properties.Set`.
-    public func setProperty(_ path: String, _ interface: String, _ name: String, _ value: DBusValue) async throws(AudiodError) {
+    public func setProperty(_ path: String, _ interface: String, _ name: String, _ value: DBusValue)
+        async throws(AudiodError)
+    {
         _ = try await call(path, Self.propertiesInterface, "Set", [.string(interface), .string(name), .variant(value)])
     }
 }

@@ -55,7 +55,9 @@ public enum ConfigFile {
     }
 
     static let configurationKeys = ["category", "mode", "options"]
-    static let topKeys = ["duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps", "platform"]
+    static let topKeys = [
+        "duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps", "platform",
+    ]
     static let platformKeys = ["lock-screen"]
 
     /// Parses config text; `file` names it in errors.
@@ -91,24 +93,34 @@ public enum ConfigFile {
             // A tenth of full volume is far beyond any rounding a server does: past it, a user's change would be
             // taken for audiod's own.
             guard let n = v.int, n >= 0, n <= 6553 else {
-                throw fail("volume-tolerance", "must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)")
+                throw fail(
+                    "volume-tolerance",
+                    "must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"
+                )
             }
             settings.volumeTolerance = UInt32(n)
         }
         if let v = table["nice-level"] {
             guard let n = v.int, n >= -20, n <= 19 else {
-                throw fail("nice-level", "must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)")
+                throw fail(
+                    "nice-level",
+                    "must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"
+                )
             }
             settings.niceLevel = Int32(n)
         }
         if let v = table["default"] {
-            guard let t = v.table else { throw fail("default", "must be a table: [default] with category, mode, options") }
+            guard let t = v.table else {
+                throw fail("default", "must be a table: [default] with category, mode, options")
+            }
             settings.defaultConfiguration = try configuration(t, key: "default", fail)
         }
         if let v = table["roles"] {
             guard let roles = v.table else { throw fail("roles", "must be a table of roles: [roles.music] …") }
             for role in roles.keys {
-                guard let t = roles[role]?.table else { throw fail("roles.\(role)", "must be a table with category, mode, options") }
+                guard let t = roles[role]?.table else {
+                    throw fail("roles.\(role)", "must be a table with category, mode, options")
+                }
                 settings.roleConfigurations[role] = try configuration(t, key: "roles.\(role)", fail)
             }
         }
@@ -116,10 +128,14 @@ public enum ConfigFile {
             guard let apps = v.table else { throw fail("apps", "must be a table of applications: [apps.mpv] …") }
             for app in apps.keys.sorted() {
                 guard !app.isEmpty else { throw fail("apps", "an application name must not be empty") }
-                guard let t = apps[app]?.table else { throw fail("apps.\(app)", "must be a table with category, mode, options") }
+                guard let t = apps[app]?.table else {
+                    throw fail("apps.\(app)", "must be a table with category, mode, options")
+                }
                 let c = try configuration(t, key: "apps.\(app)", fail)
-                settings.configRules.append(ApplicationRule(
-                    application: app, configuration: c, source: .configFile, file: file, line: lines.line(of: "apps.\(app)")))
+                settings.configRules.append(
+                    ApplicationRule(
+                        application: app, configuration: c, source: .configFile, file: file,
+                        line: lines.line(of: "apps.\(app)")))
             }
         }
         if let v = table["platform"] {
@@ -129,7 +145,9 @@ public enum ConfigFile {
             }
             if let b = t["lock-screen"] {
                 guard case .bool(let on) = b else {
-                    throw fail("platform.lock-screen", "must be true (ambient sound stops while the screen is locked) or false")
+                    throw fail(
+                        "platform.lock-screen", "must be true (ambient sound stops while the screen is locked) or false"
+                    )
                 }
                 settings.followsLockScreen = on
             }
@@ -144,7 +162,9 @@ public enum ConfigFile {
             throw fail("\(key).\(k)", "unknown key; accepted: \(configurationKeys.joined(separator: ", "))")
         }
         guard let category = t["category"]?.string else {
-            throw fail("\(key).category", "is required and must be a string: one of \(Category.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw fail(
+                "\(key).category",
+                "is required and must be a string: one of \(Category.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         var mode = "default"
         if let m = t["mode"] {

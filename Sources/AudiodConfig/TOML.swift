@@ -127,7 +127,9 @@ struct TOMLParser {
                 t.set(part, .table(sub))
                 t = sub
             case .table(let sub)?:
-                if sub.sealed { throw fail("table '\(path.prefix(n + 1).joined(separator: "."))' cannot be extended here") }
+                if sub.sealed {
+                    throw fail("table '\(path.prefix(n + 1).joined(separator: "."))' cannot be extended here")
+                }
                 if last && sub.defined { throw fail("table '\(path.joined(separator: "."))' is defined twice") }
                 t = sub
             case _?:
@@ -141,7 +143,9 @@ struct TOMLParser {
     private mutating func keyValue(into table: TOMLTable) throws(TOMLError) {
         let path = try key()
         skipSpaces()
-        guard peek == UInt8(ascii: "=") else { throw fail("expected '=' after the key '\(path.joined(separator: "."))'") }
+        guard peek == UInt8(ascii: "=") else {
+            throw fail("expected '=' after the key '\(path.joined(separator: "."))'")
+        }
         i += 1
         skipSpaces()
         let v = try value()
@@ -226,7 +230,10 @@ struct TOMLParser {
             guard let c = peek, c != UInt8(ascii: "\n") else { throw fail("a string is not closed on its line") }
             i += 1
             if c == UInt8(ascii: "\"") { break }
-            guard c == UInt8(ascii: "\\") else { out.append(c); continue }
+            guard c == UInt8(ascii: "\\") else {
+                out.append(c)
+                continue
+            }
             guard let e = peek else { throw fail("a string is not closed on its line") }
             i += 1
             switch e {
@@ -239,13 +246,15 @@ struct TOMLParser {
             case UInt8(ascii: "f"): out.append(0x0C)
             case UInt8(ascii: "u"), UInt8(ascii: "U"):
                 let n = e == UInt8(ascii: "u") ? 4 : 8
-                guard i + n <= bytes.count, let code = UInt32(String(decoding: bytes[i..<i + n], as: UTF8.self), radix: 16),
+                guard i + n <= bytes.count,
+                    let code = UInt32(String(decoding: bytes[i..<i + n], as: UTF8.self), radix: 16),
                     let scalar = Unicode.Scalar(code)
                 else { throw fail("'\\\(Self.show(e))' must be followed by \(n) hex digits of a Unicode scalar") }
                 i += n
                 out += Array(String(Character(scalar)).utf8)
             default:
-                throw fail("unknown escape '\\\(Self.show(e))' in a string (accepted: \\\" \\\\ \\n \\t \\r \\b \\f \\uXXXX)")
+                throw fail(
+                    "unknown escape '\\\(Self.show(e))' in a string (accepted: \\\" \\\\ \\n \\t \\r \\b \\f \\uXXXX)")
             }
         }
         return String(decoding: out, as: UTF8.self)
@@ -269,7 +278,10 @@ struct TOMLParser {
         while true {
             skipBlankAndComments()
             guard let c = peek else { throw fail("an array is not closed") }
-            if c == UInt8(ascii: "]") { i += 1; return .array(items) }
+            if c == UInt8(ascii: "]") {
+                i += 1
+                return .array(items)
+            }
             items.append(try value())
             skipBlankAndComments()
             if atEnd { throw fail("an array is not closed") }
@@ -305,7 +317,8 @@ struct TOMLParser {
     /// true/false, integers (decimal, 0x, 0o, 0b, with _), floats (with fraction and/or exponent, inf, nan).
     private mutating func scalar() throws(TOMLError) -> TOMLValue {
         let start = i
-        while let c = peek, c != UInt8(ascii: ","), c != UInt8(ascii: "]"), c != UInt8(ascii: "}"), c != UInt8(ascii: "#"),
+        while let c = peek, c != UInt8(ascii: ","), c != UInt8(ascii: "]"), c != UInt8(ascii: "}"),
+            c != UInt8(ascii: "#"),
             c != UInt8(ascii: "\n"), c != UInt8(ascii: " "), c != UInt8(ascii: "\t"), c != UInt8(ascii: "\r")
         { i += 1 }
         let word = String(decoding: bytes[start..<i], as: UTF8.self)
@@ -343,7 +356,8 @@ struct TOMLParser {
         }
         // A point needs digits on both sides.
         if let dot = w.firstIndex(of: ".") {
-            let before = w[..<dot].last, after = w[w.index(after: dot)...].first
+            let before = w[..<dot].last
+            let after = w[w.index(after: dot)...].first
             guard before?.isNumber == true, after?.isNumber == true else { return nil }
         }
         return Double(w).map(TOMLValue.float)

@@ -63,7 +63,8 @@ public final class Arbiter {
         self.statePath = statePath
         self.engine = Engine(settings: settings)
         self.logger = logger
-        self.backend = PulseBackend(loop: loop, options: options, volumeTolerance: settings.volumeTolerance, logger: logger)
+        self.backend = PulseBackend(
+            loop: loop, options: options, volumeTolerance: settings.volumeTolerance, logger: logger)
     }
 
     /// Restores the saved state and connects to the server. Call on the loop thread.
@@ -80,7 +81,9 @@ public final class Arbiter {
                     onStep?(e, effects)
                 }
             } catch {
-                logger.warning("the saved state \(path) is damaged (\(StateFile.describe(error))); starting with silent mode off and no saved app rules")
+                logger.warning(
+                    "the saved state \(path) is damaged (\(StateFile.describe(error))); starting with silent mode off and no saved app rules"
+                )
             }
         }
         backend.onEvent = { [weak self] e in self?.backendEvent(e) }
@@ -122,9 +125,11 @@ public final class Arbiter {
         let effects = engine.handle(event, at: now)
         let t1 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         if engine.settleOverflows != unsettled {
-            logger.error("the policy did not settle within its round limit; the rest of the step was dropped", metadata: [
-                "event": "\(event.sentence)",
-            ])
+            logger.error(
+                "the policy did not settle within its round limit; the rest of the step was dropped",
+                metadata: [
+                    "event": "\(event.sentence)"
+                ])
         }
         if logger.logLevel <= .debug { logDecisions(event.sentence, effects) }
         let t2 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
@@ -142,12 +147,14 @@ public final class Arbiter {
         // One line per step, in microseconds from the event's arrival (`at`, CLOCK_MONOTONIC in ns, comparable with
         // other processes' clocks): engine → journal → operations queued → written to the server's socket →
         // acknowledged by the server. ("logged" is the debug log of the decision, which only a trace run pays.)
-        logger.trace("step timing", metadata: [
-            "event": "\(event)", "at": "\(t.start)", "decided": "\(us(t.start, t.decided))",
-            "logged": "\(us(t.start, t.logged))", "journaled": "\(us(t.start, t.journaled))",
-            "queued": "\(us(t.start, t.queued))", "written": "\(us(t.start, written))",
-            "acknowledged": "\(us(t.start, acknowledged))",
-        ])
+        logger.trace(
+            "step timing",
+            metadata: [
+                "event": "\(event)", "at": "\(t.start)", "decided": "\(us(t.start, t.decided))",
+                "logged": "\(us(t.start, t.logged))", "journaled": "\(us(t.start, t.journaled))",
+                "queued": "\(us(t.start, t.queued))", "written": "\(us(t.start, written))",
+                "acknowledged": "\(us(t.start, acknowledged))",
+            ])
     }
 
     /// The one interpreter of engine effects, always in this order:
@@ -334,7 +341,8 @@ public final class Arbiter {
         }
         let deadline = loop.timer(afterNanoseconds: deadlineNanoseconds) { [weak self] in
             guard once.first() else { return }
-            self?.logger.warning("the sound server did not confirm the restore in time; the journal keeps what is unconfirmed")
+            self?.logger.warning(
+                "the sound server did not confirm the restore in time; the journal keeps what is unconfirmed")
             finish()
         }
         backend.flush { [weak self] in
@@ -346,12 +354,17 @@ public final class Arbiter {
             // without systemd's ExecStopPost leaves nothing behind either — after the server has saved what it
             // still had to save of audiod's last changes (WirePlumber saves a change only once its node reports
             // it), so that no late save lands on a repaired entry. Streams that start meanwhile are corrected.
-            self.settle(untilNanoseconds: self.now.nanoseconds + 1_000_000_000, first: self.backend.restoreSettleBeforeRepairNanoseconds) { [weak self] in
+            self.settle(
+                untilNanoseconds: self.now.nanoseconds + 1_000_000_000,
+                first: self.backend.restoreSettleBeforeRepairNanoseconds
+            ) { [weak self] in
                 guard let self else { return }
                 self.backend.repairRecordedLeaks { [weak self] repaired, left in
                     guard let self else { return }
                     if repaired + left > 0 {
-                        self.logger.info("restore database: \(repaired) entr\(repaired == 1 ? "y" : "ies") repaired, \(left) left for the next start")
+                        self.logger.info(
+                            "restore database: \(repaired) entr\(repaired == 1 ? "y" : "ies") repaired, \(left) left for the next start"
+                        )
                     }
                     // Streams the server made before the repair reached it, not yet heard of: corrected now, and
                     // (on PipeWire) once linked, when their saved values have come.

@@ -24,7 +24,8 @@ public enum JournalRestore {
         public var description: String {
             guard hadJournal else { return "no journal: nothing to restore" }
             guard connected else { return "the sound server did not answer; the journal stays for the next start" }
-            return "restored from the journal; \(leaksRepaired) restore-database entr\(leaksRepaired == 1 ? "y" : "ies") repaired"
+            return
+                "restored from the journal; \(leaksRepaired) restore-database entr\(leaksRepaired == 1 ? "y" : "ies") repaired"
                 + (journalKept ? "; what could not be repaired stays in the journal for the next start" : "")
         }
     }
@@ -68,7 +69,8 @@ public enum JournalRestore {
                     // acknowledgements.
                     backend.repairRecordedLeaks { repaired, left in
                         guard !result.value.finished else { return }
-                        result.value.outcome = Outcome(hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
+                        result.value.outcome = Outcome(
+                            hadJournal: true, connected: true, leaksRepaired: repaired, journalKept: left > 0)
                         let end = {
                             guard !result.value.finished else { return }
                             result.value.finished = true

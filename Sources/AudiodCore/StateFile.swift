@@ -24,13 +24,17 @@ public enum StateFile {
     }
 
     static func save(_ state: PersistentState, to path: String) throws {
-        let stored = Stored(silentMode: state.silentMode, rules: state.rules.map {
-            .init(application: $0.application, category: $0.configuration.category.rawValue,
-                  mode: $0.configuration.mode.rawValue, options: $0.configuration.options.map(\.rawValue))
-        })
+        let stored = Stored(
+            silentMode: state.silentMode,
+            rules: state.rules.map {
+                .init(
+                    application: $0.application, category: $0.configuration.category.rawValue,
+                    mode: $0.configuration.mode.rawValue, options: $0.configuration.options.map(\.rawValue))
+            })
         let url = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(
-            at: url.deletingLastPathComponent(), withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try encoder.encode(stored).write(to: url, options: .atomic)
@@ -54,8 +58,9 @@ public enum StateFile {
         let stored = try JSONDecoder().decode(Stored.self, from: Data(contentsOf: URL(fileURLWithPath: path)))
         var events: [Event] = [.setSilentMode(requestID(), stored.silentMode)]
         for r in stored.rules {
-            events.append(.setApplicationCategory(
-                requestID(), application: r.application, category: r.category, mode: r.mode, options: r.options))
+            events.append(
+                .setApplicationCategory(
+                    requestID(), application: r.application, category: r.category, mode: r.mode, options: r.options))
         }
         return events
     }

@@ -27,10 +27,15 @@ public final class BusClient: @unchecked Sendable {
         }
     }
 
-    public var uniqueName: String { let c = connection; return loop.sync { c?.value.uniqueName ?? "" } }
+    public var uniqueName: String {
+        let c = connection
+        return loop.sync { c?.value.uniqueName ?? "" }
+    }
 
     /// Calls a method of audiod; the reply's arguments or the error it answered.
-    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) -> Result<[DBusValue], DBusError> {
+    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = []) -> Result<
+        [DBusValue], DBusError
+    > {
         callAny(destination: "org.audiod.AudioSession1", path, interface, member, args)
     }
 
@@ -49,7 +54,9 @@ public final class BusClient: @unchecked Sendable {
 
     /// Sends `count` calls made by `make` without waiting between them (they queue in audiod's socket, as a
     /// flooding client's would) and returns every answer in order.
-    public func callPipelined(_ count: Int, _ make: @escaping @Sendable (Int) -> DBusMessage?) -> [Result<[DBusValue], DBusError>] {
+    public func callPipelined(_ count: Int, _ make: @escaping @Sendable (Int) -> DBusMessage?) -> [Result<
+        [DBusValue], DBusError
+    >] {
         callPipelinedInArrivalOrder(count, make).sorted { $0.index < $1.index }.map(\.result)
     }
 
@@ -101,7 +108,9 @@ public final class BusClient: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         let box = Mutex<Result<[DBusValue], DBusError>?>(nil)
         loop.execute {
-            guard let c = c?.value, let m = DBusMessage.methodCall(destination: destination, path: path, interface: interface, member: member)
+            guard let c = c?.value,
+                let m = DBusMessage.methodCall(
+                    destination: destination, path: path, interface: interface, member: member)
             else {
                 box.withLock { $0 = .failure(.failed("bad call")) }
                 done.signal()
@@ -126,9 +135,13 @@ public final class BusClient: @unchecked Sendable {
     }
 
     /// CreateSession for `pid` with a category, optionally active; returns the object path.
-    public func makeSession(pid: pid_t, _ category: String, mode: String = "default", options: [String] = [],
-                     lifetime: String? = nil, activate: Bool = false) throws -> String {
-        var hints: [(String, DBusValue)] = [("pid", .uint32(UInt32(pid))), ("application-name", .string("test-\(pid)"))]
+    public func makeSession(
+        pid: pid_t, _ category: String, mode: String = "default", options: [String] = [],
+        lifetime: String? = nil, activate: Bool = false
+    ) throws -> String {
+        var hints: [(String, DBusValue)] = [
+            ("pid", .uint32(UInt32(pid))), ("application-name", .string("test-\(pid)")),
+        ]
         if let lifetime { hints.append(("lifetime", .string(lifetime))) }
         guard case .success(let out) = manager("CreateSession", [.properties(hints)]),
             case .objectPath(let path)? = out.first
@@ -166,7 +179,9 @@ public final class BusClient: @unchecked Sendable {
 
     /// Waits for InterfacesRemoved of this object path.
     public func waitForRemoval(_ path: String, timeout: Double = 5) -> Bool {
-        waitFor(timeout) { self.received(API.managerPath, "InterfacesRemoved").contains { $0.first == .objectPath(path) } }
+        waitFor(timeout) {
+            self.received(API.managerPath, "InterfacesRemoved").contains { $0.first == .objectPath(path) }
+        }
     }
 
     /// Closes the connection and stops the loop; a second call does nothing.
@@ -208,7 +223,10 @@ public final class ScriptedPlayer: @unchecked Sendable {
     /// Scripts the next `Get PlaybackStatus`: first announce `announce` with `PropertiesChanged`, then answer with
     /// `answer` — a player whose answer lags its own signal (seen with Firefox).
     public func scriptGet(announce: String?, answer: String) {
-        state.withLock { $0.announceOnGet = announce; $0.getAnswer = answer }
+        state.withLock {
+            $0.announceOnGet = announce
+            $0.getAnswer = answer
+        }
     }
 
     public var receivedCalls: [String] { calls.withLock { $0 } }
@@ -216,10 +234,15 @@ public final class ScriptedPlayer: @unchecked Sendable {
     private func emitStatus(_ status: String) {
         let c = connection
         loop.sync {
-            guard let c = c?.value, let s = DBusMessage.signal(
-                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+            guard let c = c?.value,
+                let s = DBusMessage.signal(
+                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
+                    member: "PropertiesChanged")
             else { return }
-            s.append([.string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(status))]), .strings([])])
+            s.append([
+                .string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(status))]),
+                .strings([]),
+            ])
             _ = c.send(s)
         }
     }
@@ -229,13 +252,21 @@ public final class ScriptedPlayer: @unchecked Sendable {
         switch (m.interface, member) {
         case ("org.freedesktop.DBus.Properties", "Get"):
             let (status, answer, announce) = state.withLock { s in
-                defer { s.getAnswer = nil; s.announceOnGet = nil }
+                defer {
+                    s.getAnswer = nil
+                    s.announceOnGet = nil
+                }
                 return (s.status, s.getAnswer, s.announceOnGet)
             }
-            if let announce, let s = DBusMessage.signal(
-                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+            if let announce,
+                let s = DBusMessage.signal(
+                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
+                    member: "PropertiesChanged")
             {
-                s.append([.string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(announce))]), .strings([])])
+                s.append([
+                    .string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(announce))]),
+                    .strings([]),
+                ])
                 _ = c.send(s)
             }
             guard let r = m.makeReturn() else { return }
@@ -245,7 +276,9 @@ public final class ScriptedPlayer: @unchecked Sendable {
             calls.withLock { $0.append(member) }
             if let r = m.makeReturn() { _ = c.send(r) }
         default:
-            if let r = m.makeError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not scripted") { _ = c.send(r) }
+            if let r = m.makeError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "not scripted") {
+                _ = c.send(r)
+            }
         }
     }
 
@@ -288,7 +321,8 @@ public struct Daemon {
     /// The audiod the tests run: `$AUDIOD_EXECUTABLE` (a release or sanitizer build, for scripts/reliability), or
     /// the one built beside the tests.
     public static var executable: String {
-        ProcessInfo.processInfo.environment["AUDIOD_EXECUTABLE"].flatMap { $0.isEmpty ? nil : $0 } ?? TestServer.builtProduct("audiod")
+        ProcessInfo.processInfo.environment["AUDIOD_EXECUTABLE"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? TestServer.builtProduct("audiod")
     }
 
     /// Starts the built audiod (debug logging unless `arguments` say otherwise) and waits until it answers.
@@ -300,7 +334,14 @@ public struct Daemon {
         let child = try server.spawn(wrapper + [executable] + arguments, environment: environment, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let client = try BusClient(address: address)
-        guard waitFor(10, { if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }; return false }) else {
+        guard
+            waitFor(
+                10,
+                {
+                    if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }
+                    return false
+                })
+        else {
             client.close()
             throw TestKitError("audiod did not answer on the bus: \(server.file(log).suffix(2000))")
         }

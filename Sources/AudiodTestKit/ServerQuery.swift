@@ -66,7 +66,9 @@ final class ServerQuery: @unchecked Sendable {
                     disconnect()
                     throw TestKitError("the connection to \(server) was lost")
                 }
-                if Date() > deadline { throw TestKitError("\(server) did not answer a list request within \(timeout) s") }
+                if Date() > deadline {
+                    throw TestKitError("\(server) did not answer a list request within \(timeout) s")
+                }
                 usleep(200)
             }
         }
@@ -89,7 +91,8 @@ final class ServerQuery: @unchecked Sendable {
         mainloop = m
         context = c
         pa_threaded_mainloop_lock(m)
-        let started = pa_context_connect(c, server, PA_CONTEXT_NOAUTOSPAWN, nil) >= 0 && pa_threaded_mainloop_start(m) >= 0
+        let started =
+            pa_context_connect(c, server, PA_CONTEXT_NOAUTOSPAWN, nil) >= 0 && pa_threaded_mainloop_start(m) >= 0
         pa_threaded_mainloop_unlock(m)
         guard started else {
             disconnect()

@@ -36,24 +36,28 @@ public final class StreamWatcher: @unchecked Sendable {
         mainloop = m
         context = c
         let me = Unmanaged.passUnretained(self).toOpaque()
-        pa_context_set_state_callback(c, { c, ud in
-            guard let ud else { return }
-            let w = Unmanaged<StreamWatcher>.fromOpaque(ud).takeUnretainedValue()
-            let s = pa_context_get_state(c)
-            if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED { w.lock.withLock { w.lost = true } }
-            pa_threaded_mainloop_signal(w.mainloop, 0)
-        }, me)
-        pa_context_set_subscribe_callback(c, { c, type, index, ud in
-            guard let c, let ud else { return }
-            let w = Unmanaged<StreamWatcher>.fromOpaque(ud).takeUnretainedValue()
-            let event = type.rawValue & PA_SUBSCRIPTION_EVENT_TYPE_MASK.rawValue
-            w.lock.withLock { w.changeCount += 1 }
-            if event == PA_SUBSCRIPTION_EVENT_REMOVE.rawValue {
-                w.lock.withLock { _ = w.table.removeValue(forKey: index) }
-            } else {
-                pa_operation_unref(pa_context_get_sink_input_info(c, index, StreamWatcher.infoCallback, ud))
-            }
-        }, me)
+        pa_context_set_state_callback(
+            c,
+            { c, ud in
+                guard let ud else { return }
+                let w = Unmanaged<StreamWatcher>.fromOpaque(ud).takeUnretainedValue()
+                let s = pa_context_get_state(c)
+                if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED { w.lock.withLock { w.lost = true } }
+                pa_threaded_mainloop_signal(w.mainloop, 0)
+            }, me)
+        pa_context_set_subscribe_callback(
+            c,
+            { c, type, index, ud in
+                guard let c, let ud else { return }
+                let w = Unmanaged<StreamWatcher>.fromOpaque(ud).takeUnretainedValue()
+                let event = type.rawValue & PA_SUBSCRIPTION_EVENT_TYPE_MASK.rawValue
+                w.lock.withLock { w.changeCount += 1 }
+                if event == PA_SUBSCRIPTION_EVENT_REMOVE.rawValue {
+                    w.lock.withLock { _ = w.table.removeValue(forKey: index) }
+                } else {
+                    pa_operation_unref(pa_context_get_sink_input_info(c, index, StreamWatcher.infoCallback, ud))
+                }
+            }, me)
         pa_threaded_mainloop_lock(m)
         defer { pa_threaded_mainloop_unlock(m) }
         guard pa_context_connect(c, server, PA_CONTEXT_NOFLAGS, nil) >= 0, pa_threaded_mainloop_start(m) >= 0 else {

@@ -42,8 +42,9 @@ public enum ServerKind: String, CaseIterable, Sendable, CustomStringConvertible 
             kinds = allCases.filter { names.contains($0.rawValue) }
             // A typo would otherwise run every server test with no server, and pass.
             if !unknown.isEmpty || kinds.isEmpty {
-                fatalError("AUDIOD_TEST_SERVERS=\(only): \(unknown.joined(separator: ", ")) is not a server; "
-                    + "accepted: \(allCases.map(\.rawValue).joined(separator: ", ")), separated by commas")
+                fatalError(
+                    "AUDIOD_TEST_SERVERS=\(only): \(unknown.joined(separator: ", ")) is not a server; "
+                        + "accepted: \(allCases.map(\.rawValue).joined(separator: ", ")), separated by commas")
             }
             print("servers: \(kinds.map(\.rawValue).joined(separator: ", ")) alone (AUDIOD_TEST_SERVERS=\(only))")
         }
@@ -102,16 +103,22 @@ public final class TestServer: @unchecked Sendable {
     /// `roleLoopbacks` (PipeWire 1.4 only): WirePlumber runs the role-based policy of its example configuration
     /// (`Tests/Fixtures/media-role-nodes.conf`): a loopback sink per role, `loopback.sink.role.*`, to which apps'
     /// streams are linked by role, and the loopbacks' own streams on to the null sink.
-    public init(_ kind: ServerKind, streamRestore: Bool = false, admitOtherUsers: Bool = false, roleLoopbacks: Bool = false) throws {
+    public init(
+        _ kind: ServerKind, streamRestore: Bool = false, admitOtherUsers: Bool = false, roleLoopbacks: Bool = false
+    ) throws {
         self.kind = kind
         self.streamRestore = streamRestore
         self.admitOtherUsers = admitOtherUsers
         self.roleLoopbacks = roleLoopbacks
-        if roleLoopbacks && kind != .pipewire14 { throw TestKitError("role loopbacks need WirePlumber 0.5 (pipewire-1.4)") }
+        if roleLoopbacks && kind != .pipewire14 {
+            throw TestKitError("role loopbacks need WirePlumber 0.5 (pipewire-1.4)")
+        }
         var template = Array("/tmp/audiod-test-XXXXXX".utf8CString)
-        guard let dir = template.withUnsafeMutableBufferPointer({ buf in
-            buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
-        }) else { throw TestKitError("mkdtemp failed") }
+        guard
+            let dir = template.withUnsafeMutableBufferPointer({ buf in
+                buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
+            })
+        else { throw TestKitError("mkdtemp failed") }
         directory = dir
         pulseServer = "unix:\(dir)/pulse/native"
         query = ProcessInfo.processInfo.environment["AUDIOD_TEST_PACTL"] == "1" ? nil : ServerQuery(server: pulseServer)
@@ -145,7 +152,8 @@ public final class TestServer: @unchecked Sendable {
             let conf = "\(dir)/home/.config/wireplumber/wireplumber.conf.d"
             try FileManager.default.createDirectory(atPath: conf, withIntermediateDirectories: true)
             try FileManager.default.copyItem(
-                atPath: Self.repositoryRoot + "/Tests/Fixtures/media-role-nodes.conf", toPath: conf + "/media-role-nodes.conf")
+                atPath: Self.repositoryRoot + "/Tests/Fixtures/media-role-nodes.conf",
+                toPath: conf + "/media-role-nodes.conf")
         }
         do {
             try startBus()
@@ -221,7 +229,11 @@ public final class TestServer: @unchecked Sendable {
             }
             if roleLoopbacks {
                 serverPIDs.insert(try spawnRaw(["wireplumber"], log: "wireplumber.log"), at: 1)
-                guard waitFor(10, { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("loopback.sink.role.alert") }) else {
+                guard
+                    waitFor(
+                        10,
+                        { ((try? self.pactl(["list", "short", "sinks"])) ?? "").contains("loopback.sink.role.alert") })
+                else {
                     throw TestKitError("WirePlumber made no role loopbacks (see \(directory)/wireplumber.log)")
                 }
             }
@@ -235,7 +247,8 @@ public final class TestServer: @unchecked Sendable {
                 if let wp = serverPIDs.dropFirst().first, waitpid(wp, nil, WNOHANG) == wp {
                     serverPIDs[1] = try spawnRaw(["wireplumber"], log: "wireplumber.log")
                 }
-                let probe = try spawnRaw(["pacat", "--playback", "/dev/zero", "--client-name=audiod-test-probe"], log: nil)
+                let probe = try spawnRaw(
+                    ["pacat", "--playback", "/dev/zero", "--client-name=audiod-test-probe"], log: nil)
                 linked = waitFor(3) { Self.probeLinked((try? self.pactl(["list", "sink-inputs"])) ?? "") }
                 _ = Self.killAndReap(probe)
                 lock.withLock { children.removeAll { $0 == probe } }
@@ -254,7 +267,8 @@ public final class TestServer: @unchecked Sendable {
         guard Self.announced.withLock({ $0.insert(kind).inserted }) else { return }
         let info = (try? pactl(["info"])) ?? ""
         func field(_ name: String) -> String {
-            info.split(separator: "\n").first { $0.hasPrefix(name + ": ") }.map { String($0.dropFirst(name.count + 2)) } ?? "?"
+            info.split(separator: "\n").first { $0.hasPrefix(name + ": ") }.map { String($0.dropFirst(name.count + 2)) }
+                ?? "?"
         }
         var line = "server \(kind): \(field("Server Name")) \(field("Server Version"))"
         if kind.isPipeWire {
@@ -322,7 +336,9 @@ public final class TestServer: @unchecked Sendable {
             busPID = 0
         }
         // `AUDIOD_TEST_KEEP=1` keeps the run's directory (its logs) to look into a failure.
-        if ProcessInfo.processInfo.environment["AUDIOD_TEST_KEEP"] == nil { try? FileManager.default.removeItem(atPath: directory) }
+        if ProcessInfo.processInfo.environment["AUDIOD_TEST_KEEP"] == nil {
+            try? FileManager.default.removeItem(atPath: directory)
+        }
     }
 
     // MARK: Processes
@@ -368,12 +384,16 @@ public final class TestServer: @unchecked Sendable {
                     _ = try runCapturing(
                         ["/bin/bash", repositoryRoot + "/scripts/pipewire-1.4", ServerKind.pipewire14Prefix],
                         environment: ProcessInfo.processInfo.environment)
-                    r = ServerKind.pipewire14.isInstalled
-                        ? .success(()) : .failure(TestKitError("scripts/pipewire-1.4 left no wireplumber in its prefix"))
+                    r =
+                        ServerKind.pipewire14.isInstalled
+                        ? .success(())
+                        : .failure(TestKitError("scripts/pipewire-1.4 left no wireplumber in its prefix"))
                 } catch {
-                    r = .failure(TestKitError(
-                        "PipeWire 1.4 is not in \(ServerKind.pipewire14Prefix) and scripts/pipewire-1.4 could not put it "
-                            + "there (\(error)); set AUDIOD_SKIP_PIPEWIRE_1_4=1 to test on the other two servers only"))
+                    r = .failure(
+                        TestKitError(
+                            "PipeWire 1.4 is not in \(ServerKind.pipewire14Prefix) and scripts/pipewire-1.4 could not put it "
+                                + "there (\(error)); set AUDIOD_SKIP_PIPEWIRE_1_4=1 to test on the other two servers only"
+                        ))
                 }
             }
             done = r
@@ -384,7 +404,8 @@ public final class TestServer: @unchecked Sendable {
 
     /// A program built by this package (next to the test bundle in `.build/<config>/`).
     public static func builtProduct(_ name: String) -> String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
         // The test binary may sit inside a bundle directory (`….xctest/…`).
         while dir.path.contains(".xctest") { dir = dir.deletingLastPathComponent() }
@@ -430,7 +451,9 @@ public final class TestServer: @unchecked Sendable {
         }
         guard let found, !found.volume.isEmpty, !found.volume.contains(0) else {
             let alive = kill(pid, 0) == 0
-            throw TestKitError("no settled playback stream of pid \(pid) within \(timeout) s (process \(alive ? "alive" : "gone"); server shows \(found.map { "volume \($0.volume), muted \($0.muted)" } ?? "no stream"))")
+            throw TestKitError(
+                "no settled playback stream of pid \(pid) within \(timeout) s (process \(alive ? "alive" : "gone"); server shows \(found.map { "volume \($0.volume), muted \($0.muted)" } ?? "no stream"))"
+            )
         }
         return found
     }
@@ -480,7 +503,9 @@ public final class TestServer: @unchecked Sendable {
 
     /// Runs a command to completion; its exit status and its output (stdout and stderr together), whatever the
     /// status.
-    public func runStatus(_ argv: [String], environment extra: [String: String] = [:]) throws -> (status: Int32, output: String) {
+    public func runStatus(_ argv: [String], environment extra: [String: String] = [:]) throws -> (
+        status: Int32, output: String
+    ) {
         var template = Array("/tmp/audiod-out-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { buf in buf.baseAddress.map { mkstemp($0) } ?? -1 }
         guard fd >= 0 else { throw TestKitError("mkstemp failed") }
@@ -556,7 +581,9 @@ public func mprisName(_ server: TestServer, pid: pid_t) -> String? {
 /// A playback stream that plays silence for as long as it runs (`pacat /dev/zero`), with an optional client name
 /// (`application.name`), media role and further pacat arguments.
 @discardableResult
-public func playback(_ server: TestServer, name: String? = nil, role: String? = nil, extra: [String] = []) throws -> Child {
+public func playback(_ server: TestServer, name: String? = nil, role: String? = nil, extra: [String] = []) throws
+    -> Child
+{
     var argv = ["pacat", "--playback", "/dev/zero"]
     if let name { argv.append("--client-name=\(name)") }
     if let role { argv.append("--property=media.role=\(role)") }
@@ -567,23 +594,28 @@ public func playback(_ server: TestServer, name: String? = nil, role: String? = 
 /// own — an app scope as GNOME names them, a user manager's scope; nil (with a line saying why) where the machine has
 /// no writable cgroup2 hierarchy. `cleanup` removes it once its processes are gone.
 public func cgroupScope(_ name: String, tag: String) throws -> (scope: String, cleanup: () -> Void)? {
-    guard let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
-        FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
-    }) else {
+    guard
+        let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"].first(where: {
+            FileManager.default.fileExists(atPath: $0 + "/cgroup.procs") && access($0, W_OK) == 0
+        })
+    else {
         print("skipped: no writable cgroup2 hierarchy here (making a scope needs one, as root)")
         return nil
     }
     let subtree = "\(root)/audiod-test-\(getpid())-\(tag)"
     let scope = "\(subtree)/\(name)"
     try FileManager.default.createDirectory(atPath: scope, withIntermediateDirectories: true)
-    return (scope, {
-        _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
-        var dir = scope
-        while dir.count >= subtree.count {
-            rmdir(dir)
-            dir = String(dir[..<(dir.lastIndex(of: "/") ?? dir.startIndex)])
+    return (
+        scope,
+        {
+            _ = waitFor(5) { ((try? String(contentsOfFile: scope + "/cgroup.procs", encoding: .utf8)) ?? "").isEmpty }
+            var dir = scope
+            while dir.count >= subtree.count {
+                rmdir(dir)
+                dir = String(dir[..<(dir.lastIndex(of: "/") ?? dir.startIndex)])
+            }
         }
-    })
+    )
 }
 
 /// Polls `condition` every 5 ms until it holds or `timeout` seconds pass.
@@ -637,9 +669,11 @@ public final class TestBus: @unchecked Sendable {
 
     public init() throws {
         var template = Array("/tmp/audiod-bus-XXXXXX".utf8CString)
-        guard let dir = template.withUnsafeMutableBufferPointer({ buf in
-            buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
-        }) else { throw TestKitError("mkdtemp failed") }
+        guard
+            let dir = template.withUnsafeMutableBufferPointer({ buf in
+                buf.baseAddress.flatMap { mkdtemp($0) }.map { String(cString: $0) }
+            })
+        else { throw TestKitError("mkdtemp failed") }
         directory = dir
         address = "unix:path=\(dir)/bus"
         do {

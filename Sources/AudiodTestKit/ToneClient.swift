@@ -19,9 +19,11 @@ public final class ToneClient: @unchecked Sendable {
         }
         mainloop = m
         context = c
-        pa_context_set_state_callback(c, { _, ud in
-            if let ud { pa_threaded_mainloop_signal(OpaquePointer(ud), 0) }
-        }, UnsafeMutableRawPointer(m))
+        pa_context_set_state_callback(
+            c,
+            { _, ud in
+                if let ud { pa_threaded_mainloop_signal(OpaquePointer(ud), 0) }
+            }, UnsafeMutableRawPointer(m))
         pa_threaded_mainloop_lock(m)
         defer { pa_threaded_mainloop_unlock(m) }
         guard pa_context_connect(c, server, PA_CONTEXT_NOFLAGS, nil) >= 0, pa_threaded_mainloop_start(m) >= 0 else {
@@ -30,14 +32,19 @@ public final class ToneClient: @unchecked Sendable {
         while true {
             let s = pa_context_get_state(c)
             if s == PA_CONTEXT_READY { break }
-            if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED { throw TestKitError("tone client: connection failed") }
+            if s == PA_CONTEXT_FAILED || s == PA_CONTEXT_TERMINATED {
+                throw TestKitError("tone client: connection failed")
+            }
             pa_threaded_mainloop_wait(m)
         }
     }
 
     deinit {
         pa_threaded_mainloop_lock(mainloop)
-        for s in streams { pa_stream_disconnect(s); pa_stream_unref(s) }
+        for s in streams {
+            pa_stream_disconnect(s)
+            pa_stream_unref(s)
+        }
         pa_context_disconnect(context)
         pa_context_unref(context)
         pa_threaded_mainloop_unlock(mainloop)
@@ -63,20 +70,27 @@ public final class ToneClient: @unchecked Sendable {
         guard let s = pa_stream_new_with_proplist(context, "tone", &spec, nil, props) else {
             throw TestKitError("pa_stream_new failed")
         }
-        pa_stream_set_state_callback(s, { _, ud in
-            if let ud { pa_threaded_mainloop_signal(OpaquePointer(ud), 0) }
-        }, UnsafeMutableRawPointer(mainloop))
-        pa_stream_set_write_callback(s, { s, bytes, _ in
-            guard let s else { return }
-            var left = bytes
-            while left > 0 {
-                let n = min(left, silence.count)
-                silence.withUnsafeBytes { _ = pa_stream_write(s, $0.baseAddress, n, nil, 0, PA_SEEK_RELATIVE) }
-                left -= n
-            }
-        }, nil)
+        pa_stream_set_state_callback(
+            s,
+            { _, ud in
+                if let ud { pa_threaded_mainloop_signal(OpaquePointer(ud), 0) }
+            }, UnsafeMutableRawPointer(mainloop))
+        pa_stream_set_write_callback(
+            s,
+            { s, bytes, _ in
+                guard let s else { return }
+                var left = bytes
+                while left > 0 {
+                    let n = min(left, silence.count)
+                    silence.withUnsafeBytes { _ = pa_stream_write(s, $0.baseAddress, n, nil, 0, PA_SEEK_RELATIVE) }
+                    left -= n
+                }
+            }, nil)
         let started = DispatchTime.now().uptimeNanoseconds
-        guard pa_stream_connect_playback(s, device, nil, corked ? PA_STREAM_START_CORKED : PA_STREAM_NOFLAGS, nil, nil) >= 0 else {
+        guard
+            pa_stream_connect_playback(s, device, nil, corked ? PA_STREAM_START_CORKED : PA_STREAM_NOFLAGS, nil, nil)
+                >= 0
+        else {
             pa_stream_unref(s)
             throw TestKitError("pa_stream_connect_playback failed")
         }
@@ -107,7 +121,10 @@ public final class ToneClient: @unchecked Sendable {
     /// Closes every stream this client opened.
     public func closeAll() {
         pa_threaded_mainloop_lock(mainloop)
-        for s in streams { pa_stream_disconnect(s); pa_stream_unref(s) }
+        for s in streams {
+            pa_stream_disconnect(s)
+            pa_stream_unref(s)
+        }
         streams = []
         pa_threaded_mainloop_unlock(mainloop)
     }

@@ -49,7 +49,10 @@ public final class AudioSessionService {
     /// The uid audiod runs as: audiod-wide writes belong to it (`Access.user`).
     private let ownUID = getuid()
 
-    private struct Caller { var pid: UInt32; var uid: UInt32 }
+    private struct Caller {
+        var pid: UInt32
+        var uid: UInt32
+    }
     private struct Owner {
         var busName: String
         var uid: UInt32
@@ -94,7 +97,8 @@ public final class AudioSessionService {
         self.host = host
         self.limits = limits
         self.logger = logger
-        publishedManager = Dictionary(host.engine.managerProperties.map(Self.value), uniquingKeysWith: { _, last in last })
+        publishedManager = Dictionary(
+            host.engine.managerProperties.map(Self.value), uniquingKeysWith: { _, last in last })
         publishedManager["ServerName"] = .string(host.connectedServerName ?? "")
         publishedManager["ServerConnected"] = .bool(host.connectedServerName != nil)
         lastServerName = host.connectedServerName
@@ -109,7 +113,9 @@ public final class AudioSessionService {
     public func followGameMode() { platform.followGameMode() }
 
     /// Starts following the platform (SPEC §10): calls, feedbackd, and on the system bus ModemManager and logind.
-    public func followPlatform(systemBusAddress: String? = nil) { platform.followPlatform(systemBusAddress: systemBusAddress) }
+    public func followPlatform(systemBusAddress: String? = nil) {
+        platform.followPlatform(systemBusAddress: systemBusAddress)
+    }
 
     /// Owns the well-known name (after the objects are ready: owning it is what "ready" means for systemd).
     public func claimName() throws(DBusError) {
@@ -197,7 +203,8 @@ public final class AudioSessionService {
         }
     }
 
-    private func takePending(_ r: RequestID) -> (message: DBusMessage, encode: (Reply) -> [DBusValue]?, order: UInt64)? {
+    private func takePending(_ r: RequestID) -> (message: DBusMessage, encode: (Reply) -> [DBusValue]?, order: UInt64)?
+    {
         guard let p = pending.removeValue(forKey: r) else { return nil }
         if pendingOrders.first == p.order {
             pendingOrders.removeFirst()
@@ -210,7 +217,10 @@ public final class AudioSessionService {
     /// Answers a call whose arguments passed the signature check but did not decode (the tables' guards): every
     /// call gets an answer, even on a path that cannot be reached today.
     func unreadable(_ c: VTable.Call) {
-        fail(c.message, Self.invalidArgs("audiod could not read the arguments of \(c.message.member ?? "this call") (\(c.message.signature))"))
+        fail(
+            c.message,
+            Self.invalidArgs(
+                "audiod could not read the arguments of \(c.message.member ?? "this call") (\(c.message.signature))"))
     }
 
     static func invalidArgs(_ message: String) -> DBusError {
@@ -231,37 +241,55 @@ public final class AudioSessionService {
         } else if let id = Self.sessionID(path: path), publishedSessions[id] != nil {
             tables = Self.sessionTables
             session = id
-        } else if path == "/" || (API.managerPath + "/session").hasPrefix(path) || objectPaths().contains(where: { $0.hasPrefix(path + "/") }) {
+        } else if path == "/" || (API.managerPath + "/session").hasPrefix(path)
+            || objectPaths().contains(where: { $0.hasPrefix(path + "/") })
+        {
             // An intermediate node: only introspection (so that tools can walk the tree from "/").
             if member == "Introspect", m.interface == nil || m.interface == API.introspectable.name {
-                return reply(m, [.string(API.introspection(interfaces: [API.introspectable], children: self.children(of: path)))])
+                return reply(
+                    m, [.string(API.introspection(interfaces: [API.introspectable], children: self.children(of: path)))]
+                )
             }
-            return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(path) only offers Introspect"))
+            return fail(
+                m,
+                DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "\(path) only offers Introspect"))
         } else {
             return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: "no object at \(path)"))
         }
         let table: VTable
         if let name = m.interface {
             guard let t = tables.first(where: { $0.name == name }) else {
-                return fail(m, DBusError(
-                    name: "org.freedesktop.DBus.Error.UnknownInterface",
-                    message: "\(path) has no interface \(name); it has \(tables.map(\.name).joined(separator: ", "))"))
+                return fail(
+                    m,
+                    DBusError(
+                        name: "org.freedesktop.DBus.Error.UnknownInterface",
+                        message:
+                            "\(path) has no interface \(name); it has \(tables.map(\.name).joined(separator: ", "))"))
             }
             table = t
         } else {
             guard let t = tables.first(where: { $0.method(member) != nil }) else {
-                return fail(m, DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member) at \(path)"))
+                return fail(
+                    m,
+                    DBusError(
+                        name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(member) at \(path)"))
             }
             table = t
         }
         guard let method = table.method(member) else {
-            return fail(m, DBusError(
-                name: "org.freedesktop.DBus.Error.UnknownMethod",
-                message: "\(table.name) has no method \(member); it has \(table.methods.map(\.name).joined(separator: ", "))"))
+            return fail(
+                m,
+                DBusError(
+                    name: "org.freedesktop.DBus.Error.UnknownMethod",
+                    message:
+                        "\(table.name) has no method \(member); it has \(table.methods.map(\.name).joined(separator: ", "))"
+                ))
         }
         guard m.signature == method.inputSignature else {
-            return fail(m, Self.invalidArgs(
-                "\(member) takes (\(method.inputSignature)), not (\(m.signature))"))
+            return fail(
+                m,
+                Self.invalidArgs(
+                    "\(member) takes (\(method.inputSignature)), not (\(m.signature))"))
         }
         if method.decides, host?.acceptsRequests != true { return fail(m, Self.shuttingDown) }
         let call = VTable.Call(message: m, args: m.arguments, session: session)
@@ -305,8 +333,10 @@ public final class AudioSessionService {
 
     /// Sends a request event; the engine's reply (through `publish`) answers `m` with `encode`'s arguments.
     @discardableResult
-    func request(_ m: DBusMessage, encode: @escaping (Reply) -> [DBusValue]? = { _ in [] },
-                         _ make: (RequestID) -> Event) -> [Effect] {
+    func request(
+        _ m: DBusMessage, encode: @escaping (Reply) -> [DBusValue]? = { _ in [] },
+        _ make: (RequestID) -> Event
+    ) -> [Effect] {
         guard let host, host.acceptsRequests else {
             fail(m, Self.shuttingDown)
             return []
@@ -345,29 +375,37 @@ public final class AudioSessionService {
                     for (i, p) in view.properties.enumerated() { sessionPropertySlots[p.name] = i }
                 }
                 publishedSessions[view.id] = view
-                emit(API.managerPath, API.objectManager.name, "InterfacesAdded", [
-                    .objectPath(Self.sessionPath(view.id)), sessionInterfaces(view.id),
-                ])
+                emit(
+                    API.managerPath, API.objectManager.name, "InterfacesAdded",
+                    [
+                        .objectPath(Self.sessionPath(view.id)), sessionInterfaces(view.id),
+                    ])
             case .sessionRemoved(let id):
                 forget(id)
                 publishedSessions[id] = nil
-                emit(API.managerPath, API.objectManager.name, "InterfacesRemoved", [
-                    .objectPath(Self.sessionPath(id)),
-                    .strings(Self.sessionTables.map(\.name)),
-                ])
+                emit(
+                    API.managerPath, API.objectManager.name, "InterfacesRemoved",
+                    [
+                        .objectPath(Self.sessionPath(id)),
+                        .strings(Self.sessionTables.map(\.name)),
+                    ])
             case .signal(let id, let s):
                 emitSignal(id, s)
             case .sessionPropertiesChanged(let id, let changed):
                 publishedSessions[id]?.apply(changed)
-                emit(Self.sessionPath(id), API.properties.name, "PropertiesChanged", [
-                    .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
-                ])
+                emit(
+                    Self.sessionPath(id), API.properties.name, "PropertiesChanged",
+                    [
+                        .string(API.session.name), .properties(changed.map(Self.value)), .strings([]),
+                    ])
             case .managerPropertiesChanged(let props):
                 let changed = props.map(Self.value)
                 for (name, v) in changed { publishedManager[name] = v }
-                emit(API.managerPath, API.properties.name, "PropertiesChanged", [
-                    .string(API.manager.name), .properties(changed), .strings([]),
-                ])
+                emit(
+                    API.managerPath, API.properties.name, "PropertiesChanged",
+                    [
+                        .string(API.manager.name), .properties(changed), .strings([]),
+                    ])
             default:
                 continue
             }
@@ -396,9 +434,11 @@ public final class AudioSessionService {
             changed.append(("ServerName", .string(name)))
         }
         for (name, v) in changed { publishedManager[name] = v }
-        emit(API.managerPath, API.properties.name, "PropertiesChanged", [
-            .string(API.manager.name), .properties(changed), .strings([]),
-        ])
+        emit(
+            API.managerPath, API.properties.name, "PropertiesChanged",
+            [
+                .string(API.manager.name), .properties(changed), .strings([]),
+            ])
     }
 
     private func emit(_ path: String, _ iface: String, _ member: String, _ args: [DBusValue]) {
@@ -441,10 +481,13 @@ public final class AudioSessionService {
         case .processID(let pid): (p.name, .uint32(pid))
         case .streams(let s), .recordStreams(let s): (p.name, .array(element: "u", s.map { .uint32($0) }))
         case .identity(let i):
-            (p.name, .properties([
-                ("app-id", .string(i.appID)), ("source", .string(i.source)),
-                ("desktop-entry", .string(i.desktopEntry)), ("category-reason", .string(i.categoryReason.text)),
-            ]))
+            (
+                p.name,
+                .properties([
+                    ("app-id", .string(i.appID)), ("source", .string(i.source)),
+                    ("desktop-entry", .string(i.desktopEntry)), ("category-reason", .string(i.categoryReason.text)),
+                ])
+            )
         }
     }
 
@@ -460,13 +503,17 @@ public final class AudioSessionService {
 
     /// A session object's interfaces and their properties (`InterfacesAdded`, `GetManagedObjects`).
     private func sessionInterfaces(_ id: SessionID) -> DBusValue {
-        .dict(key: "s", value: "a{sv}", Self.sessionTables.map { t in (.string(t.name), .properties(t.values(self, id))) })
+        .dict(
+            key: "s", value: "a{sv}", Self.sessionTables.map { t in (.string(t.name), .properties(t.values(self, id))) }
+        )
     }
 
     func managedObjects() -> DBusValue {
-        .dict(key: "o", value: "a{sa{sv}}", publishedSessions.keys.sorted().map { id in
-            (.objectPath(Self.sessionPath(id)), sessionInterfaces(id))
-        })
+        .dict(
+            key: "o", value: "a{sa{sv}}",
+            publishedSessions.keys.sorted().map { id in
+                (.objectPath(Self.sessionPath(id)), sessionInterfaces(id))
+            })
     }
 
     // MARK: Manager methods
@@ -481,10 +528,15 @@ public final class AudioSessionService {
         if !host.engine.applicationRules.contains(where: { $0.application == app }),
             host.engine.applicationRules.count >= limits.rules
         {
-            return fail(c.message, Self.limitExceeded(
-                "audiod holds \(limits.rules) application rules, its limit; remove one first (RemoveApplicationCategory)"))
+            return fail(
+                c.message,
+                Self.limitExceeded(
+                    "audiod holds \(limits.rules) application rules, its limit; remove one first (RemoveApplicationCategory)"
+                ))
         }
-        request(c.message) { .setApplicationCategory($0, application: app, category: category, mode: mode, options: opts) }
+        request(c.message) {
+            .setApplicationCategory($0, application: app, category: category, mode: mode, options: opts)
+        }
     }
 
     static func ruleEntry(_ r: ApplicationRule) -> DBusValue {
@@ -529,7 +581,8 @@ public final class AudioSessionService {
         var pidHint: UInt32?
         if let v = hints["pid"] {
             guard let p = v.uint32Value else {
-                return fail(m, Self.invalidArgs("hint 'pid' must be an unsigned 32-bit integer (u), not \(v.signature)"))
+                return fail(
+                    m, Self.invalidArgs("hint 'pid' must be an unsigned 32-bit integer (u), not \(v.signature)"))
             }
             pidHint = p
         }
@@ -554,22 +607,29 @@ public final class AudioSessionService {
             guard let pid = pidHint.map({ host.hostPid($0, seenBy: caller.pid) }) ?? caller.pid, pid > 0,
                 let uid = host.processOwner(pid)
             else {
-                return self.fail(m, DBusError(
-                    name: ErrorName.noSuchProcess.busName, message: "no process has pid \(pidHint ?? caller.pid)"))
+                return self.fail(
+                    m,
+                    DBusError(
+                        name: ErrorName.noSuchProcess.busName, message: "no process has pid \(pidHint ?? caller.pid)"))
             }
             guard uid == caller.uid else {
-                return self.fail(m, DBusError(
-                    name: "org.freedesktop.DBus.Error.AccessDenied",
-                    message: "pid \(pid) belongs to another user; a session may only hold your own processes"))
+                return self.fail(
+                    m,
+                    DBusError(
+                        name: "org.freedesktop.DBus.Error.AccessDenied",
+                        message: "pid \(pid) belongs to another user; a session may only hold your own processes"))
             }
             if pidHint != nil, let why = self.captureRefusal(pid, named: pidHint ?? pid) {
                 return self.fail(m, Self.invalidArgs(why))
             }
             let owner = Owner(busName: sender, uid: caller.uid, lifetime: lifetime, pid: pid)
-            let effects = self.request(m, encode: { reply in
-                guard case .session(let id) = reply else { return [] }
-                return [.objectPath(Self.sessionPath(id))]
-            }) { .createSession($0, NewSession(pid: pid, applicationName: name, lifetime: lifetime)) }
+            let effects = self.request(
+                m,
+                encode: { reply in
+                    guard case .session(let id) = reply else { return [] }
+                    return [.objectPath(Self.sessionPath(id))]
+                }
+            ) { .createSession($0, NewSession(pid: pid, applicationName: name, lifetime: lifetime)) }
             // Owned from the step that made it (its reply may be published later), so that the limit counts it.
             for case .reply(_, .session(let id)) in effects { self.adopt(id, owner: owner) }
         }
@@ -578,18 +638,28 @@ public final class AudioSessionService {
     /// Why a pid hint names a process no app is (docs/API.md `CreateSession`): a session for it would hold every
     /// stream its descendants play — all of the user's, or the system's. Nil when the pid may be held.
     private func captureRefusal(_ pid: UInt32, named: UInt32) -> String? {
-        let tail = "; a session holds an app's own process and its children (to set how an app is treated, use SetApplicationCategory)"
-        if pid == 1 { return "pid \(named) is PID 1, the init system: a session for it would hold every stream on the system" + tail }
+        let tail =
+            "; a session holds an app's own process and its children (to set how an app is treated, use SetApplicationCategory)"
+        if pid == 1 {
+            return "pid \(named) is PID 1, the init system: a session for it would hold every stream on the system"
+                + tail
+        }
         if Self.isServiceManager(pid) {
-            return "pid \(named) is your service manager (systemd --user): a session for it would hold every stream you play" + tail
+            return
+                "pid \(named) is your service manager (systemd --user): a session for it would hold every stream you play"
+                + tail
         }
         if platform.isSessionLeader(pid) {
-            return "pid \(named) is the leader of one of your login sessions: a session for it would hold every stream you play" + tail
+            return
+                "pid \(named) is the leader of one of your login sessions: a session for it would hold every stream you play"
+                + tail
         }
         let me = UInt32(getpid())
         if pid == me { return "pid \(named) is audiod itself" + tail }
         if host?.processChain(me).dropFirst().contains(pid) == true {
-            return "pid \(named) is an ancestor of audiod: a session for it would hold every stream audiod's siblings play" + tail
+            return
+                "pid \(named) is an ancestor of audiod: a session for it would hold every stream audiod's siblings play"
+                + tail
         }
         return nil
     }
@@ -615,8 +685,10 @@ public final class AudioSessionService {
 
     /// Runs `body` if the caller has `access` (the interface table says which each method and property needs);
     /// answers AccessDenied otherwise.
-    func authorize(_ m: DBusMessage, _ access: InterfaceDescription.Access, _ session: SessionID?,
-                           _ body: @escaping () -> Void) {
+    func authorize(
+        _ m: DBusMessage, _ access: InterfaceDescription.Access, _ session: SessionID?,
+        _ body: @escaping () -> Void
+    ) {
         switch access {
         case .anyone:
             body()
@@ -628,9 +700,13 @@ public final class AudioSessionService {
             withCaller(sender, m) { [weak self] caller in
                 guard let self else { return }
                 guard caller.uid == self.ownUID else {
-                    return self.fail(m, DBusError(
-                        name: "org.freedesktop.DBus.Error.AccessDenied",
-                        message: "\(m.member ?? "this") changes audiod for its user (uid \(self.ownUID)); uid \(caller.uid) may not"))
+                    return self.fail(
+                        m,
+                        DBusError(
+                            name: "org.freedesktop.DBus.Error.AccessDenied",
+                            message:
+                                "\(m.member ?? "this") changes audiod for its user (uid \(self.ownUID)); uid \(caller.uid) may not"
+                        ))
                 }
                 body()
             }
@@ -647,7 +723,8 @@ public final class AudioSessionService {
     private func sessionLimitReached(_ sender: String) -> DBusError? {
         guard sessionsByBusName[sender, default: []].count >= limits.sessionsPerConnection else { return nil }
         return Self.limitExceeded(
-            "this connection owns \(limits.sessionsPerConnection) sessions, the limit per connection; release one first")
+            "this connection owns \(limits.sessionsPerConnection) sessions, the limit per connection; release one first"
+        )
     }
 
     func nameTooLong(_ s: String, _ what: String) -> DBusError? {
@@ -664,22 +741,30 @@ public final class AudioSessionService {
     /// any connection of the same user); answers AccessDenied otherwise.
     private func withOwner(_ m: DBusMessage, _ id: SessionID, _ body: @escaping () -> Void) {
         guard let owner = owners[id] else {
-            return fail(m, DBusError(
-                name: "org.freedesktop.DBus.Error.AccessDenied",
-                message: "session \(id.rawValue) is an implicit session audiod made for an app; change it with SetApplicationCategory"))
+            return fail(
+                m,
+                DBusError(
+                    name: "org.freedesktop.DBus.Error.AccessDenied",
+                    message:
+                        "session \(id.rawValue) is an implicit session audiod made for an app; change it with SetApplicationCategory"
+                ))
         }
         guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
         if sender == owner.busName { return body() }
         guard owner.lifetime == .process else {
-            return fail(m, DBusError(
-                name: "org.freedesktop.DBus.Error.AccessDenied",
-                message: "session \(id.rawValue) belongs to another connection; only its owner may change it"))
+            return fail(
+                m,
+                DBusError(
+                    name: "org.freedesktop.DBus.Error.AccessDenied",
+                    message: "session \(id.rawValue) belongs to another connection; only its owner may change it"))
         }
         withCaller(sender, m) { [weak self] caller in
             guard caller.uid == owner.uid else {
-                self?.fail(m, DBusError(
-                    name: "org.freedesktop.DBus.Error.AccessDenied",
-                    message: "session \(id.rawValue) belongs to another user"))
+                self?.fail(
+                    m,
+                    DBusError(
+                        name: "org.freedesktop.DBus.Error.AccessDenied",
+                        message: "session \(id.rawValue) belongs to another user"))
                 return
             }
             body()
@@ -689,9 +774,10 @@ public final class AudioSessionService {
     /// The caller's pid and uid (`GetConnectionCredentials`), cached per connection.
     private func withCaller(_ sender: String, _ m: DBusMessage, _ body: @escaping (Caller) -> Void) {
         if let c = credentials[sender] { return body(c) }
-        guard let q = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionCredentials")
+        guard
+            let q = DBusMessage.methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetConnectionCredentials")
         else { return fail(m, .failed("cannot ask the bus who is calling")) }
         q.append([.string(sender)])
         bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
@@ -732,7 +818,9 @@ public final class AudioSessionService {
         {
             q.append([.string(owner.busName)])
             bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
-                if let r, r.kind == .methodReturn, r.arguments.first?.boolValue == false { self?.busNameGone(owner.busName) }
+                if let r, r.kind == .methodReturn, r.arguments.first?.boolValue == false {
+                    self?.busNameGone(owner.busName)
+                }
             }
         }
         watchPid(owner.pid, id)

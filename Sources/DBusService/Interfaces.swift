@@ -86,8 +86,10 @@ public struct InterfaceDescription: Sendable {
             x += "    </signal>\n"
         }
         for p in properties {
-            x += "    <property name=\"\(p.name)\" type=\"\(p.type)\" access=\"\(p.writable ? "readwrite" : "read")\">\n"
-            x += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(p.change.rawValue)\"/>\n"
+            x +=
+                "    <property name=\"\(p.name)\" type=\"\(p.type)\" access=\"\(p.writable ? "readwrite" : "read")\">\n"
+            x +=
+                "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(p.change.rawValue)\"/>\n"
             x += "    </property>\n"
         }
         return x + "  </interface>\n"
@@ -108,7 +110,9 @@ public struct Limits: Sendable, Equatable {
     /// MPRIS players followed at once.
     public var players: Int
 
-    public init(sessionsPerConnection: Int = 64, rules: Int = 256, nameBytes: Int = 255, options: Int = 16, players: Int = 64) {
+    public init(
+        sessionsPerConnection: Int = 64, rules: Int = 256, nameBytes: Int = 255, options: Int = 16, players: Int = 64
+    ) {
         self.sessionsPerConnection = sessionsPerConnection
         self.rules = rules
         self.nameBytes = nameBytes

@@ -35,7 +35,10 @@ struct VTable: Sendable {
         /// Kept, not computed: every call is checked against it.
         let inputSignature: String
 
-        init(name: String, inputs: [Argument], outputs: [Argument], access: Access, decides: Bool, handler: @escaping MethodHandler) {
+        init(
+            name: String, inputs: [Argument], outputs: [Argument], access: Access, decides: Bool,
+            handler: @escaping MethodHandler
+        ) {
             self.name = name
             self.inputs = inputs
             self.outputs = outputs
@@ -64,7 +67,9 @@ struct VTable: Sendable {
             _ name: String, in inputs: [Argument] = [], out outputs: [Argument] = [], access: Access = .anyone,
             decides: Bool = false, _ handler: @escaping MethodHandler
         ) -> Entry {
-            .method(Method(name: name, inputs: inputs, outputs: outputs, access: access, decides: decides, handler: handler))
+            .method(
+                Method(name: name, inputs: inputs, outputs: outputs, access: access, decides: decides, handler: handler)
+            )
         }
 
         static func property(
@@ -96,9 +101,12 @@ struct VTable: Sendable {
         for e in entries {
             switch e {
             case .method(let m):
-                methods.append(decides && !m.decides
-                    ? Method(name: m.name, inputs: m.inputs, outputs: m.outputs, access: m.access, decides: true, handler: m.handler)
-                    : m)
+                methods.append(
+                    decides && !m.decides
+                        ? Method(
+                            name: m.name, inputs: m.inputs, outputs: m.outputs, access: m.access, decides: true,
+                            handler: m.handler)
+                        : m)
             case .property(let p): properties.append(p)
             case .signal(let s): signals.append(s)
             }
@@ -108,10 +116,13 @@ struct VTable: Sendable {
         description = InterfaceDescription(
             name: name,
             methods: methods.map { .init(name: $0.name, inputs: $0.inputs, outputs: $0.outputs, access: $0.access) },
-            properties: properties.map { .init(name: $0.name, type: $0.type, writable: $0.set?.access, change: $0.change) },
+            properties: properties.map {
+                .init(name: $0.name, type: $0.type, writable: $0.set?.access, change: $0.change)
+            },
             signals: signals)
         methodIndex = Dictionary(methods.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
-        propertyIndex = Dictionary(properties.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
+        propertyIndex = Dictionary(
+            properties.enumerated().map { ($1.name, $0) }, uniquingKeysWith: { first, _ in first })
     }
 
     func method(_ name: String) -> Method? { methodIndex[name].map { methods[$0] } }

@@ -17,7 +17,8 @@ import Glibc
 /// The event loop a connection joins: fd watches, one-shot timers and deferred work, all on one thread.
 public protocol DBusLoop: AnyObject, Sendable {
     /// Watch `fd`; the handler gets (readable, writable, hangup/error).
-    func dbusWatch(fd: Int32, readable: Bool, writable: Bool, _ handler: @escaping (Bool, Bool, Bool) -> Void) -> any DBusLoopWatch
+    func dbusWatch(fd: Int32, readable: Bool, writable: Bool, _ handler: @escaping (Bool, Bool, Bool) -> Void)
+        -> any DBusLoopWatch
     func dbusTimer(afterNanoseconds ns: UInt64, _ handler: @escaping () -> Void) -> (any DBusLoopTimer)?
     /// Run `work` on the loop thread after the current callback returns.
     func dbusSoon(_ work: @escaping () -> Void)
@@ -75,7 +76,9 @@ public final class DBusMessage {
     deinit { dbus_message_unref(raw) }
 
     /// `dbus_message_new_method_call`; nil when a name is not valid D-Bus syntax.
-    public static func methodCall(destination: String?, path: String, interface: String?, member: String) -> DBusMessage? {
+    public static func methodCall(destination: String?, path: String, interface: String?, member: String)
+        -> DBusMessage?
+    {
         guard DBusSyntax.isPath(path), DBusSyntax.isMember(member),
             interface.map(DBusSyntax.isInterface) ?? true, destination.map(DBusSyntax.isBusName) ?? true,
             let m = dbus_message_new_method_call(destination, path, interface, member)
@@ -399,7 +402,10 @@ public final class DBusConnection {
         public var queuedBytes: Int
         /// A queue this large is reported (`onBacklog`).
         public var backlogBytes: Int
-        public init(withoutProgressNanoseconds: UInt64 = 60_000_000_000, queuedBytes: Int = 64 << 20, backlogBytes: Int = 1 << 20) {
+        public init(
+            withoutProgressNanoseconds: UInt64 = 60_000_000_000, queuedBytes: Int = 64 << 20,
+            backlogBytes: Int = 1 << 20
+        ) {
             self.withoutProgressNanoseconds = withoutProgressNanoseconds
             self.queuedBytes = queuedBytes
             self.backlogBytes = backlogBytes
@@ -433,11 +439,13 @@ public final class DBusConnection {
         _ = dbus_connection_add_filter(c, filterCallback, me, nil)
         _ = dbus_connection_set_watch_functions(c, addWatch, removeWatch, toggleWatch, me, nil)
         _ = dbus_connection_set_timeout_functions(c, addTimeout, removeTimeout, toggleTimeout, me, nil)
-        dbus_connection_set_dispatch_status_function(c, { _, status, data in
-            guard let data else { return }
-            let me = Unmanaged<DBusConnection>.fromOpaque(data).takeUnretainedValue()
-            if status == DBUS_DISPATCH_DATA_REMAINS { me.scheduleDispatch() }
-        }, me, nil)
+        dbus_connection_set_dispatch_status_function(
+            c,
+            { _, status, data in
+                guard let data else { return }
+                let me = Unmanaged<DBusConnection>.fromOpaque(data).takeUnretainedValue()
+                if status == DBUS_DISPATCH_DATA_REMAINS { me.scheduleDispatch() }
+            }, me, nil)
         scheduleDispatch()
     }
 
@@ -624,15 +632,18 @@ public final class DBusConnection {
         }
         inFlight[token] = replyBox
         let box = Unmanaged.passRetained(replyBox).toOpaque()
-        let ok = dbus_pending_call_set_notify(pending, { p, data in
-            guard let p, let data else { return }
-            let box = Unmanaged<ReplyBox>.fromOpaque(data).takeUnretainedValue()
-            let r = dbus_pending_call_steal_reply(p).map { DBusMessage(taking: $0) }
-            box.fire(r)
-        }, box, { data in
-            guard let data else { return }
-            Unmanaged<ReplyBox>.fromOpaque(data).release()
-        })
+        let ok = dbus_pending_call_set_notify(
+            pending,
+            { p, data in
+                guard let p, let data else { return }
+                let box = Unmanaged<ReplyBox>.fromOpaque(data).takeUnretainedValue()
+                let r = dbus_pending_call_steal_reply(p).map { DBusMessage(taking: $0) }
+                box.fire(r)
+            }, box,
+            { data in
+                guard let data else { return }
+                Unmanaged<ReplyBox>.fromOpaque(data).release()
+            })
         if ok == 0 { Unmanaged<ReplyBox>.fromOpaque(box).release() }
         dbus_pending_call_unref(pending)
         if ok == 0 { replyBox.fire(nil) }
@@ -654,9 +665,10 @@ public final class DBusConnection {
     /// `ReleaseName`, without waiting for the answer: the name's queue moves on (a starting audiod may take it)
     /// once the bus daemon reads it, at the latest when this process exits. Follow it with `flush(within:)`.
     public func releaseName(_ name: String) {
-        guard !closed, let m = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "ReleaseName")
+        guard !closed,
+            let m = DBusMessage.methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "ReleaseName")
         else { return }
         m.append([.string(name)])
         dbus_message_set_no_reply(m.raw, 1)
@@ -734,7 +746,8 @@ private func connection(_ data: UnsafeMutableRawPointer?) -> DBusConnection? {
 
 private let filterCallback: DBusHandleMessageFunction = { _, message, data in
     guard let me = connection(data), let message else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
-    return me.received(DBusMessage(retaining: message)) ? DBUS_HANDLER_RESULT_HANDLED : DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+    return me.received(DBusMessage(retaining: message))
+        ? DBUS_HANDLER_RESULT_HANDLED : DBUS_HANDLER_RESULT_NOT_YET_HANDLED
 }
 
 private func watchEvents(_ w: OpaquePointer) -> (Bool, Bool) {
@@ -747,7 +760,8 @@ private let addWatch: DBusAddWatchFunction = { w, data in
     guard let w, let me = connection(data) else { return 0 }
     let box = WatchBox()
     let (r, wr) = watchEvents(w)
-    box.loopWatch = me.loop.dbusWatch(fd: dbus_watch_get_unix_fd(w), readable: r, writable: wr) { [weak me] rd, wt, hu in
+    box.loopWatch = me.loop.dbusWatch(fd: dbus_watch_get_unix_fd(w), readable: r, writable: wr) {
+        [weak me] rd, wt, hu in
         me?.handleWatch(w, readable: rd, writable: wt, hangup: hu)
     }
     dbus_watch_set_data(w, Unmanaged.passRetained(box).toOpaque()) { p in

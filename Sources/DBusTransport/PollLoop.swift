@@ -148,4 +148,3 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
         thread.soon(work)  // run() drains before it polls
     }
 }
-

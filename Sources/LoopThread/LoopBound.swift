@@ -26,6 +26,8 @@ public struct LoopBound<Value>: @unchecked Sendable {
 extension LoopThread {
     /// Traps, in every build, when called off the loop thread while it runs.
     public func preconditionOnLoop(file: StaticString = #fileID, line: UInt = #line) {
-        precondition(isOnLoop || !isRunning, "a value bound to the loop thread was touched from another thread", file: file, line: line)
+        precondition(
+            isOnLoop || !isRunning, "a value bound to the loop thread was touched from another thread", file: file,
+            line: line)
     }
 }

@@ -62,7 +62,12 @@ public final class LoopThread: @unchecked Sendable {
 
     /// Stops the loop after the queued work has run, and waits for the thread to end (unless called on it).
     public func stop() {
-        guard running.withLock({ r in defer { r = false }; return r }) else { return }
+        guard
+            running.withLock({ r in
+                defer { r = false }
+                return r
+            })
+        else { return }
         wake()
         if !isOnLoop { finished.wait() }
     }
@@ -144,11 +149,13 @@ private func startThread(_ body: @escaping @Sendable () -> Void) {
     }
     let arg = Unmanaged.passRetained(Body(body)).toOpaque()
     var thread = pthread_t()
-    let rc = pthread_create(&thread, nil, { arg in
-        guard let arg else { return nil }
-        Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
-        return nil
-    }, arg)
+    let rc = pthread_create(
+        &thread, nil,
+        { arg in
+            guard let arg else { return nil }
+            Unmanaged<Body>.fromOpaque(arg).takeRetainedValue().run()
+            return nil
+        }, arg)
     // Out of threads at start-up is not something audiod can work around (Foundation's Thread traps too).
     precondition(rc == 0, "pthread_create failed: \(rc)")
     pthread_detach(thread)

@@ -88,7 +88,9 @@ public final class BusLink {
             for n in namespaces { c.addMatch(n.rule) }
         } catch {
             if downReason == "not connected yet" {
-                logger.info("no system bus (\(error.message)): modem calls, the lock screen and sleep are not followed, and session leaders are not checked, until it appears")
+                logger.info(
+                    "no system bus (\(error.message)): modem calls, the lock screen and sleep are not followed, and session leaders are not checked, until it appears"
+                )
                 downReason = "no system bus; retrying"
             }
             scheduleRetry()
@@ -122,7 +124,9 @@ public final class BusLink {
         // A bus that stayed up a while starts the backoff afresh; one that drops at once keeps backing off.
         if Self.monotonic() &- connectedAt > 10_000_000_000 { backoff = Self.firstRetryNanoseconds }
         downReason = Self.lostReason
-        logger.warning("the system bus connection was lost: the screen counts as unlocked, a sleep in progress ends, modem calls end without resuming anyone; reconnecting")
+        logger.warning(
+            "the system bus connection was lost: the screen counts as unlocked, a sleep in progress ends, modem calls end without resuming anyone; reconnecting"
+        )
         for w in watches { w.value?.linkLost() }
         for h in lostHandlers { h() }
         scheduleRetry()
@@ -157,7 +161,8 @@ public final class BusLink {
     /// Every name under `namespace` (`org.mpris.MediaPlayer2` covers `org.mpris.MediaPlayer2.vlc`): `changed(name,
     /// old owner, new owner)` on each change of owner, matched with `arg0namespace`.
     public func followNamespace(_ namespace: String, _ changed: @escaping (String, String, String) -> Void) {
-        let rule = "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0namespace='\(namespace)'"
+        let rule =
+            "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0namespace='\(namespace)'"
         namespaces.append((namespace, rule, changed))
         connection?.addMatch(rule)
     }
@@ -197,9 +202,10 @@ public final class BusLink {
 
     /// A call to the bus driver itself.
     func busCall(_ member: String, _ args: [DBusValue], _ reply: @escaping (DBusMessage?) -> Void) {
-        guard let connection, let m = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: member)
+        guard let connection,
+            let m = DBusMessage.methodCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: member)
         else { return reply(nil) }
         m.append(args)
         connection.call(m, timeoutMilliseconds: 5_000) { r in reply(r?.kind == .methodReturn ? r : nil) }
@@ -235,7 +241,8 @@ public final class NameWatch {
         self.name = name
         self.link = link
         signalRules = signals
-        ownerRule = "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'"
+        ownerRule =
+            "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'"
     }
 
     deinit {
@@ -292,8 +299,10 @@ public final class NameWatch {
     /// A method call to the current owner. `reply` gets the answer (an error reply included; nil when nothing
     /// came) — unless the owner changed or the bus was lost meanwhile, or there is no owner: then it is not called
     /// (an answer carrying a descriptor is closed with the message).
-    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [],
-                     timeoutMilliseconds: Int32 = 5_000, _ reply: @escaping (DBusMessage?) -> Void = { _ in }) {
+    public func call(
+        _ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [],
+        timeoutMilliseconds: Int32 = 5_000, _ reply: @escaping (DBusMessage?) -> Void = { _ in }
+    ) {
         guard let owner, let c = link?.connection,
             let m = DBusMessage.methodCall(destination: owner, path: path, interface: interface, member: member)
         else { return }

@@ -32,9 +32,11 @@ final class Feedbackd {
     init(link: BusLink, host: PlatformHost, logger: Logger) {
         self.host = host
         self.logger = logger
-        watch = link.follow(Self.name, signals: [
-            "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged',path='\(Self.path)'",
-        ])
+        watch = link.follow(
+            Self.name,
+            signals: [
+                "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged',path='\(Self.path)'"
+            ])
         watch.onAppeared = { [weak self] _ in self?.appeared() }
         watch.onVanished = { [weak self] _ in
             guard let self else { return }
@@ -42,7 +44,8 @@ final class Feedbackd {
             self.logger.info("feedbackd went away: SilentMode stays as it is")
         }
         link.onSignal { [weak self] m in
-            guard let self, self.watch.isOwner(m.sender), m.interface == Self.properties, m.member == "PropertiesChanged",
+            guard let self, self.watch.isOwner(m.sender), m.interface == Self.properties,
+                m.member == "PropertiesChanged",
                 m.path == Self.path, m.signature == "sa{sv}as"
             else { return }
             self.propertiesChanged(m.arguments)
@@ -84,7 +87,9 @@ final class Feedbackd {
         let new = on ? "quiet" : "full"
         profile = new
         echoes.wrote(new, at: Self.monotonic())
-        watch.call(Self.path, Self.properties, "Set", [.string(Self.interface), .string("Profile"), .variant(.string(new))]) {
+        watch.call(
+            Self.path, Self.properties, "Set", [.string(Self.interface), .string("Profile"), .variant(.string(new))]
+        ) {
             [weak self] r in
             guard let self, r?.kind != .methodReturn else { return }
             self.logger.info("feedbackd did not take profile \(new) (\(r?.errorName ?? "no answer"))")
@@ -108,7 +113,8 @@ final class Feedbackd {
         watch.call(Self.path, Self.properties, "Get", [.string(Self.interface), .string("Profile")]) { [weak self] r in
             guard let self else { return }
             guard r?.kind == .methodReturn, let v = r?.arguments.first else {
-                self.logger.info("feedbackd did not say its profile (\(r?.errorName ?? "no answer")): SilentMode stays as it is")
+                self.logger.info(
+                    "feedbackd did not say its profile (\(r?.errorName ?? "no answer")): SilentMode stays as it is")
                 return
             }
             self.took(v, atDiscovery: atDiscovery)

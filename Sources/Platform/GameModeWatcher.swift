@@ -22,7 +22,8 @@ final class GameModeWatcher {
     init(link: BusLink, host: PlatformHost, logger: Logger) {
         self.host = host
         self.logger = logger
-        watch = link.follow(Self.name, signals: ["type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'"])
+        watch = link.follow(
+            Self.name, signals: ["type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'"])
         watch.onAppeared = { [weak self] _ in self?.appeared() }
         watch.onVanished = { [weak self] _ in self?.vanished() }
         link.onSignal { [weak self] m in

@@ -51,15 +51,19 @@ final class LockAndSleep {
     private var sleepCycle = 0
     private(set) var preparingForSleep = false
 
-    init(link: BusLink, host: PlatformHost, logger: Logger,
-         afterPauses: @escaping ([PlayerID], UInt64, @escaping () -> Void) -> Void) {
+    init(
+        link: BusLink, host: PlatformHost, logger: Logger,
+        afterPauses: @escaping ([PlayerID], UInt64, @escaping () -> Void) -> Void
+    ) {
         self.host = host
         self.logger = logger
         self.afterPauses = afterPauses
-        watch = link.follow(Self.name, signals: [
-            "type='signal',sender='\(Self.name)',interface='\(Self.manager)',path='\(Self.managerPath)'",
-            "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged'",
-        ])
+        watch = link.follow(
+            Self.name,
+            signals: [
+                "type='signal',sender='\(Self.name)',interface='\(Self.manager)',path='\(Self.managerPath)'",
+                "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged'",
+            ])
         watch.onAppeared = { [weak self] _ in self?.appeared() }
         watch.onVanished = { [weak self] loss in self?.vanished(loss) }
         link.onSignal { [weak self] m in self?.received(m) }
@@ -74,7 +78,8 @@ final class LockAndSleep {
         guard owner != nil else { return (false, "not on the system bus") }
         var parts: [String] = []
         if let s = lockSession {
-            parts.append("screen \(locked ? "locked" : "unlocked") (session \(Self.lastComponent(s.path)), from \(s.how))")
+            parts.append(
+                "screen \(locked ? "locked" : "unlocked") (session \(Self.lastComponent(s.path)), from \(s.how))")
         } else {
             parts.append("no graphical session found: the screen counts as unlocked")
         }
@@ -134,7 +139,9 @@ final class LockAndSleep {
         lastLockLine = ""
         releaseInhibitor()
         inhibitRequested = false
-        if loss == .released { logger.info("logind went away: the screen counts as unlocked, and sleep is not followed") }
+        if loss == .released {
+            logger.info("logind went away: the screen counts as unlocked, and sleep is not followed")
+        }
         setLocked(false)
         // A sleep logind will never end must not hold everyone's audio.
         if preparingForSleep { prepareForSleep(false) }
@@ -151,7 +158,8 @@ final class LockAndSleep {
                 return self.fallback(mine, why: "logind knows no user \(self.uid)")
             }
             self.userPath = user
-            self.call(user, Self.properties, "Get", [.string(Self.userInterface), .string("Display")]) { [weak self] r in
+            self.call(user, Self.properties, "Get", [.string(Self.userInterface), .string("Display")]) {
+                [weak self] r in
                 guard let self, self.generation == mine else { return }
                 guard r?.kind == .methodReturn, case .variant(.structure(let f))? = r?.arguments.first, f.count == 2,
                     case .objectPath(let session) = f[1]
@@ -189,7 +197,8 @@ final class LockAndSleep {
             } else {
                 self.lockSession = nil
                 self.setLocked(false)
-                self.lockLine("no graphical session to follow (\(why), and audiod runs in none): the screen counts as unlocked")
+                self.lockLine(
+                    "no graphical session to follow (\(why), and audiod runs in none): the screen counts as unlocked")
             }
         }
     }
@@ -242,7 +251,9 @@ final class LockAndSleep {
     private func takeInhibitor() {
         guard owner != nil, inhibitor < 0, !inhibitRequested else { return }
         inhibitRequested = true
-        let args: [DBusValue] = [.string("sleep"), .string("audiod"), .string("Pausing media players before sleep"), .string("delay")]
+        let args: [DBusValue] = [
+            .string("sleep"), .string("audiod"), .string("Pausing media players before sleep"), .string("delay"),
+        ]
         // An answer from an earlier logind never comes here: the watch drops it, and the descriptor closes with it.
         call(Self.managerPath, Self.manager, "Inhibit", args) { [weak self] r in
             guard let self else { return }
@@ -252,7 +263,9 @@ final class LockAndSleep {
             guard let fd else {
                 let why = r?.errorName ?? (r == nil ? "no answer" : "an answer without a descriptor")
                 if self.inhibitRefused != why {
-                    self.logger.info("logind gave no sleep inhibitor (\(why)): players are paused on PrepareForSleep, but the machine may sleep first")
+                    self.logger.info(
+                        "logind gave no sleep inhibitor (\(why)): players are paused on PrepareForSleep, but the machine may sleep first"
+                    )
                 }
                 self.inhibitRefused = why
                 return
@@ -295,8 +308,10 @@ final class LockAndSleep {
 
     // MARK: Calls
 
-    private func call(_ path: String, _ iface: String, _ member: String, _ args: [DBusValue],
-                      _ reply: @escaping (DBusMessage?) -> Void) {
+    private func call(
+        _ path: String, _ iface: String, _ member: String, _ args: [DBusValue],
+        _ reply: @escaping (DBusMessage?) -> Void
+    ) {
         watch.call(path, iface, member, args, reply)
     }
 

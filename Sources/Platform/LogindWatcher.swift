@@ -25,9 +25,11 @@ final class LogindWatcher {
 
     init(link: BusLink, logger: Logger) {
         self.logger = logger
-        watch = link.follow(Self.name, signals: [
-            "type='signal',sender='\(Self.name)',interface='\(Self.managerInterface)',path='\(Self.path)'",
-        ])
+        watch = link.follow(
+            Self.name,
+            signals: [
+                "type='signal',sender='\(Self.name)',interface='\(Self.managerInterface)',path='\(Self.path)'"
+            ])
         watch.onAppeared = { [weak self] _ in self?.refresh() }
         watch.onVanished = { [weak self] _ in
             self?.leaders = []
@@ -62,7 +64,10 @@ final class LogindWatcher {
             var left = paths.count
             if left == 0 { self.leaders = [] }
             for p in paths {
-                self.watch.call(p, "org.freedesktop.DBus.Properties", "Get", [.string("org.freedesktop.login1.Session"), .string("Leader")]) {
+                self.watch.call(
+                    p, "org.freedesktop.DBus.Properties", "Get",
+                    [.string("org.freedesktop.login1.Session"), .string("Leader")]
+                ) {
                     [weak self] r in
                     guard let self, self.refreshes == mine else { return }
                     if case .variant(.uint32(let pid))? = r?.arguments.first, pid > 0 { found.insert(pid) }

@@ -76,8 +76,10 @@ final class LoopPriority {
     func apply(_ level: Int32, systemBus: DBusConnection?) {
         generation += 1
         guard let thread else {
-            state = .refused(running: 0, asked: level, why: "the loop thread's id cannot be read from /proc/thread-self")
-            logger.warning("cannot set audiod's scheduling priority: the loop thread's id cannot be read from /proc/thread-self")
+            state = .refused(
+                running: 0, asked: level, why: "the loop thread's id cannot be read from /proc/thread-self")
+            logger.warning(
+                "cannot set audiod's scheduling priority: the loop thread's id cannot be read from /proc/thread-self")
             return
         }
         let running = Self.niceLevel(of: thread) ?? 0
@@ -112,9 +114,11 @@ final class LoopPriority {
                     self.refused(running: running, asked: level, why: "\(why), and RealtimeKit said: \(error)")
                 } else {
                     self.state = .granted(Self.niceLevel(of: thread) ?? asked)
-                    self.logger.info("audiod decides at nice \(asked), granted by RealtimeKit", metadata: [
-                        "thread": "\(thread)", "asked": "\(level)",
-                    ])
+                    self.logger.info(
+                        "audiod decides at nice \(asked), granted by RealtimeKit",
+                        metadata: [
+                            "thread": "\(thread)", "asked": "\(level)",
+                        ])
                 }
             }
         }
@@ -122,13 +126,17 @@ final class LoopPriority {
 
     private func refused(running: Int32, asked: Int32, why: String) {
         state = .refused(running: running, asked: asked, why: why)
-        logger.notice("audiod decides at nice \(running), not \(asked): \(why). On a busy machine a new call's first period may sound over the music it interrupts")
+        logger.notice(
+            "audiod decides at nice \(running), not \(asked): \(why). On a busy machine a new call's first period may sound over the music it interrupts"
+        )
     }
 
     /// RealtimeKit's lowest nice level for a user's thread; nil when it does not say.
     private func minNiceLevel(_ bus: DBusConnection, _ done: @escaping (Int32?) -> Void) {
-        guard let m = DBusMessage.methodCall(
-            destination: Self.rtkitName, path: Self.rtkitPath, interface: "org.freedesktop.DBus.Properties", member: "Get")
+        guard
+            let m = DBusMessage.methodCall(
+                destination: Self.rtkitName, path: Self.rtkitPath, interface: "org.freedesktop.DBus.Properties",
+                member: "Get")
         else { return done(nil) }
         _ = m.append([.string(Self.rtkitInterface), .string("MinNiceLevel")])
         bus.call(m, timeoutMilliseconds: 5_000) { r in
@@ -143,10 +151,14 @@ final class LoopPriority {
         _ bus: DBusConnection, thread: pid_t, _ level: Int32, withPID: Bool, _ done: @escaping (String?) -> Void
     ) {
         let member = withPID ? "MakeThreadHighPriorityWithPID" : "MakeThreadHighPriority"
-        guard let m = DBusMessage.methodCall(destination: Self.rtkitName, path: Self.rtkitPath, interface: Self.rtkitInterface, member: member)
+        guard
+            let m = DBusMessage.methodCall(
+                destination: Self.rtkitName, path: Self.rtkitPath, interface: Self.rtkitInterface, member: member)
         else { return done("cannot build the call") }
-        let args: [DBusValue] = withPID
-            ? [.uint64(UInt64(getpid())), .uint64(UInt64(thread)), .int32(level)] : [.uint64(UInt64(thread)), .int32(level)]
+        let args: [DBusValue] =
+            withPID
+            ? [.uint64(UInt64(getpid())), .uint64(UInt64(thread)), .int32(level)]
+            : [.uint64(UInt64(thread)), .int32(level)]
         _ = m.append(args)
         bus.call(m, timeoutMilliseconds: 5_000) { [weak self] r in
             guard let r else { return done("no answer") }
@@ -169,7 +181,8 @@ final class LoopPriority {
         case .direct(let n): (true, "audiod decides at nice \(n), set by itself")
         case .asking(let n): (false, "asking for nice \(n)")
         case .granted(let n): (true, "audiod decides at nice \(n), granted by RealtimeKit")
-        case .refused(let running, let asked, let why): (false, "audiod decides at nice \(running), not \(asked): \(why)")
+        case .refused(let running, let asked, let why):
+            (false, "audiod decides at nice \(running), not \(asked): \(why)")
         }
     }
 }

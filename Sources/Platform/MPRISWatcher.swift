@@ -59,7 +59,8 @@ final class MPRISWatcher {
         link.followNamespace(String(Self.prefix.dropLast())) { [weak self] name, old, new in
             self?.nameOwnerChanged(name: name, old: old, new: new)
         }
-        link.connection?.addMatch("type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(Self.path)'")
+        link.connection?.addMatch(
+            "type='signal',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path='\(Self.path)'")
         link.onSignal { [weak self] m in
             guard let self, m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
                 m.path == Self.path, m.signature == "sa{sv}as", let sender = m.sender, self.follows(sender)
@@ -77,8 +78,10 @@ final class MPRISWatcher {
     }
 
     /// A call to a player's current connection (its unique name: nothing is started), never waiting past 5 s.
-    private func playerCall(_ unique: String, _ interface: String, _ member: String, _ args: [DBusValue],
-                            _ reply: @escaping (DBusMessage?) -> Void) {
+    private func playerCall(
+        _ unique: String, _ interface: String, _ member: String, _ args: [DBusValue],
+        _ reply: @escaping (DBusMessage?) -> Void
+    ) {
         guard let c = link.connection,
             let m = DBusMessage.methodCall(destination: unique, path: Self.path, interface: interface, member: member)
         else { return reply(nil) }
@@ -118,7 +121,9 @@ final class MPRISWatcher {
     private func appeared(_ name: String, owner: String?) {
         guard !Self.proxies.contains(name), players[name] == nil, pending[name] == nil else { return }
         guard players.count + pending.count < maximumPlayers else {
-            logger.warning("MPRIS player not followed: too many players", metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
+            logger.warning(
+                "MPRIS player not followed: too many players",
+                metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
             return
         }
         pending[name] = Lookup(unique: owner)
@@ -145,7 +150,8 @@ final class MPRISWatcher {
                 return
             }
             self.readStatus(name, unique: unique, attemptsLeft: 5) { [weak self] read in
-                guard let self, self.pending[name]?.unique == unique, let lookup = self.pending.removeValue(forKey: name)
+                guard let self, self.pending[name]?.unique == unique,
+                    let lookup = self.pending.removeValue(forKey: name)
                 else { return }
                 let status = lookup.signalled ?? read ?? .stopped
                 // One process, several names: the first is the player; the rest add nothing.
@@ -155,7 +161,8 @@ final class MPRISWatcher {
                 }
                 self.players[name] = Player(name: name, unique: unique, pid: pid)
                 self.byUnique[unique] = name
-                self.logger.info("MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])
+                self.logger.info(
+                    "MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])
                 self.host?.handle(.playerAppeared(PlayerInfo(id: PlayerID(name), pid: pid, status: status)))
                 self.confirmLater(name, status)
             }
@@ -176,7 +183,8 @@ final class MPRISWatcher {
                 guard let self, let read, read != status, self.players[name] != nil,
                     !self.signalledSinceFollowed.contains(name)
                 else { return }
-                self.logger.debug("MPRIS status confirmed differently", metadata: ["player": "\(name)", "status": "\(read.rawValue)"])
+                self.logger.debug(
+                    "MPRIS status confirmed differently", metadata: ["player": "\(name)", "status": "\(read.rawValue)"])
                 self.host?.handle(.playerStatusChanged(PlayerID(name), read))
             }
         }
@@ -184,8 +192,13 @@ final class MPRISWatcher {
 
     /// `Get PlaybackStatus`; nil when the player did not answer with a status (its object may not be exported
     /// yet: asked again every 200 ms, `attemptsLeft` times in all).
-    private func readStatus(_ name: String, unique: String, attemptsLeft: Int, _ done: @escaping (PlaybackStatus?) -> Void) {
-        playerCall(unique, "org.freedesktop.DBus.Properties", "Get", [.string(Self.playerInterface), .string("PlaybackStatus")]) {
+    private func readStatus(
+        _ name: String, unique: String, attemptsLeft: Int, _ done: @escaping (PlaybackStatus?) -> Void
+    ) {
+        playerCall(
+            unique, "org.freedesktop.DBus.Properties", "Get",
+            [.string(Self.playerInterface), .string("PlaybackStatus")]
+        ) {
             [weak self] r in
             if case .variant(.string(let s))? = r?.arguments.first, let status = PlaybackStatus(rawValue: s) {
                 return done(status)
@@ -220,9 +233,11 @@ final class MPRISWatcher {
         playerCall(unique, Self.playerInterface, method, []) { [weak self] r in
             done()
             if r == nil || r?.kind == .error {
-                self?.logger.warning("MPRIS \(method) failed", metadata: [
-                    "player": "\(player.busName)", "error": "\(r?.errorName ?? "no reply")",
-                ])
+                self?.logger.warning(
+                    "MPRIS \(method) failed",
+                    metadata: [
+                        "player": "\(player.busName)", "error": "\(r?.errorName ?? "no reply")",
+                    ])
             }
         }
     }

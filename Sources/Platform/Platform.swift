@@ -65,7 +65,8 @@ public final class Platform {
         feedbackd = fb
         fb.start()
 
-        let system = BusLink(system: systemBusAddress ?? BusLink.systemBusAddress, loop: sessionLink.loop, logger: logger)
+        let system = BusLink(
+            system: systemBusAddress ?? BusLink.systemBusAddress, loop: sessionLink.loop, logger: logger)
         systemLink = system
         logind = LogindWatcher(link: system, logger: logger)
         systemCallSources = [CallSource(.modemManager, link: system, calls: calls, logger: logger)]
@@ -111,7 +112,8 @@ public final class Platform {
     /// One row per source (`ListPlatformSources`, `audioctl status`): name, bus, found, and a sentence.
     public func sources() -> [(name: String, bus: String, found: Bool, detail: String)] {
         var rows: [(String, String, Bool, String)] = []
-        let systemDown = systemLink.map { $0.connection == nil ? $0.downReason ?? "no system bus" : nil } ?? "not followed"
+        let systemDown =
+            systemLink.map { $0.connection == nil ? $0.downReason ?? "no system bus" : nil } ?? "not followed"
         if let l = lockAndSleep, systemDown == nil {
             let st = l.status
             rows.append(("logind", "system", st.found, st.detail))
@@ -123,7 +125,11 @@ public final class Platform {
             rows.append(("feedbackd", "session", st.found, st.detail))
         }
         for s in sessionCallSources {
-            rows.append((s.kind.rawValue, "session", s.owner != nil, s.owner != nil ? "its calls interrupt others" : "not running"))
+            rows.append(
+                (
+                    s.kind.rawValue, "session", s.owner != nil,
+                    s.owner != nil ? "its calls interrupt others" : "not running"
+                ))
         }
         for s in systemCallSources {
             let detail = systemDown ?? (s.owner != nil ? "its calls interrupt others" : "not running")
@@ -134,7 +140,8 @@ public final class Platform {
             rows.append(("RealtimeKit", "system", st.found, st.detail))
         }
         if let g = gameMode {
-            rows.append(("GameMode", "session", g.owner != nil, g.owner != nil ? "its games count as games" : "not running"))
+            rows.append(
+                ("GameMode", "session", g.owner != nil, g.owner != nil ? "its games count as games" : "not running"))
         }
         return rows
     }

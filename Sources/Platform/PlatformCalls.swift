@@ -62,7 +62,9 @@ final class PlatformCalls {
         var mine = calls[source] ?? [:]
         if let phase {
             guard mine[key] != nil || mine.count < Self.maximumCallsPerSource else {
-                logger.debug("platform calls: \(source) reports more than \(Self.maximumCallsPerSource) calls; the rest are not followed")
+                logger.debug(
+                    "platform calls: \(source) reports more than \(Self.maximumCallsPerSource) calls; the rest are not followed"
+                )
                 return
             }
             mine[key] = phase
@@ -97,14 +99,19 @@ final class PlatformCalls {
     }
 
     /// SPEC §10: `ringing` if any call rings in or waits, else `dialing`, else `active`, else `held`; no call, nil.
-    static func merge(_ calls: [String: [String: CallPhase]], apps: [String: (id: String, name: String)]) -> PlatformCall? {
+    static func merge(_ calls: [String: [String: CallPhase]], apps: [String: (id: String, name: String)])
+        -> PlatformCall?
+    {
         let all = calls.values.flatMap(\.values)
         guard !all.isEmpty else { return nil }
         let state: CallState =
-            all.contains(.ringing) ? .ringing : all.contains(.dialing) ? .dialing : all.contains(.active) ? .active : .held
+            all.contains(.ringing)
+            ? .ringing : all.contains(.dialing) ? .dialing : all.contains(.active) ? .active : .held
         // The call app: that of a source with calls, in a fixed order so that two sources never flip it.
         let app = calls.keys.sorted().lazy.compactMap { apps[$0] }.first
-        return PlatformCall(state: state, allRinging: all.allSatisfy { $0 == .ringing }, appID: app?.id, applicationName: app?.name ?? "")
+        return PlatformCall(
+            state: state, allRinging: all.allSatisfy { $0 == .ringing }, appID: app?.id,
+            applicationName: app?.name ?? "")
     }
 }
 
@@ -171,10 +178,14 @@ final class CallSource {
             guard case .objectPath(let p)? = a.first, let ifaces = a.last?.stringKeyed else { return true }
             if let props = ifaces[Self.gnomeCall]?.propertyMap { gnomeCall(p, props) }
         case (.gnomeCalls, "org.freedesktop.DBus.ObjectManager", "InterfacesRemoved"):
-            guard case .objectPath(let p)? = a.first, a.last?.stringArray?.contains(Self.gnomeCall) == true else { return true }
+            guard case .objectPath(let p)? = a.first, a.last?.stringArray?.contains(Self.gnomeCall) == true else {
+                return true
+            }
             calls.set(kind.rawValue, call: p, nil)
         case (.gnomeCalls, Self.properties, "PropertiesChanged"):
-            guard a.first?.stringValue == Self.gnomeCall, let changed = a.dropFirst().first?.propertyMap else { return true }
+            guard a.first?.stringValue == Self.gnomeCall, let changed = a.dropFirst().first?.propertyMap else {
+                return true
+            }
             gnomeCall(path, changed)
         case (.modemManager, Self.mmVoice, "CallAdded"):
             guard case .objectPath(let p)? = a.first else { return true }
@@ -199,7 +210,9 @@ final class CallSource {
             else { return badValue(member, m.signature) }
             calls.set(kind.rawValue, call: call, CallPhase.modemManager(state))
         case (.plasma, kind.name, "callDeleted"):
-            guard path == kind.root, a.count == 2, let call = a[1].stringValue else { return badValue(member, m.signature) }
+            guard path == kind.root, a.count == 2, let call = a[1].stringValue else {
+                return badValue(member, m.signature)
+            }
             calls.set(kind.rawValue, call: call, nil)
         case (.plasma, kind.name, "fetchedCallsChanged"):
             // a(sssss(i)(i)(i)ixi): the call's id first, its state seventh. Every call the dialer has, so the list
@@ -207,13 +220,16 @@ final class CallSource {
             guard path == kind.root, case .array(_, let items)? = a.first else { return badValue(member, m.signature) }
             var now: [(String, CallPhase?)] = []
             for case .structure(let f) in items.prefix(PlatformCalls.maximumCallsPerSource) {
-                guard f.count >= 7, let call = f[0].stringValue, case .structure(let s) = f[6], case .int32(let state)? = s.first
+                guard f.count >= 7, let call = f[0].stringValue, case .structure(let s) = f[6],
+                    case .int32(let state)? = s.first
                 else { continue }
                 now.append((call, CallPhase.modemManager(state)))
             }
             calls.replace(kind.rawValue, with: now)
         case (.callaudiod, Self.properties, "PropertiesChanged"):
-            guard a.first?.stringValue == kind.name, let v = a.dropFirst().first?.propertyMap?["AudioMode"] else { return true }
+            guard a.first?.stringValue == kind.name, let v = a.dropFirst().first?.propertyMap?["AudioMode"] else {
+                return true
+            }
             audioMode(v)
         default:
             return false
@@ -244,9 +260,13 @@ final class CallSource {
                 guard let self, let objects = r?.first?.entries else { return }
                 for (key, value) in objects.prefix(256) {
                     guard case .objectPath(let p) = key, let ifaces = value.stringKeyed else { continue }
-                    if let props = ifaces[Self.gnomeCall]?.propertyMap, self.kind == .gnomeCalls { self.gnomeCall(p, props) }
+                    if let props = ifaces[Self.gnomeCall]?.propertyMap, self.kind == .gnomeCalls {
+                        self.gnomeCall(p, props)
+                    }
                     if let voice = ifaces[Self.mmVoice]?.propertyMap, self.kind == .modemManager {
-                        for case .objectPath(let c) in voice["Calls"]?.arrayItems.prefix(PlatformCalls.maximumCallsPerSource) ?? [] {
+                        for case .objectPath(let c) in voice["Calls"]?.arrayItems.prefix(
+                            PlatformCalls.maximumCallsPerSource) ?? []
+                        {
                             self.readModemCall(c)
                         }
                     }
@@ -295,8 +315,10 @@ final class CallSource {
 
     /// A method call to the current owner, without starting anything; `reply` gets the answer's arguments (nil on
     /// an error or when the owner changed meanwhile).
-    private func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue],
-                      _ reply: @escaping ([DBusValue]?) -> Void) {
+    private func call(
+        _ path: String, _ interface: String, _ member: String, _ args: [DBusValue],
+        _ reply: @escaping ([DBusValue]?) -> Void
+    ) {
         watch.call(path, interface, member, args) { r in reply(r?.kind == .methodReturn ? r?.arguments : nil) }
     }
 }
@@ -311,7 +333,8 @@ extension DBusValue {
     /// A dictionary keyed by strings (`a{s…}`), the first entry for a key winning; nil for any other type.
     fileprivate var stringKeyed: [String: DBusValue]? {
         guard case .dict("s", _, let pairs) = self else { return nil }
-        return Dictionary(pairs.compactMap { k, v in k.stringValue.map { ($0, v) } }, uniquingKeysWith: { first, _ in first })
+        return Dictionary(
+            pairs.compactMap { k, v in k.stringValue.map { ($0, v) } }, uniquingKeysWith: { first, _ in first })
     }
 
     fileprivate var arrayItems: [DBusValue] {

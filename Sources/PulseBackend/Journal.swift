@@ -139,8 +139,11 @@ public final class JournalLog {
 
     /// Records these streams' entries (nil: audiod holds nothing there any more), without looking at the others:
     /// what a step costs is what it changed.
-    public func update(cookie newCookie: UInt32, streams: [(record: Bool, index: UInt32, entry: Journal.Entry?)]) throws {
-        try update(cookie: newCookie, entries: streams.map { (UInt64($0.index) << 1 | ($0.record ? 1 : 0), $0.entry) }, leaks: [])
+    public func update(cookie newCookie: UInt32, streams: [(record: Bool, index: UInt32, entry: Journal.Entry?)]) throws
+    {
+        try update(
+            cookie: newCookie, entries: streams.map { (UInt64($0.index) << 1 | ($0.record ? 1 : 0), $0.entry) },
+            leaks: [])
     }
 
     /// Records one restore-database entry's leak (nil: it holds no policy value any more).
@@ -151,8 +154,10 @@ public final class JournalLog {
     /// `removeWhenEmpty`: a journal that describes nothing goes (stopping, `--restore`). A step keeps the file and
     /// appends its lines instead: a call that mutes and unmutes one stream would otherwise create, rename and
     /// unlink the file every time, on the path of the mute.
-    private func update(cookie newCookie: UInt32, entries changed: [(UInt64, Journal.Entry?)],
-                        leaks leakChanges: [(String, Journal.Leak?)], removeWhenEmpty: Bool = false) throws {
+    private func update(
+        cookie newCookie: UInt32, entries changed: [(UInt64, Journal.Entry?)],
+        leaks leakChanges: [(String, Journal.Leak?)], removeWhenEmpty: Bool = false
+    ) throws {
         var out = ""
         var added = 0
         for (k, e) in changed where entries[k] != e {
@@ -171,8 +176,9 @@ public final class JournalLog {
         }
         let cookieChanged = newCookie != cookie
         cookie = newCookie
-        guard added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty))
-            || (removeWhenEmpty && exists && entries.isEmpty && leaks.isEmpty)
+        guard
+            added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty))
+                || (removeWhenEmpty && exists && entries.isEmpty && leaks.isEmpty)
         else { return }
         if entries.isEmpty && leaks.isEmpty && (removeWhenEmpty || !exists) {
             if fd >= 0 { Glibc.close(fd) }
@@ -255,7 +261,9 @@ public final class JournalLog {
     private static func parseVolume(_ s: Substring) throws -> [UInt32]? {
         if s == "-" { return nil }
         let parts = s.split(separator: ",").map { UInt32($0) }
-        guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else { throw JournalError("a volume is not a list of numbers") }
+        guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else {
+            throw JournalError("a volume is not a list of numbers")
+        }
         return parts.compactMap { $0 }
     }
 
@@ -313,14 +321,17 @@ public final class JournalLog {
             func fail() -> JournalError { JournalError("line \(n + 1) is not a journal line", line: n + 1) }
             guard let kind = f.first else { continue }
             if n == 0 {
-                guard kind == "audiod-journal", f.count == 3, f[1] == "1", let cookie = UInt32(f[2]) else { throw fail() }
+                guard kind == "audiod-journal", f.count == 3, f[1] == "1", let cookie = UInt32(f[2]) else {
+                    throw fail()
+                }
                 j.serverCookie = cookie
                 continue
             }
             do {
                 switch kind {
                 case "+":
-                    guard f.count == 8, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]), f[3] == "0" || f[3] == "1" else {
+                    guard f.count == 8, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]), f[3] == "0" || f[3] == "1"
+                    else {
                         throw fail()
                     }
                     let e = Journal.Entry(

@@ -114,7 +114,8 @@ public final class PulseBackend {
         set { session.volumeTolerance = newValue }
     }
 
-    public init(loop: MainLoop, options: Options, volumeTolerance: UInt32 = Settings().volumeTolerance, logger: Logger) {
+    public init(loop: MainLoop, options: Options, volumeTolerance: UInt32 = Settings().volumeTolerance, logger: Logger)
+    {
         self.loop = loop
         self.options = options
         self.logger = logger
@@ -131,18 +132,24 @@ public final class PulseBackend {
         var identifier = StreamIdentifier()
         identifier.keepsNotes = logger.logLevel <= .debug
         session = ServerSession(
-            tracker: StreamTracker(volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds),
+            tracker: StreamTracker(
+                volumeTolerance: volumeTolerance, confirmationNanoseconds: options.confirmationNanoseconds),
             ledger: RestoreLedger(
                 leaks: loaded?.leaks ?? [:], serverCookie: loaded?.serverCookie, volumeTolerance: volumeTolerance,
-                leakWindowNanoseconds: options.leakWindowNanoseconds, restoreSettleNanoseconds: options.restoreSettleNanoseconds),
+                leakWindowNanoseconds: options.leakWindowNanoseconds,
+                restoreSettleNanoseconds: options.restoreSettleNanoseconds),
             initialBackoffNanoseconds: options.initialBackoffNanoseconds,
             maximumBackoffNanoseconds: options.maximumBackoffNanoseconds, identifier: identifier)
         if let r = loaded, let path = options.journalPath {
-            logger.notice("journal found: \(r.entries.count) stream change(s) of a previous run to undo", metadata: ["path": "\(path)"])
+            logger.notice(
+                "journal found: \(r.entries.count) stream change(s) of a previous run to undo",
+                metadata: ["path": "\(path)"])
         }
         if let damaged, let path = options.journalPath {
             // What a crashed run left muted may stay so: a person should hear of it, with where to look.
-            logger.warning("the journal \(path) is damaged (\(damaged)); what an earlier run left muted or ducked may stay so. The file is left for a person to look at and replaced by the next write.")
+            logger.warning(
+                "the journal \(path) is damaged (\(damaged)); what an earlier run left muted or ducked may stay so. The file is left for a person to look at and replaced by the next write."
+            )
         }
     }
 
@@ -265,9 +272,12 @@ public final class PulseBackend {
         case .ready: break
         }
         guard let server else { return dropConnection(reason: "the server did not describe itself") }
-        logger.info("connected to the sound server", metadata: [
-            "server": "\(server.name)", "streams": "\(session.streamCount)", "restore-database": "\(session.hasRestoreDatabase)",
-        ])
+        logger.info(
+            "connected to the sound server",
+            metadata: [
+                "server": "\(server.name)", "streams": "\(session.streamCount)",
+                "restore-database": "\(session.hasRestoreDatabase)",
+            ])
         // Devices first, so that streams are reported on known devices; gone devices are reported gone.
         for e in session.devicesSettled() { onEvent?(.policy(e)) }
         recover(server)
@@ -294,7 +304,11 @@ public final class PulseBackend {
         guard let journal = recovery else { return }
         recovery = nil
         let found = session.recover(journal, serverCookie: server.cookie)
-        if found > 0 { logger.notice("\(found) stream(s) still carry what a previous run set; taken as audiod's own, to keep (a running audiod deciding afresh) or put back") }
+        if found > 0 {
+            logger.notice(
+                "\(found) stream(s) still carry what a previous run set; taken as audiod's own, to keep (a running audiod deciding afresh) or put back"
+            )
+        }
     }
 
     // MARK: Reads
@@ -308,7 +322,8 @@ public final class PulseBackend {
         guard let c = context else { return }
         c.stream(record: r.stream.kind == .record, index: r.stream.index) { [weak self] raw in
             guard let self else { return }
-            self.logger.trace("stream read", metadata: ["at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)"])
+            self.logger.trace(
+                "stream read", metadata: ["at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)"])
             let (believe, next) = self.session.tracker.replied(r, raw, now: self.monotonicNow())
             if let believe { self.accept(believe) }
             if let next { self.send(next) }
@@ -350,13 +365,17 @@ public final class PulseBackend {
         for n in r.notes { logger.debug("identity: \(n)") }
         for key in r.leaks { journalLeak(key) }
         if let key = r.leakFoundUnder {
-            logger.info("a stream started with a policy value left in the restore database; taken as audiod's own, to keep or put back", metadata: [
-                "stream": "\(id)", "key": "\(key)",
-            ])
+            logger.info(
+                "a stream started with a policy value left in the restore database; taken as audiod's own, to keep or put back",
+                metadata: [
+                    "stream": "\(id)", "key": "\(key)",
+                ])
         }
         for e in r.events { onEvent?(.policy(e)) }
         if let mute = r.writeMuteAgain { operate(id, .setStreamMute(id, mute), mute: mute) }
-        if let volume = r.writeVolumeAgain { operate(id, .setStreamVolume(id, Volume(channels: volume)), volume: volume) }
+        if let volume = r.writeVolumeAgain {
+            operate(id, .setStreamVolume(id, Volume(channels: volume)), volume: volume)
+        }
         if let after = r.readAgainAfter, unlinkedReadTimers[id] == nil {
             unlinkedReadTimers[id] = loop.timer(afterNanoseconds: after) { [weak self] in
                 self?.unlinkedReadTimers[id] = nil
@@ -416,7 +435,9 @@ public final class PulseBackend {
         if change == .remove {
             let events = session.deviceRemoved(index: index, source: source)
             if !source {
-                logger.debug(events.isEmpty ? "sink removed that was not an available device" : "device removed", metadata: ["index": "\(index)"])
+                logger.debug(
+                    events.isEmpty ? "sink removed that was not an available device" : "device removed",
+                    metadata: ["index": "\(index)"])
             }
             for e in events { onEvent?(.policy(e)) }
             return
@@ -471,7 +492,9 @@ public final class PulseBackend {
         if let mute {
             c.setMute(record: record, index: id.index, mute) { [weak self] ok in self?.operationDone(id, ok, "mute") }
         } else if let volume {
-            c.setVolume(record: record, index: id.index, volume) { [weak self] ok in self?.operationDone(id, ok, "volume") }
+            c.setVolume(record: record, index: id.index, volume) { [weak self] ok in
+                self?.operationDone(id, ok, "volume")
+            }
         }
     }
 
@@ -510,7 +533,9 @@ public final class PulseBackend {
     /// module-stream-restore saves whatever a client sets, audiod's policy values too, and hands them to the
     /// app's next stream. Writing the entry back with the user's values keeps the database the user's.
     private func repairRestoreDatabase(_ id: StreamID) {
-        guard session.hasRestoreDatabase, let key = session.ledger.entryToRepair(after: id), let c = context else { return }
+        guard session.hasRestoreDatabase, let key = session.ledger.entryToRepair(after: id), let c = context else {
+            return
+        }
         pendingOperations += 1
         c.restoreEntries { [weak self] entries in
             guard let self else { return }
@@ -552,7 +577,8 @@ public final class PulseBackend {
             c.restoreEntries { [weak self] entries in
                 guard let self else { return }
                 // A key the list lacks: the server saved nothing for it, so nothing of audiod's is in it.
-                let repairs = self.session.ledger.repairRecorded(entries?.map(Self.ledgerEntry), now: self.monotonicNow())
+                let repairs = self.session.ledger.repairRecorded(
+                    entries?.map(Self.ledgerEntry), now: self.monotonicNow())
                 for r in repairs {
                     guard let entry = entries?.first(where: { $0.name == r.key }) else { continue }
                     self.writeEntry(entry, r)
@@ -581,7 +607,9 @@ public final class PulseBackend {
                 self.session.ledger.confirmed(confirmed)
                 repaired = confirmed.count
                 if confirmed.count < writes.count {
-                    self.logger.warning("\(writes.count - confirmed.count) restore-database entr\(writes.count - confirmed.count == 1 ? "y was" : "ies were") not confirmed; the journal keeps them for the next start")
+                    self.logger.warning(
+                        "\(writes.count - confirmed.count) restore-database entr\(writes.count - confirmed.count == 1 ? "y was" : "ies were") not confirmed; the journal keeps them for the next start"
+                    )
                 }
                 finish()
             }
@@ -594,8 +622,10 @@ public final class PulseBackend {
     /// new stream of the key starts with; where that is audiod's value, the user's is written on the probe, and
     /// WirePlumber saves it into the key; then a second probe must start with the user's values. Up to three rounds
     /// per key. Calls `done` with the keys confirmed.
-    private func probeRepair(_ writes: ArraySlice<RestoreLedger.Repair>, confirmed: Set<String>, round: Int = 1,
-                             _ done: @escaping (Set<String>) -> Void) {
+    private func probeRepair(
+        _ writes: ArraySlice<RestoreLedger.Repair>, confirmed: Set<String>, round: Int = 1,
+        _ done: @escaping (Set<String>) -> Void
+    ) {
         guard let w = writes.first, context != nil else { return done(confirmed) }
         guard let props = RepairProbe.clientProperties(forKey: w.key) else {
             // No probe can stand for this key: it stays in the journal.
@@ -627,7 +657,9 @@ public final class PulseBackend {
                         guard let self, let second else { return next(false) }
                         let shown = RestoreLedger.Entry(key: w.key, muted: second.muted, volume: second.volume)
                         let ok = self.session.ledger.shows(w, in: [shown])
-                        self.logger.debug("restore-database entry \(w.key) probed: a new stream starts \(second.muted ? "muted" : "unmuted") at \(second.volume)\(ok ? "" : "; writing again")")
+                        self.logger.debug(
+                            "restore-database entry \(w.key) probed: a new stream starts \(second.muted ? "muted" : "unmuted") at \(second.volume)\(ok ? "" : "; writing again")"
+                        )
                         next(ok)
                     }
                 }
@@ -640,18 +672,25 @@ public final class PulseBackend {
                 writing += 1
                 c.setMute(record: false, index: first.index, w.muted, acknowledged)
             }
-            if !w.volume.isEmpty, !self.session.ledger.shows(w, in: [RestoreLedger.Entry(key: w.key, muted: w.muted, volume: first.volume)]) {
+            if !w.volume.isEmpty,
+                !self.session.ledger.shows(
+                    w, in: [RestoreLedger.Entry(key: w.key, muted: w.muted, volume: first.volume)])
+            {
                 writing += 1
                 c.setVolume(record: false, index: first.index, w.volume, acknowledged)
             }
-            self.logger.debug("restore-database entry \(w.key) probed: a new stream starts \(first.muted ? "muted" : "unmuted") at \(first.volume); \(writing) write(s) — \(w.because)")
+            self.logger.debug(
+                "restore-database entry \(w.key) probed: a new stream starts \(first.muted ? "muted" : "unmuted") at \(first.volume); \(writing) write(s) — \(w.because)"
+            )
             if writing == 0 { written() }
         }
     }
 
     /// Opens a repair probe with these client properties and reads its stream once WirePlumber has linked it (and
     /// given it the key's saved values): `read` gets the stream (nil: none within 2 s) and the probe's `close`.
-    private func openProbe(_ props: [String: String], _ read: @escaping (RawStream?, _ close: @escaping () -> Void) -> Void) {
+    private func openProbe(
+        _ props: [String: String], _ read: @escaping (RawStream?, _ close: @escaping () -> Void) -> Void
+    ) {
         guard context != nil else { return read(nil, {}) }
         var probe: RepairProbe?
         var client: UInt32?
@@ -706,9 +745,12 @@ public final class PulseBackend {
         guard !writes.isEmpty, let c = context else { return done([]) }
         c.restoreEntries { [weak self] entries in
             guard let self else { return done([]) }
-            let round = self.session.ledger.blindRound(writes, listed: (entries ?? []).map(Self.ledgerEntry), attempt: attempt)
+            let round = self.session.ledger.blindRound(
+                writes, listed: (entries ?? []).map(Self.ledgerEntry), attempt: attempt)
             if round.done { return done(round.confirmed) }
-            for w in round.rewrite { self.writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
+            for w in round.rewrite {
+                self.writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w)
+            }
             self.confirmTimer = self.loop.timer(afterNanoseconds: 20_000_000) { [weak self] in
                 self?.confirmTimer = nil
                 self?.confirm(writes, attempt: attempt + 1, done)
@@ -763,10 +805,14 @@ public final class PulseBackend {
         entry.muted = repair.muted
         entry.volume = repair.volume
         // Every restore-database write, at debug, beside the stream writes, with the decision it carries out.
-        logger.debug("restore-database entry \(entry.name) written: mute \(entry.muted), volume \(entry.volume.isEmpty ? "unchanged" : "\(Volume(channels: entry.volume))") — \(repair.because)")
+        logger.debug(
+            "restore-database entry \(entry.name) written: mute \(entry.muted), volume \(entry.volume.isEmpty ? "unchanged" : "\(Volume(channels: entry.volume))") — \(repair.because)"
+        )
         pendingOperations += 1
         c.writeRestoreEntry(entry) { [weak self] ok in
-            if !ok { self?.logger.warning("could not write a restore-database entry", metadata: ["key": "\(entry.name)"]) }
+            if !ok {
+                self?.logger.warning("could not write a restore-database entry", metadata: ["key": "\(entry.name)"])
+            }
             self?.finishOperation()
         }
     }
@@ -788,9 +834,11 @@ public final class PulseBackend {
     private func journalStreams(_ ids: [StreamID]) {
         guard !ids.isEmpty, isConnected else { return }
         journaling { log, cookie in
-            try log.update(cookie: cookie, streams: ids.map { id in
-                (id.kind == .record, id.index, self.session.ledger.journalEntry(id))
-            })
+            try log.update(
+                cookie: cookie,
+                streams: ids.map { id in
+                    (id.kind == .record, id.index, self.session.ledger.journalEntry(id))
+                })
         }
     }
 
@@ -848,9 +896,11 @@ extension PulseBackend: PulseContextDelegate {
             let id = StreamID(facility == .record ? .record : .playback, index)
             // --log-level trace: when the server told audiod, to split a new stream's time into the server's and
             // the read's (CLOCK_MONOTONIC ns, as the arbiter's "step timing").
-            logger.trace("stream event", metadata: [
-                "at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(id)", "change": "\(change)",
-            ])
+            logger.trace(
+                "stream event",
+                metadata: [
+                    "at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(id)", "change": "\(change)",
+                ])
             if change == .remove { removed(id) } else { read(id) }
         case .sink: deviceChanged(source: false, index: index, change)
         case .source: deviceChanged(source: true, index: index, change)

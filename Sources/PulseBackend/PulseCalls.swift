@@ -151,14 +151,18 @@ final class PulseContext {
             _ = Unmanaged.passRetained(self)
             retained = true
         }
-        pa_context_set_state_callback(c, { ctx, userdata in
-            guard let me = PulseContext.owner(userdata), let ctx else { return }
-            me.stateChanged(ctx)
-        }, me)
-        pa_context_set_subscribe_callback(c, { _, type, index, userdata in
-            guard let me = PulseContext.owner(userdata) else { return }
-            me.subscriptionEvent(type, index)
-        }, me)
+        pa_context_set_state_callback(
+            c,
+            { ctx, userdata in
+                guard let me = PulseContext.owner(userdata), let ctx else { return }
+                me.stateChanged(ctx)
+            }, me)
+        pa_context_set_subscribe_callback(
+            c,
+            { _, type, index, userdata in
+                guard let me = PulseContext.owner(userdata) else { return }
+                me.subscriptionEvent(type, index)
+            }, me)
         registerForReplies()
         // A refused connect reports FAILED through the state callback before it returns, and the owner may close
         // (and so release) the context right there: hold a reference of our own until the error has been read.
@@ -294,19 +298,23 @@ final class PulseContext {
     func serverInfo(_ done: @escaping (ServerInfo?) -> Void) {
         guard let c = context else { return done(nil) }
         let r = register(.server(done))
-        track(pa_context_get_server_info(c, { c, info, userdata in
-            guard let (me, n) = PulseContext.take(c, userdata), let p = me.pending.removeValue(forKey: n),
-                case .server(let cb) = p
-            else { return }
-            guard let i = info?.pointee else { return cb(nil) }
-            let name = string(i.server_name)
-            let version = string(i.server_version)
-            // pipewire-pulse names itself in full ("PulseAudio (on PipeWire 0.3.65)"); PulseAudio says "pulseaudio".
-            let display = name.lowercased() == "pulseaudio" ? "\(name) \(version)" : name
-            cb(ServerInfo(
-                name: display, cookie: i.cookie, defaultSink: string(i.default_sink_name),
-                defaultSource: string(i.default_source_name)))
-        }, r), request: r, "get_server_info")
+        track(
+            pa_context_get_server_info(
+                c,
+                { c, info, userdata in
+                    guard let (me, n) = PulseContext.take(c, userdata), let p = me.pending.removeValue(forKey: n),
+                        case .server(let cb) = p
+                    else { return }
+                    guard let i = info?.pointee else { return cb(nil) }
+                    let name = string(i.server_name)
+                    let version = string(i.server_version)
+                    // pipewire-pulse names itself in full ("PulseAudio (on PipeWire 0.3.65)"); PulseAudio says "pulseaudio".
+                    let display = name.lowercased() == "pulseaudio" ? "\(name) \(version)" : name
+                    cb(
+                        ServerInfo(
+                            name: display, cookie: i.cookie, defaultSink: string(i.default_sink_name),
+                            defaultSource: string(i.default_source_name)))
+                }, r), request: r, "get_server_info")
     }
 
     /// `pa_context_get_sink_input_info` / `pa_context_get_source_output_info`; nil when the stream is gone.
@@ -388,7 +396,8 @@ final class PulseContext {
     func setMute(record: Bool, index: UInt32, _ mute: Bool, _ done: @escaping (Bool) -> Void) {
         guard let c = context else { return done(false) }
         let r = register(.success(done))
-        let op = record
+        let op =
+            record
             ? pa_context_set_source_output_mute(c, index, mute ? 1 : 0, successCallback, r)
             : pa_context_set_sink_input_mute(c, index, mute ? 1 : 0, successCallback, r)
         track(op, request: r, "set_mute")
@@ -398,7 +407,8 @@ final class PulseContext {
     func setVolume(record: Bool, index: UInt32, _ channels: [UInt32], _ done: @escaping (Bool) -> Void) {
         guard let c = context, var cv = cvolume(channels) else { return done(false) }
         let r = register(.success(done))
-        let op = record
+        let op =
+            record
             ? pa_context_set_source_output_volume(c, index, &cv, successCallback, r)
             : pa_context_set_sink_input_volume(c, index, &cv, successCallback, r)
         track(op, request: r, "set_volume")
@@ -419,32 +429,39 @@ final class PulseContext {
     func restoreVersion(_ done: @escaping (UInt32?) -> Void) {
         guard let c = context else { return done(nil) }
         let r = register(.restoreVersion(done))
-        track(pa_ext_stream_restore_test(c, { c, version, userdata in
-            guard let (me, n) = PulseContext.take(c, userdata), let p = me.pending.removeValue(forKey: n),
-                case .restoreVersion(let cb) = p
-            else { return }
-            cb(version == UInt32.max ? nil : version)
-        }, r), request: r, "ext_stream_restore_test")
+        track(
+            pa_ext_stream_restore_test(
+                c,
+                { c, version, userdata in
+                    guard let (me, n) = PulseContext.take(c, userdata), let p = me.pending.removeValue(forKey: n),
+                        case .restoreVersion(let cb) = p
+                    else { return }
+                    cb(version == UInt32.max ? nil : version)
+                }, r), request: r, "ext_stream_restore_test")
     }
 
     /// `pa_ext_stream_restore_read`: every entry, or nil when the extension failed.
     func restoreEntries(_ done: @escaping ([RestoreEntry]?) -> Void) {
         guard let c = context else { return done(nil) }
         let r = register(.restoreEntries(done, []))
-        track(pa_ext_stream_restore_read(c, { c, info, eol, userdata in
-            guard let (me, n) = PulseContext.take(c, userdata), let p = me.pending[n],
-                case .restoreEntries(let cb, var acc) = p
-            else { return }
-            if let i = info?.pointee, eol == 0 {
-                acc.append(RestoreEntry(
-                    name: string(i.name), channelMap: i.channel_map, volume: channels(i.volume),
-                    device: i.device.map { String(cString: $0) }, muted: i.mute != 0))
-                me.pending[n] = .restoreEntries(cb, acc)
-            } else {
-                me.pending[n] = nil
-                cb(eol < 0 ? nil : acc)
-            }
-        }, r), request: r, "ext_stream_restore_read")
+        track(
+            pa_ext_stream_restore_read(
+                c,
+                { c, info, eol, userdata in
+                    guard let (me, n) = PulseContext.take(c, userdata), let p = me.pending[n],
+                        case .restoreEntries(let cb, var acc) = p
+                    else { return }
+                    if let i = info?.pointee, eol == 0 {
+                        acc.append(
+                            RestoreEntry(
+                                name: string(i.name), channelMap: i.channel_map, volume: channels(i.volume),
+                                device: i.device.map { String(cString: $0) }, muted: i.mute != 0))
+                        me.pending[n] = .restoreEntries(cb, acc)
+                    } else {
+                        me.pending[n] = nil
+                        cb(eol < 0 ? nil : acc)
+                    }
+                }, r), request: r, "ext_stream_restore_read")
     }
 
     /// An entry written without reading it first (pipewire-pulse lists none: WirePlumber keeps the state). It turns
@@ -470,8 +487,9 @@ final class PulseContext {
             info.name = name
             let write = { (device: UnsafePointer<CChar>?) in
                 info.device = device
-                self.track(pa_ext_stream_restore_write(c, PA_UPDATE_REPLACE, &info, 1, 0, successCallback, r),
-                           request: r, "ext_stream_restore_write")
+                self.track(
+                    pa_ext_stream_restore_write(c, PA_UPDATE_REPLACE, &info, 1, 0, successCallback, r),
+                    request: r, "ext_stream_restore_write")
             }
             if let d = e.device { d.withCString { write($0) } } else { write(nil) }
         }
@@ -630,4 +648,3 @@ public struct PulseError: Error, Equatable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(context): \(message)" }
 }
-

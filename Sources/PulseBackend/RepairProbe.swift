@@ -17,7 +17,8 @@ final class RepairProbe {
         guard key.hasPrefix(prefix) else { return nil }
         let rest = key.dropFirst(prefix.count)
         guard let colon = rest.firstIndex(of: ":") else { return nil }
-        let kind = rest[..<colon], value = String(rest[rest.index(after: colon)...])
+        let kind = rest[..<colon]
+        let value = String(rest[rest.index(after: colon)...])
         guard !value.isEmpty else { return nil }
         switch kind {
         case "media-role": return ["media.role": value, "application.name": "audiod restore-database repair"]
@@ -37,24 +38,29 @@ final class RepairProbe {
     /// up, before the stream exists (so that the stream is known as the probe's when the server lists it); `ready`
     /// gets the stream's sink-input index once the server has made it, or nil if it could not be made (then the
     /// probe has closed itself). Call `close()` once done.
-    init(loop: MainLoop, server: String?, clientProperties: [String: String],
-         connected: @escaping (UInt32) -> Void, ready: @escaping (UInt32?) -> Void) {
+    init(
+        loop: MainLoop, server: String?, clientProperties: [String: String],
+        connected: @escaping (UInt32) -> Void, ready: @escaping (UInt32?) -> Void
+    ) {
         self.ready = ready
         self.connected = connected
         let props = pa_proplist_new()
         defer { pa_proplist_free(props) }
         for (k, v) in clientProperties { pa_proplist_sets(props, k, v) }
-        guard let c = pa_context_new_with_proplist(loop.api, clientProperties["application.name"] ?? "audiod", props) else {
+        guard let c = pa_context_new_with_proplist(loop.api, clientProperties["application.name"] ?? "audiod", props)
+        else {
             fail()
             return
         }
         context = c
         _ = Unmanaged.passRetained(self)
         retained = true
-        pa_context_set_state_callback(c, { ctx, userdata in
-            guard let userdata, let ctx else { return }
-            Unmanaged<RepairProbe>.fromOpaque(userdata).takeUnretainedValue().contextChanged(ctx)
-        }, Unmanaged.passUnretained(self).toOpaque())
+        pa_context_set_state_callback(
+            c,
+            { ctx, userdata in
+                guard let userdata, let ctx else { return }
+                Unmanaged<RepairProbe>.fromOpaque(userdata).takeUnretainedValue().contextChanged(ctx)
+            }, Unmanaged.passUnretained(self).toOpaque())
         if pa_context_connect(c, server, PA_CONTEXT_NOAUTOSPAWN, nil) < 0 { fail() }
     }
 
@@ -67,10 +73,12 @@ final class RepairProbe {
         var spec = pa_sample_spec(format: PA_SAMPLE_S16LE, rate: 48000, channels: 2)
         guard let st = pa_stream_new(c, "audiod restore-database repair", &spec, nil) else { return fail() }
         stream = st
-        pa_stream_set_state_callback(st, { st, userdata in
-            guard let userdata, let st else { return }
-            Unmanaged<RepairProbe>.fromOpaque(userdata).takeUnretainedValue().streamChanged(st)
-        }, Unmanaged.passUnretained(self).toOpaque())
+        pa_stream_set_state_callback(
+            st,
+            { st, userdata in
+                guard let userdata, let st else { return }
+                Unmanaged<RepairProbe>.fromOpaque(userdata).takeUnretainedValue().streamChanged(st)
+            }, Unmanaged.passUnretained(self).toOpaque())
         // Corked, it never plays: nothing is heard, and the server asks it for no data.
         if pa_stream_connect_playback(st, nil, nil, PA_STREAM_START_CORKED, nil, nil) < 0 { fail() }
     }

@@ -335,8 +335,10 @@ public struct RestoreLedger {
                 if entries != nil { leaks[key] = nil }
                 continue
             }
-            repairs.append(putBack([leak] + policySources(key: key, now: now), into: entry,
-                because: "the journal records a policy value audiod left in the entry"))
+            repairs.append(
+                putBack(
+                    [leak] + policySources(key: key, now: now), into: entry,
+                    because: "the journal records a policy value audiod left in the entry"))
             leaks[key] = nil
         }
         return repairs
@@ -349,7 +351,9 @@ public struct RestoreLedger {
         leaks.sorted(by: { $0.key < $1.key }).map { key, leak in
             Repair(
                 key: key, muted: leak.userMute, volume: leak.restoreVolume ?? [],
-                because: "the journal records a policy value audiod left in the entry (written blind: the server lists nothing)")
+                because:
+                    "the journal records a policy value audiod left in the entry (written blind: the server lists nothing)"
+            )
         }
     }
 
@@ -366,7 +370,9 @@ public struct RestoreLedger {
     /// now, and whether to stop reading (every write shown, or the last attempt). Seen once in a full test run: a
     /// write not shown after 1 s. Written again, it is not lost for good if WirePlumber dropped it or saved an older
     /// value over it.
-    public func blindRound(_ writes: [Repair], listed: [Entry], attempt: Int) -> (confirmed: Set<String>, rewrite: [Repair], done: Bool) {
+    public func blindRound(_ writes: [Repair], listed: [Entry], attempt: Int) -> (
+        confirmed: Set<String>, rewrite: [Repair], done: Bool
+    ) {
         let confirmed = Set(writes.filter { shows($0, in: listed) }.map(\.key))
         guard confirmed.count < writes.count, attempt < Self.blindReadAttempts else { return (confirmed, [], true) }
         let rewrite = attempt % Self.blindRewriteEvery == 0 ? writes.filter { !confirmed.contains($0.key) } : []
@@ -434,7 +440,8 @@ public struct RestoreLedger {
     func policySources(key: String, excluding id: StreamID? = nil, now: UInt64) -> [Journal.Leak] {
         var sources: [Journal.Leak] = (leaks[key].map { [$0] } ?? []) + (heldAtDrop[key] ?? [])
         let userChanged = userChangeOrder[key] ?? 0
-        for (other, change) in applied where other != id && keys[other] == key && appliedOrder[other] ?? 0 > userChanged {
+        for (other, change) in applied where other != id && keys[other] == key && appliedOrder[other] ?? 0 > userChanged
+        {
             sources.append(Journal.Leak(change))
         }
         for (other, l) in lifted where other != id && keys[other] == key && now - l.at < restoreSettleNanoseconds {

@@ -237,7 +237,8 @@ public struct ServerSession<Stream: ServerStreamValue> {
     /// new ones, each sorted), so that streams are reported on known devices.
     mutating func devicesSettled() -> [Event] {
         let now = Set(sinks.values.filter(\.available).map(\.name))
-        let events = availableDevices.subtracting(now).sorted().map { Event.deviceRemoved($0) }
+        let events =
+            availableDevices.subtracting(now).sorted().map { Event.deviceRemoved($0) }
             + now.subtracting(availableDevices).sorted().map { Event.deviceAppeared($0) }
         availableDevices = now
         return events

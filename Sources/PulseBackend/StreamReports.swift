@@ -50,7 +50,9 @@ struct WrittenValues {
     /// than what audiod wrote. (A lift that did not stick is no danger: the ledger's leak watch and the user decide.)
     func silences(comparedTo m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
         if muted == true && !m { return true }
-        if let volume, volume.count == v.count, zip(volume, v).contains(where: { $0.0 + tolerance < $0.1 }) { return true }
+        if let volume, volume.count == v.count, zip(volume, v).contains(where: { $0.0 + tolerance < $0.1 }) {
+            return true
+        }
         return false
     }
 
@@ -58,7 +60,9 @@ struct WrittenValues {
     func matches(muted m: Bool, volume v: [UInt32], tolerance: UInt32) -> Bool {
         guard muted != nil || volume != nil else { return false }
         if let muted, muted != m { return false }
-        if let volume, volume.count != v.count || !Volume(channels: v).isClose(to: Volume(channels: volume), tolerance: tolerance) {
+        if let volume,
+            volume.count != v.count || !Volume(channels: v).isClose(to: Volume(channels: volume), tolerance: tolerance)
+        {
             return false
         }
         return true
@@ -217,12 +221,16 @@ extension ServerSession {
         let changed = t.fed != info || left != nil
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
             // The server saved this change in the stream's entry: it holds non-policy values again.
-            let byAudiod = t.lastWritten.matches(muted: info.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance)
+            let byAudiod = t.lastWritten.matches(
+                muted: info.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance)
             // Field by field: a mute or volume that changed, and not to what audiod last wrote, is the user's.
             let userMuted = fed.muted != info.muted && t.lastWritten.muted != info.muted ? info.muted : nil
-            let wroteVolume = t.lastWritten.volume.map {
-                $0.count == t.raw.volume.count && Volume(channels: t.raw.volume).isClose(to: Volume(channels: $0), tolerance: tracker.volumeTolerance)
-            } ?? false
+            let wroteVolume =
+                t.lastWritten.volume.map {
+                    $0.count == t.raw.volume.count
+                        && Volume(channels: t.raw.volume).isClose(
+                            to: Volume(channels: $0), tolerance: tracker.volumeTolerance)
+                } ?? false
             let userVolume = fed.volume != info.volume && !wroteVolume ? t.raw.volume : nil
             out.leaks += ledger.changed(id, byAudiod: byAudiod, userMuted: userMuted, userVolume: userVolume)
         }
@@ -239,8 +247,10 @@ extension ServerSession {
 
     /// The reported streams on a device whose name may have changed, or of a client whose properties did.
     public func reportedStreams(onDevice index: UInt32, source: Bool) -> [StreamID] {
-        streams.filter { $0.value.raw.device == index && $0.key.kind == (source ? .record : .playback) && $0.value.fed != nil }
-            .keys.sorted()
+        streams.filter {
+            $0.value.raw.device == index && $0.key.kind == (source ? .record : .playback) && $0.value.fed != nil
+        }
+        .keys.sorted()
     }
 
     public func reportedStreams(ofClient index: UInt32) -> [StreamID] {
@@ -346,9 +356,10 @@ extension ServerSession {
     /// Streams that appeared lately and are not yet linked to a device: on PipeWire, WirePlumber gives a new stream
     /// its saved values around the time it links, so a stop waits for these (bounded) to correct what they show.
     public func hasUnlinkedNewStreams(now: UInt64) -> Bool {
-        onPipeWire && streams.values.contains { t in
-            t.raw.device == UInt32.max && !t.preexisting && ledger.watching(t.raw.id, now: now)
-        }
+        onPipeWire
+            && streams.values.contains { t in
+                t.raw.device == UInt32.max && !t.preexisting && ledger.watching(t.raw.id, now: now)
+            }
     }
 
     // MARK: What a stream is
@@ -373,7 +384,8 @@ extension ServerSession {
         let record = id.kind == .record
         return StreamInfo(
             id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
-            applicationID: props["application.id"] ?? t.identity?.flatpakApp, binary: props["application.process.binary"],
+            applicationID: props["application.id"] ?? t.identity?.flatpakApp,
+            binary: props["application.process.binary"],
             role: props["media.role"], sessionTag: props["audiod.session"].flatMap { UInt64($0) },
             corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
             device: deviceName(t.raw.device, source: record), identity: t.identity?.identity,

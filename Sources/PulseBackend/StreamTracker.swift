@@ -46,7 +46,11 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     private var readAgain: Set<StreamID> = []
     /// Whole-list reads in flight (the connection's first read of every stream), by sequence number.
     private var lists: Set<UInt64> = []
-    private struct Expected: Equatable { var mute: Bool?; var volume: [UInt32]?; var until: UInt64 }
+    private struct Expected: Equatable {
+        var mute: Bool?
+        var volume: [UInt32]?
+        var until: UInt64
+    }
     private var expected: [StreamID: Expected] = [:]
 
     public init(volumeTolerance: UInt32, confirmationNanoseconds: UInt64 = 1_000_000_000) {
@@ -79,7 +83,9 @@ public struct StreamTracker<Value: TrackedStreamValue> {
 
     /// The answer to a read: `value` is nil when the server no longer has the stream. Returns the value to believe
     /// (audiod's own unconfirmed value held in it), if any, and the read to send next, if any.
-    public mutating func replied(_ read: StreamRead, _ value: Value?, now: UInt64) -> (believe: Value?, next: StreamRead?) {
+    public mutating func replied(_ read: StreamRead, _ value: Value?, now: UInt64) -> (
+        believe: Value?, next: StreamRead?
+    ) {
         let id = read.stream
         // A reply of an earlier connection: its reads were forgotten with it.
         guard read.seq > floor, reading.remove(id) != nil else { return (nil, nil) }
@@ -100,7 +106,9 @@ public struct StreamTracker<Value: TrackedStreamValue> {
 
     /// One stream of a whole-list read's answer. Returns the value to believe, and a read to send if the reply is
     /// stale for a stream that still exists.
-    public mutating func listed(_ value: Value, _ id: StreamID, seq s: UInt64, now: UInt64) -> (believe: Value?, next: StreamRead?) {
+    public mutating func listed(_ value: Value, _ id: StreamID, seq s: UInt64, now: UInt64) -> (
+        believe: Value?, next: StreamRead?
+    ) {
         guard lists.contains(s) else { return (nil, nil) }
         switch judge(id, value, seq: s, now: now) {
         case .believe(let v): return (v, nil)
@@ -176,7 +184,10 @@ public struct StreamTracker<Value: TrackedStreamValue> {
 
     // MARK: Judging replies
 
-    private enum Judgement { case believe(Value), stale, older }
+    private enum Judgement {
+        case believe(Value)
+        case stale, older
+    }
 
     private mutating func judge(_ id: StreamID, _ value: Value, seq s: UInt64, now: UInt64) -> Judgement {
         if s <= barrier[id, default: 0] { return .stale }

@@ -205,10 +205,13 @@ public final class IOWatch {
         self.handler = handler
         guard owner.register(self) else { return }
         let api = owner.api
-        event = api.pointee.io_new?(api, fd, pa_io_event_flags_t(rawValue: events.rawValue), { _, _, _, flags, userdata in
-            guard let userdata else { return }
-            Unmanaged<IOWatch>.fromOpaque(userdata).takeUnretainedValue().handler(IOEvents(rawValue: flags.rawValue))
-        }, Unmanaged.passUnretained(self).toOpaque())
+        event = api.pointee.io_new?(
+            api, fd, pa_io_event_flags_t(rawValue: events.rawValue),
+            { _, _, _, flags, userdata in
+                guard let userdata else { return }
+                Unmanaged<IOWatch>.fromOpaque(userdata).takeUnretainedValue().handler(
+                    IOEvents(rawValue: flags.rawValue))
+            }, Unmanaged.passUnretained(self).toOpaque())
         if event == nil { owner.unregister(self) }
     }
 
@@ -336,7 +339,9 @@ public final class ProcessExitWatch {
     static let pollNanoseconds: UInt64 = 500_000_000
 
     /// `open` is the seam for tests (a pidfd_open that fails); the daemon uses `pidfd_open`.
-    public init(pid: UInt32, loop: MainLoop, open: Opener = ProcessExitWatch.pidfdOpener, _ handler: @escaping () -> Void) {
+    public init(
+        pid: UInt32, loop: MainLoop, open: Opener = ProcessExitWatch.pidfdOpener, _ handler: @escaping () -> Void
+    ) {
         guard pid > 0, pid <= UInt32(Int32.max) else {
             fd = -1
             loop.soon(handler)

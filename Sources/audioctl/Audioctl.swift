@@ -22,7 +22,8 @@ struct Audioctl: AsyncParsableCommand {
 
 /// Options every verb shares.
 struct BusOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("D-Bus address of the bus audiod is on (default: the session bus).", valueName: "address"))
+    @Option(
+        help: ArgumentHelp("D-Bus address of the bus audiod is on (default: the session bus).", valueName: "address"))
     var bus: String?
 
     func connect() throws -> AudiodConnection {
@@ -68,7 +69,9 @@ enum Failure: Error, CustomStringConvertible {
 
     static func from(_ e: AudiodError) -> Failure {
         e.code == .notRunning
-            ? .notRunning("audiod is not running on this bus. Start it with `systemctl --user start audiod` (or `scripts/run` from a checkout).")
+            ? .notRunning(
+                "audiod is not running on this bus. Start it with `systemctl --user start audiod` (or `scripts/run` from a checkout)."
+            )
             : .daemon(e)
     }
 }
@@ -157,7 +160,9 @@ func sessionJSON(_ s: SessionInfo) -> [String: Any] {
 }
 
 func printJSON(_ object: Any) {
-    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+    guard
+        let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+    else {
         return
     }
     FileHandle.standardOutput.write(data + Data("\n".utf8))
@@ -184,7 +189,9 @@ func sessions(_ c: AudiodConnection) async throws(AudiodError) -> [SessionInfo] 
 
 /// ListPlatformSources: what audiod follows of the platform (empty from an audiod that predates it).
 func platformSources(_ c: AudiodConnection) async -> [[String: DBusValue]] {
-    guard let out = try? await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListPlatformSources"),
+    guard
+        let out = try? await c.call(
+            AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListPlatformSources"),
         case .array(_, let items)? = out.first
     else { return [] }
     return items.compactMap(\.propertyMap)
@@ -196,7 +203,7 @@ func streams(_ c: AudiodConnection) async throws(AudiodError) -> [[String: DBusV
         let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListStreams")
         guard case .array(_, let items)? = out.first else { return [] }
         return items.compactMap(\.propertyMap)
-    } catch where error.code == .serverUnavailable {
+    } catch  where error.code == .serverUnavailable {
         return nil
     }
 }
@@ -209,8 +216,11 @@ func describe(_ s: SessionInfo) -> String {
     if s["Interrupted"]?.boolValue == true { flags.append("interrupted") }
     if s["Implicit"]?.boolValue == true { flags.append("implicit") }
     let opts = s["Options"]?.stringArray ?? []
-    let streamsList: [String] = { if case .array(_, let v)? = s["Streams"] { return v.map { "\(plain($0))" } } else { return [] } }()
-    var line = "session \(s.id)  \(s["ApplicationName"]?.stringValue ?? "")  pid \(s["ProcessID"]?.uint32Value ?? 0)  \(category)"
+    let streamsList: [String] = {
+        if case .array(_, let v)? = s["Streams"] { return v.map { "\(plain($0))" } } else { return [] }
+    }()
+    var line =
+        "session \(s.id)  \(s["ApplicationName"]?.stringValue ?? "")  pid \(s["ProcessID"]?.uint32Value ?? 0)  \(category)"
     if mode != "default" { line += "/\(mode)" }
     if !opts.isEmpty { line += " [\(opts.joined(separator: ","))]" }
     if !flags.isEmpty { line += "  " + flags.joined(separator: " ") }
@@ -220,9 +230,12 @@ func describe(_ s: SessionInfo) -> String {
 
 func describe(stream s: [String: DBusValue]) -> String {
     let index = s["index"]?.uint32Value ?? 0
-    var line = "\(s["kind"]?.stringValue ?? "?") \(index)  \(s["application-name"]?.stringValue ?? "")  pid \(s["pid"]?.uint32Value ?? 0)"
+    var line =
+        "\(s["kind"]?.stringValue ?? "?") \(index)  \(s["application-name"]?.stringValue ?? "")  pid \(s["pid"]?.uint32Value ?? 0)"
     if let role = s["media-role"]?.stringValue, !role.isEmpty { line += "  role \(role)" }
-    if let session = s["session"], case .objectPath(let p) = session, p != "/" { line += "  session \(p.split(separator: "/").last ?? "")" }
+    if let session = s["session"], case .objectPath(let p) = session, p != "/" {
+        line += "  session \(p.split(separator: "/").last ?? "")"
+    }
     var flags: [String] = []
     if s["policy-muted"]?.boolValue == true { flags.append("silenced") }
     if let d = s["duck-factor"]?.doubleValue, d < 1 { flags.append(String(format: "ducked×%.2f", d)) }
@@ -240,7 +253,8 @@ func describe(stream s: [String: DBusValue]) -> String {
 
 extension Audioctl {
     struct Status: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Server, silent mode, primary audio, sessions and streams.")
+        static let configuration = CommandConfiguration(
+            abstract: "Server, silent mode, primary audio, sessions and streams.")
         @OptionGroup var options: BusOptions
         @Flag(help: "One JSON object instead of text.") var json = false
 
@@ -261,14 +275,22 @@ extension Audioctl {
                 let connected = m["ServerConnected"]?.boolValue == true
                 print("server:   \(m["ServerName"]?.stringValue ?? "?")\(connected ? "" : " (not connected)")")
                 print("silent:   \(m["SilentMode"]?.boolValue == true ? "on" : "off")")
-                let primary: String = { if case .objectPath(let p)? = m["PrimaryAudioSession"], p != "/" { return "session " + (p.split(separator: "/").last.map(String.init) ?? p) } else { return "none" } }()
+                let primary: String = {
+                    if case .objectPath(let p)? = m["PrimaryAudioSession"], p != "/" {
+                        return "session " + (p.split(separator: "/").last.map(String.init) ?? p)
+                    } else {
+                        return "none"
+                    }
+                }()
                 print("primary:  \(primary)")
                 print("duck:     \(m["DuckLevel"]?.doubleValue.map { String(format: "%.2f", $0) } ?? "?")")
                 print("call:     \(m["CallState"]?.stringValue ?? "?")")
                 print("screen:   \(m["ScreenLocked"]?.boolValue == true ? "locked" : "unlocked")")
                 // What audiod follows: "why did my game go quiet?" may be the lock screen or the phone's profile.
                 let found = platform.filter { $0["found"]?.boolValue == true }
-                print("follows:  \(found.isEmpty ? "nothing of the platform" : found.compactMap { $0["name"]?.stringValue }.joined(separator: ", "))")
+                print(
+                    "follows:  \(found.isEmpty ? "nothing of the platform" : found.compactMap { $0["name"]?.stringValue }.joined(separator: ", "))"
+                )
                 for p in platform {
                     let name = p["name"]?.stringValue ?? "?"
                     print("  \(name) (\(p["bus"]?.stringValue ?? "?") bus): \(p["detail"]?.stringValue ?? "")")
@@ -319,20 +341,21 @@ extension Audioctl {
             try await options.connected { c in
                 let list = try await sessions(c)
                 if json {
-                    printJSON(list.map { s -> [String: Any] in
-                        let id = s["Identity"]?.propertyMap ?? [:]
-                        var state = s["Active"]?.boolValue == true ? "active" : "inactive"
-                        if s["Interrupted"]?.boolValue == true { state = "interrupted" }
-                        return [
-                            "session": s.path, "app-id": id["app-id"]?.stringValue ?? "",
-                            "source": id["source"]?.stringValue ?? "",
-                            "desktop-entry": id["desktop-entry"]?.stringValue ?? "",
-                            "category": s["Category"]?.stringValue ?? "", "mode": s["Mode"]?.stringValue ?? "",
-                            "implicit": s["Implicit"]?.boolValue ?? false, "state": state,
-                            "streams": plain(s["Streams"] ?? .array(element: "u", [])),
-                            "category-reason": id["category-reason"]?.stringValue ?? "",
-                        ]
-                    })
+                    printJSON(
+                        list.map { s -> [String: Any] in
+                            let id = s["Identity"]?.propertyMap ?? [:]
+                            var state = s["Active"]?.boolValue == true ? "active" : "inactive"
+                            if s["Interrupted"]?.boolValue == true { state = "interrupted" }
+                            return [
+                                "session": s.path, "app-id": id["app-id"]?.stringValue ?? "",
+                                "source": id["source"]?.stringValue ?? "",
+                                "desktop-entry": id["desktop-entry"]?.stringValue ?? "",
+                                "category": s["Category"]?.stringValue ?? "", "mode": s["Mode"]?.stringValue ?? "",
+                                "implicit": s["Implicit"]?.boolValue ?? false, "state": state,
+                                "streams": plain(s["Streams"] ?? .array(element: "u", [])),
+                                "category-reason": id["category-reason"]?.stringValue ?? "",
+                            ]
+                        })
                     return
                 }
                 for s in list {
@@ -348,17 +371,24 @@ extension Audioctl {
     }
 
     struct Streams: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Every playback and record stream, with what audiod does to it.")
+        static let configuration = CommandConfiguration(
+            abstract: "Every playback and record stream, with what audiod does to it.")
         @OptionGroup var options: BusOptions
         @Flag(help: "JSON, one array.") var json = false
 
         func run() async throws {
             try await options.connected { c in
                 guard let st = try await streams(c) else {
-                    throw Failure.daemon(AudiodError(name: "org.audiod.AudioSession1.Error.ServerUnavailable",
-                                                     message: "audiod is not connected to the sound server right now"))
+                    throw Failure.daemon(
+                        AudiodError(
+                            name: "org.audiod.AudioSession1.Error.ServerUnavailable",
+                            message: "audiod is not connected to the sound server right now"))
                 }
-                if json { printJSON(st.map { $0.mapValues(plain) }) } else { for s in st { print(describe(stream: s)) } }
+                if json {
+                    printJSON(st.map { $0.mapValues(plain) })
+                } else {
+                    for s in st { print(describe(stream: s)) }
+                }
             }
         }
     }
@@ -373,10 +403,12 @@ enum Words {
 
 /// `--mode` and `--option`, as set-category and run take them.
 struct ModeAndOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
+    @Option(
+        help: ArgumentHelp("The mode: one of the category's modes.", valueName: "mode"), completion: .list(Words.modes))
     var mode = "default"
-    @Option(name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
-            completion: .list(Words.options))
+    @Option(
+        name: .customLong("option"), help: ArgumentHelp("A category option; repeat for several.", valueName: "option"),
+        completion: .list(Words.options))
     var options: [String] = []
 
     /// What audiod would refuse in this configuration, checked before anything is asked or made.
@@ -386,9 +418,10 @@ struct ModeAndOptions: ParsableArguments {
 /// Which session a verb acts on: the session audioctl made for `--pid` (found with `FindSession`), or for
 /// audioctl's parent process, the calling shell.
 struct TargetOptions: ParsableArguments {
-    @Option(help: ArgumentHelp(
-        "Act on the session audioctl made for this process; without it, the calling shell's. It never makes one: to change how an app is treated, use set-category --app.",
-        valueName: "pid"))
+    @Option(
+        help: ArgumentHelp(
+            "Act on the session audioctl made for this process; without it, the calling shell's. It never makes one: to change how an app is treated, use set-category --app.",
+            valueName: "pid"))
     var pid: Int32?
 
     func validate() throws {
@@ -403,11 +436,12 @@ struct TargetOptions: ParsableArguments {
     /// The session audioctl made for the target earlier, or nil.
     func existing(_ c: AudiodConnection) async throws(AudiodError) -> AudioSession? {
         do {
-            let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "FindSession",
-                                       [.uint32(UInt32(bitPattern: targetPID))])
+            let out = try await c.call(
+                AudiodConnection.managerPath, AudiodConnection.managerInterface, "FindSession",
+                [.uint32(UInt32(bitPattern: targetPID))])
             if case .objectPath(let p)? = out.first { return AudioSession(connection: c, path: p) }
             return nil
-        } catch where error.code == .noSuchSession {
+        } catch  where error.code == .noSuchSession {
             return nil
         }
     }
@@ -420,8 +454,13 @@ struct TargetOptions: ParsableArguments {
 
     var noSession: Failure {
         pid == nil
-            ? .cannot(.noSuchSession, "\(whose) has no session made by audioctl; make one with `audioctl set-category CATEGORY`")
-            : .cannot(.noSuchSession, "pid \(targetPID) has no session made by audioctl, and --pid acts only on those; to change how an app is treated, use `audioctl set-category CATEGORY --app NAME` (`audioctl apps` shows each app's name)")
+            ? .cannot(
+                .noSuchSession,
+                "\(whose) has no session made by audioctl; make one with `audioctl set-category CATEGORY`")
+            : .cannot(
+                .noSuchSession,
+                "pid \(targetPID) has no session made by audioctl, and --pid acts only on those; to change how an app is treated, use `audioctl set-category CATEGORY --app NAME` (`audioctl apps` shows each app's name)"
+            )
     }
 }
 
@@ -429,7 +468,8 @@ extension Audioctl {
     struct SetCategory: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "set-category",
-            abstract: "Set the category of an app (a rule), of the session audioctl made for a process, or of the calling shell.",
+            abstract:
+                "Set the category of an app (a rule), of the session audioctl made for a process, or of the calling shell.",
             discussion: """
                 With --app, a rule for every stream of that app, kept across restarts (`audioctl rules` lists them). \
                 With --pid, the session audioctl made earlier for that process. With neither, the calling shell's \
@@ -437,11 +477,15 @@ extension Audioctl {
                 when a value is refused.
                 """)
         @OptionGroup var options: BusOptions
-        @Argument(help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
-                  completion: .list(Words.categories))
+        @Argument(
+            help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
+            completion: .list(Words.categories))
         var category: String
         @OptionGroup var modeAndOptions: ModeAndOptions
-        @Option(help: ArgumentHelp("A rule for this application: its app id, program or application.name, as `audioctl apps` shows it.", valueName: "name"))
+        @Option(
+            help: ArgumentHelp(
+                "A rule for this application: its app id, program or application.name, as `audioctl apps` shows it.",
+                valueName: "name"))
         var app: String?
         @OptionGroup var target: TargetOptions
 
@@ -455,8 +499,12 @@ extension Audioctl {
             if let r = modeAndOptions.refusal(category: category) { try fail(.refused(r)) }
             try await options.connected { c in
                 if let app {
-                    _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "SetApplicationCategory",
-                                         [.string(app), .string(category), .string(modeAndOptions.mode), .strings(modeAndOptions.options)])
+                    _ = try await c.call(
+                        AudiodConnection.managerPath, AudiodConnection.managerInterface, "SetApplicationCategory",
+                        [
+                            .string(app), .string(category), .string(modeAndOptions.mode),
+                            .strings(modeAndOptions.options),
+                        ])
                     print("rule: \(app) → \(category)")
                     return
                 }
@@ -474,7 +522,9 @@ extension Audioctl {
                     try? await s.release()
                     throw error
                 }
-                print("session \(s.id) made for \(target.whose): every program this shell starts plays in it, until the shell exits or `audioctl release`")
+                print(
+                    "session \(s.id) made for \(target.whose): every program this shell starts plays in it, until the shell exits or `audioctl release`"
+                )
                 print("session \(s.id) (pid \(target.targetPID)) → \(category)")
             }
         }
@@ -536,7 +586,9 @@ extension Audioctl {
     struct Silent: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "The silent switch: on, off, toggle or status.")
         @OptionGroup var options: BusOptions
-        @Argument(help: ArgumentHelp("on, off, toggle or status.", valueName: "action"), completion: .list(["on", "off", "toggle", "status"]))
+        @Argument(
+            help: ArgumentHelp("on, off, toggle or status.", valueName: "action"),
+            completion: .list(["on", "off", "toggle", "status"]))
         var action = "status"
 
         func validate() throws {
@@ -547,7 +599,9 @@ extension Audioctl {
 
         func run() async throws {
             try await options.connected { c in
-                let current = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "SilentMode").boolValue ?? false
+                let current =
+                    try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "SilentMode")
+                    .boolValue ?? false
                 let wanted: Bool
                 switch action {
                 case "on": wanted = true
@@ -557,7 +611,8 @@ extension Audioctl {
                     print(current ? "on" : "off")
                     return
                 }
-                try await c.setProperty(AudiodConnection.managerPath, AudiodConnection.managerInterface, "SilentMode", .bool(wanted))
+                try await c.setProperty(
+                    AudiodConnection.managerPath, AudiodConnection.managerInterface, "SilentMode", .bool(wanted))
                 print(wanted ? "on" : "off")
             }
         }
@@ -579,17 +634,29 @@ extension Audioctl {
             var wanted: Double?
             if let level {
                 guard let x = Double(level) else {
-                    try fail(.cannot(.invalidOption, "duck level '\(level)' is not a number; it must be greater than 0 and less than 1 (e.g. 0.2)"))
+                    try fail(
+                        .cannot(
+                            .invalidOption,
+                            "duck level '\(level)' is not a number; it must be greater than 0 and less than 1 (e.g. 0.2)"
+                        ))
                 }
                 if let r = Refusal.check(duckLevel: x) { try fail(.refused(r)) }
                 wanted = x
             }
             try await options.connected { c in
                 if let wanted {
-                    try await c.setProperty(AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel", .double(wanted))
-                    print(String(format: "duck level %.2f (%.1f dB) until audiod reloads its config; to keep it, set duck-level in audiod.toml", wanted, 20 * log10(wanted)))
+                    try await c.setProperty(
+                        AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel", .double(wanted))
+                    print(
+                        String(
+                            format:
+                                "duck level %.2f (%.1f dB) until audiod reloads its config; to keep it, set duck-level in audiod.toml",
+                            wanted, 20 * log10(wanted)))
                 } else {
-                    let x = try await c.property(AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel").doubleValue ?? 0
+                    let x =
+                        try await c.property(
+                            AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel"
+                        ).doubleValue ?? 0
                     print(String(format: "%.2f (%.1f dB)", x, 20 * log10(x)))
                 }
             }
@@ -612,7 +679,9 @@ extension Audioctl {
 
     struct Rules: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "List app rules with where each comes from, or remove one set with audioctl: rules [list] | rules remove APP.")
+            abstract:
+                "List app rules with where each comes from, or remove one set with audioctl: rules [list] | rules remove APP."
+        )
         @OptionGroup var options: BusOptions
         @Argument(help: ArgumentHelp("list or remove.", valueName: "action"), completion: .list(["list", "remove"]))
         var action = "list"
@@ -629,14 +698,28 @@ extension Audioctl {
 
         func run() async throws {
             try await options.connected { c in
-                let out = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListApplicationRules")
-                let rules: [[String: DBusValue]] = { if case .array(_, let items)? = out.first { return items.compactMap(\.propertyMap) } else { return [] } }()
+                let out = try await c.call(
+                    AudiodConnection.managerPath, AudiodConnection.managerInterface, "ListApplicationRules")
+                let rules: [[String: DBusValue]] = {
+                    if case .array(_, let items)? = out.first {
+                        return items.compactMap(\.propertyMap)
+                    } else {
+                        return []
+                    }
+                }()
                 if action == "remove", let application {
                     // A config rule lives in its file: say which, rather than audiod's bare "no rule".
-                    if let r = rules.first(where: { $0["application"]?.stringValue == application && $0["source"]?.stringValue == "config" }) {
-                        throw Failure.cannot(.noSuchRule, "the rule for '\(application)' comes from \(where_(r)); change it there, then run `audioctl reload`")
+                    if let r = rules.first(where: {
+                        $0["application"]?.stringValue == application && $0["source"]?.stringValue == "config"
+                    }) {
+                        throw Failure.cannot(
+                            .noSuchRule,
+                            "the rule for '\(application)' comes from \(location(r)); change it there, then run `audioctl reload`"
+                        )
                     }
-                    _ = try await c.call(AudiodConnection.managerPath, AudiodConnection.managerInterface, "RemoveApplicationCategory", [.string(application)])
+                    _ = try await c.call(
+                        AudiodConnection.managerPath, AudiodConnection.managerInterface, "RemoveApplicationCategory",
+                        [.string(application)])
                     print("removed: \(application)")
                     return
                 }
@@ -648,13 +731,13 @@ extension Audioctl {
                     var line = "\(r["application"]?.stringValue ?? "")  \(r["category"]?.stringValue ?? "")"
                     if let m = r["mode"]?.stringValue, m != "default" { line += "/\(m)" }
                     if let o = r["options"]?.stringArray, !o.isEmpty { line += " [\(o.joined(separator: ","))]" }
-                    line += "  " + (r["source"]?.stringValue == "config" ? "from \(where_(r))" : "set with audioctl")
+                    line += "  " + (r["source"]?.stringValue == "config" ? "from \(location(r))" : "set with audioctl")
                     print(line)
                 }
             }
         }
 
-        func where_(_ r: [String: DBusValue]) -> String {
+        func location(_ r: [String: DBusValue]) -> String {
             "\(r["file"]?.stringValue ?? "the config file")\(r["line"]?.uint32Value.map { ":\($0)" } ?? "")"
         }
     }
@@ -686,7 +769,10 @@ enum Main {
         var i = 0
         while i < args.count {
             let a = args[i]
-            if a == "--bus" { i += 2; continue }
+            if a == "--bus" {
+                i += 2
+                continue
+            }
             if a.hasPrefix("-") { return nil }
             return verbs.contains(a) ? nil : a
         }
@@ -701,7 +787,8 @@ enum Main {
 
     /// Levenshtein distance.
     static func distance(_ a: String, _ b: String) -> Int {
-        let x = Array(a), y = Array(b)
+        let x = Array(a)
+        let y = Array(b)
         var row = Array(0...y.count)
         for i in x.indices {
             var diagonal = row[0]

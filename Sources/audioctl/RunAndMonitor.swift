@@ -15,8 +15,9 @@ extension Audioctl {
                 killed, 127 when it cannot be found, 126 when it cannot be executed.
                 """)
         @OptionGroup var options: BusOptions
-        @Option(help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
-                completion: .list(Words.categories))
+        @Option(
+            help: ArgumentHelp("One of: \(Words.categories.joined(separator: ", ")).", valueName: "category"),
+            completion: .list(Words.categories))
         var category: String
         @OptionGroup var modeAndOptions: ModeAndOptions
         @Argument(parsing: .captureForPassthrough, help: "-- COMMAND [ARGUMENT …]") var command: [String] = []
@@ -59,7 +60,8 @@ extension Audioctl {
 
     struct Monitor: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print audiod's events as they happen: interruptions, hints, route changes, sessions, properties.",
+            abstract:
+                "Print audiod's events as they happen: interruptions, hints, route changes, sessions, properties.",
             discussion: """
                 Each line starts with the time. When audiod is not running yet, or goes away, monitor says so and \
                 waits for it; when the session bus itself goes away, it exits with status 2. With --json, one object \
@@ -80,8 +82,9 @@ extension Audioctl {
                 for await e in events {
                     if e.member == "NameOwnerChanged" {
                         let back = e.arguments.last?.stringValue?.isEmpty == false
-                        emit(["event": back ? "audiod-started" : "audiod-stopped"],
-                             back ? "audiod is back" : "audiod went away; waiting for it to come back")
+                        emit(
+                            ["event": back ? "audiod-started" : "audiod-stopped"],
+                            back ? "audiod is back" : "audiod went away; waiting for it to come back")
                         continue
                     }
                     emit(Self.object(e), Self.line(e))
@@ -119,7 +122,8 @@ extension Audioctl {
         }
 
         static func sessionID(_ path: String) -> Any {
-            path.hasPrefix(AudiodConnection.managerPath + "/session/") ? (UInt64(path.split(separator: "/").last ?? "") ?? 0) as Any : NSNull()
+            path.hasPrefix(AudiodConnection.managerPath + "/session/")
+                ? (UInt64(path.split(separator: "/").last ?? "") ?? 0) as Any : NSNull()
         }
 
         /// An event as `monitor --json` prints it: its name in kebab-case, the session it concerns, its values.
@@ -146,7 +150,11 @@ extension Audioctl {
                 o["properties"] = kebabObject(a.dropFirst().first?.propertyMap ?? [:])
             case "InterruptionBegan":
                 o["reason"] = a.first?.stringValue ?? ""
-                if case .objectPath(let i)? = a.last?.propertyMap?["interrupter"] { o["interrupter"] = sessionID(i) } else { o["interrupter"] = NSNull() }
+                if case .objectPath(let i)? = a.last?.propertyMap?["interrupter"] {
+                    o["interrupter"] = sessionID(i)
+                } else {
+                    o["interrupter"] = NSNull()
+                }
             case "InterruptionEnded":
                 o["should-resume"] = a.first?.boolValue ?? false
             case "SilenceSecondaryAudioHint":
@@ -163,7 +171,8 @@ extension Audioctl {
         }
 
         static func who(_ path: String) -> String {
-            path == AudiodConnection.managerPath ? "audiod" : "session " + (path.split(separator: "/").last.map(String.init) ?? path)
+            path == AudiodConnection.managerPath
+                ? "audiod" : "session " + (path.split(separator: "/").last.map(String.init) ?? path)
         }
 
         static func line(_ e: AudiodSignal) -> String {
@@ -175,7 +184,8 @@ extension Audioctl {
                     guard case .dict(_, _, let ifaces)? = a.last else { return [:] }
                     return ifaces.first { $0.0 == .string(AudiodConnection.sessionInterface) }?.1.propertyMap ?? [:]
                 }()
-                return "\(who(path)) added: \(props["ApplicationName"]?.stringValue ?? "") pid \(props["ProcessID"]?.uint32Value ?? 0) \(props["Category"]?.stringValue ?? "")\(props["Implicit"]?.boolValue == true ? " implicit" : "")"
+                return
+                    "\(who(path)) added: \(props["ApplicationName"]?.stringValue ?? "") pid \(props["ProcessID"]?.uint32Value ?? 0) \(props["Category"]?.stringValue ?? "")\(props["Implicit"]?.boolValue == true ? " implicit" : "")"
             case "InterfacesRemoved":
                 let path: String = { if case .objectPath(let p)? = a.first { return p } else { return "?" } }()
                 return "\(who(path)) removed"
@@ -188,12 +198,14 @@ extension Audioctl {
                 if case .objectPath(let i)? = a.last?.propertyMap?["interrupter"] { s += " by \(who(i))" }
                 return s
             case "InterruptionEnded":
-                return "\(who(e.path)) interruption ended: \(a.first?.boolValue == true ? "should resume" : "should not resume")"
+                return
+                    "\(who(e.path)) interruption ended: \(a.first?.boolValue == true ? "should resume" : "should not resume")"
             case "SilenceSecondaryAudioHint":
                 return "\(who(e.path)) secondary audio hint: \(a.first?.stringValue ?? "")"
             case "RouteChanged":
                 let d = a.last?.propertyMap ?? [:]
-                return "\(who(e.path)) route changed: \(a.first?.stringValue ?? "") \(d["previous-device"]?.stringValue ?? "-") → \(d["current-device"]?.stringValue ?? "-")"
+                return
+                    "\(who(e.path)) route changed: \(a.first?.stringValue ?? "") \(d["previous-device"]?.stringValue ?? "-") → \(d["current-device"]?.stringValue ?? "-")"
             default:
                 return "\(who(e.path)) \(e.member) \(a.map(describeValue).joined(separator: " "))"
             }
@@ -283,8 +295,10 @@ final class ForegroundChild: @unchecked Sendable {
         guard rc == 0 else {
             forwardTo.store(0, ordering: .sequentiallyConsistent)
             for sig in Self.forwarded { signal(sig, SIG_DFL) }
-            throw Failure.daemon(AudiodError(
-                name: "org.freedesktop.DBus.Error.Failed", message: "cannot run \(argv[0]): \(String(cString: strerror(rc)))"))
+            throw Failure.daemon(
+                AudiodError(
+                    name: "org.freedesktop.DBus.Error.Failed",
+                    message: "cannot run \(argv[0]): \(String(cString: strerror(rc)))"))
         }
         self.pid = pid
         if interactive {

@@ -1,7 +1,7 @@
+import ArgumentParser
 import AudioPolicy
 import AudiodConfig
 import AudiodCore
-import ArgumentParser
 import DBusService
 import Dispatch
 import FoundationEssentials
@@ -15,7 +15,8 @@ import PulseBackend
 struct Audiod: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audiod",
-        abstract: "Audio-session arbitration daemon: categories, interruptions and ducking for PulseAudio and PipeWire.",
+        abstract:
+            "Audio-session arbitration daemon: categories, interruptions and ducking for PulseAudio and PipeWire.",
         discussion: """
             audiod connects to the user's sound server (libpulse's default, or --server) and enforces the audio \
             session policy on its streams. SIGTERM or SIGINT restore every stream it changed; after a crash, \
@@ -24,49 +25,65 @@ struct Audiod: ParsableCommand {
             """,
         version: Release.version)
 
-    @Option(help: ArgumentHelp("Sound server address (as PULSE_SERVER), e.g. unix:/run/user/1000/pulse/native.", valueName: "address"))
+    @Option(
+        help: ArgumentHelp(
+            "Sound server address (as PULSE_SERVER), e.g. unix:/run/user/1000/pulse/native.", valueName: "address"))
     var server: String?
 
-    @Option(help: ArgumentHelp("D-Bus address of the bus to serve on (default: the session bus, $DBUS_SESSION_BUS_ADDRESS).", valueName: "address"))
+    @Option(
+        help: ArgumentHelp(
+            "D-Bus address of the bus to serve on (default: the session bus, $DBUS_SESSION_BUS_ADDRESS).",
+            valueName: "address"))
     var bus: String?
 
-    @Option(help: ArgumentHelp(
-        "Config file (default: the first of $XDG_CONFIG_HOME/audiod/audiod.toml, /etc/xdg/audiod/audiod.toml; none: built-in settings). SIGHUP re-reads it.",
-        valueName: "path"))
+    @Option(
+        help: ArgumentHelp(
+            "Config file (default: the first of $XDG_CONFIG_HOME/audiod/audiod.toml, /etc/xdg/audiod/audiod.toml; none: built-in settings). SIGHUP re-reads it.",
+            valueName: "path"))
     var config: String?
 
-    @Option(help: ArgumentHelp("Saved state: silent mode and D-Bus app rules (default: $XDG_STATE_HOME/audiod/state.json).", valueName: "path"))
+    @Option(
+        help: ArgumentHelp(
+            "Saved state: silent mode and D-Bus app rules (default: $XDG_STATE_HOME/audiod/state.json).",
+            valueName: "path"))
     var state: String?
 
     @Option(help: ArgumentHelp("Journal file (default: $XDG_RUNTIME_DIR/audiod/journal).", valueName: "path"))
     var journal: String?
 
-    @Option(help: ArgumentHelp(
-        "Write the interface XML (org.audiod.AudioSession1.Manager.xml, …Session.xml) into this directory and exit.",
-        valueName: "dir", visibility: .hidden))
+    @Option(
+        help: ArgumentHelp(
+            "Write the interface XML (org.audiod.AudioSession1.Manager.xml, …Session.xml) into this directory and exit.",
+            valueName: "dir", visibility: .hidden))
     var dumpInterfaces: String?
 
-    @Option(help: ArgumentHelp(
-        "How long the session bus may read nothing of what audiod sends before audiod restores every stream and exits (default: 60).",
-        valueName: "seconds", visibility: .hidden))
+    @Option(
+        help: ArgumentHelp(
+            "How long the session bus may read nothing of what audiod sends before audiod restores every stream and exits (default: 60).",
+            valueName: "seconds", visibility: .hidden))
     var busStallSeconds: Double = 60
 
-    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
+    @Option(
+        help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error or critical.", valueName: "level"))
     var logLevel: String = "info"
 
-    @Flag(help: ArgumentHelp(
-        "Undo what the journal records (mutes, volumes, restore-database entries) and exit, without serving on the bus. The user unit runs it after audiod stops, so that a crash leaves nothing muted."))
+    @Flag(
+        help: ArgumentHelp(
+            "Undo what the journal records (mutes, volumes, restore-database entries) and exit, without serving on the bus. The user unit runs it after audiod stops, so that a crash leaves nothing muted."
+        ))
     var restore = false
 
     func validate() throws {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError(
-                "log level '\(logLevel)' is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+                "log level '\(logLevel)' is not one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))"
+            )
         }
         if let server, server.isEmpty { throw ValidationError("--server must not be empty") }
         if let bus, bus.isEmpty { throw ValidationError("--bus must not be empty") }
         guard busStallSeconds.isFinite, busStallSeconds > 0, busStallSeconds <= 3600 else {
-            throw ValidationError("--bus-stall-seconds must be a number of seconds from 0 to 3600, not \(busStallSeconds)")
+            throw ValidationError(
+                "--bus-stall-seconds must be a number of seconds from 0 to 3600, not \(busStallSeconds)")
         }
     }
 
@@ -143,4 +160,3 @@ struct Audiod: ParsableCommand {
         }
     }
 }
-

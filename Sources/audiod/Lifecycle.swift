@@ -53,7 +53,8 @@ struct Lifecycle {
     /// Runs until SIGTERM/SIGINT (or the bus going away), then restores every stream it changed and returns.
     func run() throws {
         if let journal = options.journalPath, Self.lock(Self.lockPath(journal: journal)) == nil {
-            throw Failure(description: "another audiod holds \(Self.lockPath(journal: journal)): only one may enforce at a time")
+            throw Failure(
+                description: "another audiod holds \(Self.lockPath(journal: journal)): only one may enforce at a time")
         }
         // Taken only by sigwait on this thread: blocked here before any other thread exists, and threads inherit
         // the mask. SIGUSR1 is audiod's own "the bus went away", SIGUSR2 "the bus reads nothing".
@@ -87,7 +88,11 @@ struct Lifecycle {
                 serviceBox.service = service
                 arbiter.onStep = { _, effects in service.publish(effects) }
                 arbiter.onServerStatus = { info in
-                    if let info { log.info("enforcing on \(info.name)") } else { log.warning("sound server gone; reconnecting") }
+                    if let info {
+                        log.info("enforcing on \(info.name)")
+                    } else {
+                        log.warning("sound server gone; reconnecting")
+                    }
                     service.serverStatusChanged()
                 }
                 bus.onDisconnect = {
@@ -95,7 +100,9 @@ struct Lifecycle {
                     kill(getpid(), SIGUSR1)
                 }
                 bus.onBacklog = { bytes in
-                    log.warning("the session bus is slow to read: \(bytes) bytes are queued for it; enforcement goes on, and the queue is kept for up to \(bounds.withoutProgressNanoseconds / 1_000_000_000) s without progress or \(bounds.queuedBytes >> 20) MB")
+                    log.warning(
+                        "the session bus is slow to read: \(bytes) bytes are queued for it; enforcement goes on, and the queue is kept for up to \(bounds.withoutProgressNanoseconds / 1_000_000_000) s without progress or \(bounds.queuedBytes >> 20) MB"
+                    )
                 }
                 bus.onStalled = { why in
                     // Everything stays queued until here; past the bound, serving is over. The streams are restored
@@ -162,7 +169,8 @@ struct Lifecycle {
     /// Stopping in phases (docs/API.md): stop deciding → restore → wait for the server (bounded) → release the name
     /// and write what is queued for the bus (at most 1 s; not at all when the bus is gone or reads nothing) → close
     /// the connection, on the loop thread, before the loop ends.
-    private func stop(_ arbiter: LoopBound<Arbiter>, _ loop: MainLoop, _ bound: LoopBound<ServiceBox>, waitForBus: Bool) {
+    private func stop(_ arbiter: LoopBound<Arbiter>, _ loop: MainLoop, _ bound: LoopBound<ServiceBox>, waitForBus: Bool)
+    {
         let done = DispatchSemaphore(value: 0)
         loop.execute {
             let box = bound.value

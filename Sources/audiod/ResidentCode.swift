@@ -22,7 +22,8 @@ enum ResidentCode {
             let f = line.split(separator: " ", omittingEmptySubsequences: true)
             guard f.count >= 6, f[1] == "r-xp", f[5...].joined(separator: " ") == path else { continue }
             let range = f[0].split(separator: "-")
-            guard range.count == 2, let start = UInt(range[0], radix: 16), let end = UInt(range[1], radix: 16), end > start,
+            guard range.count == 2, let start = UInt(range[0], radix: 16), let end = UInt(range[1], radix: 16),
+                end > start,
                 let address = UnsafeMutableRawPointer(bitPattern: start)
             else { continue }
             body(address, Int(end - start))

@@ -28,7 +28,11 @@ import Testing
                 },
                 facts: { pid, chain, appID, flatpak in
                     self.factReads += 1
-                    return (ProcessFacts(pid: pid, chain: chain, flatpakID: flatpak, applicationID: appID, program: "game-\(pid)"), [])
+                    return (
+                        ProcessFacts(
+                            pid: pid, chain: chain, flatpakID: flatpak, applicationID: appID, program: "game-\(pid)"),
+                        []
+                    )
                 })
         }
     }
@@ -50,7 +54,8 @@ import Testing
     func burstReadsOnce() {
         var (t, id) = Self.identifier(starts: [100: 5])
         for i in 0..<20 {
-            let found = id.identify(Self.props(pid: 100), client: 7, clientVouches: false, now: UInt64(i) * 10 * Self.ms)
+            let found = id.identify(
+                Self.props(pid: 100), client: 7, clientVouches: false, now: UInt64(i) * 10 * Self.ms)
             #expect(found.host.pid == 100)
             #expect(found.chain == [100, 1])
         }
@@ -128,11 +133,16 @@ import Testing
         _ = id.identify(Self.props(pid: 1100), client: nil, clientVouches: false, now: Self.ms)
         #expect(id.keptCount == 1, "none had expired: all went, the new one stays")
         for i in 1..<StreamIdentifier.keptAtMost {
-            _ = id.identify(Self.props(pid: 1100 + UInt32(i)), client: nil, clientVouches: false, now: StreamIdentifier.keepNanoseconds / 2)
+            _ = id.identify(
+                Self.props(pid: 1100 + UInt32(i)), client: nil, clientVouches: false,
+                now: StreamIdentifier.keepNanoseconds / 2)
         }
         #expect(id.keptCount == StreamIdentifier.keptAtMost)
-        _ = id.identify(Self.props(pid: 1199), client: nil, clientVouches: false, now: StreamIdentifier.keepNanoseconds + 2 * Self.ms)
-        #expect(id.keptCount == StreamIdentifier.keptAtMost, "the first, expired, went; the 63 of half a second ago stay")
+        _ = id.identify(
+            Self.props(pid: 1199), client: nil, clientVouches: false,
+            now: StreamIdentifier.keepNanoseconds + 2 * Self.ms)
+        #expect(
+            id.keptCount == StreamIdentifier.keptAtMost, "the first, expired, went; the 63 of half a second ago stay")
     }
 
     @Test("new desktop entries forget every kept answer")

@@ -1,5 +1,6 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// docs/POLICY.md §1–§3 as scripts: each step asserts the exact effects.
 @Suite struct ActivationScenarioTests {
@@ -9,34 +10,40 @@ import Testing
         var h = Harness()
         let a = h.session(pid: 10, "playback")
         #expect(h.activate(a) == [.sessionPropertiesChanged(a, [.active(true)]), h.ok])
-        #expect(h.play(1, pid: 10) == [
-            .sessionPropertiesChanged(a, [.streams([1])]),
-            .managerPropertiesChanged([.otherAudioPlaying(true), .primaryAudioSession(a)]),
-        ])
+        #expect(
+            h.play(1, pid: 10) == [
+                .sessionPropertiesChanged(a, [.streams([1])]),
+                .managerPropertiesChanged([.otherAudioPlaying(true), .primaryAudioSession(a)]),
+            ])
         let b = h.session(pid: 20, "playback")
-        #expect(h.activate(b) == [
-            .setStreamMute(.playback(1), true),
-            .signal(a, .interruptionBegan(.default, interrupter: b)),
-            .sessionPropertiesChanged(a, [.active(false), .interrupted(true), .secondaryAudioShouldBeSilencedHint(true)]),
-            // B was made while A played; nothing plays now, but B takes over primary audio until its first sound
-            // (§5 "Handovers"): A gets the hint, B loses it.
-            .sessionPropertiesChanged(b, [
-                .active(true), .secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false),
-            ]),
-            .managerPropertiesChanged([.otherAudioPlaying(false), .primaryAudioSession(b)]),
-            .scheduleTimer(.handover(b), afterNanoseconds: 2_000_000_000),
-            h.ok,
-        ])
+        #expect(
+            h.activate(b) == [
+                .setStreamMute(.playback(1), true),
+                .signal(a, .interruptionBegan(.default, interrupter: b)),
+                .sessionPropertiesChanged(
+                    a, [.active(false), .interrupted(true), .secondaryAudioShouldBeSilencedHint(true)]),
+                // B was made while A played; nothing plays now, but B takes over primary audio until its first sound
+                // (§5 "Handovers"): A gets the hint, B loses it.
+                .sessionPropertiesChanged(
+                    b,
+                    [
+                        .active(true), .secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false),
+                    ]),
+                .managerPropertiesChanged([.otherAudioPlaying(false), .primaryAudioSession(b)]),
+                .scheduleTimer(.handover(b), afterNanoseconds: 2_000_000_000),
+                h.ok,
+            ])
         _ = h.echo([.setStreamMute(.playback(1), true)])
         _ = h.play(2, pid: 20)
         // Without notify: A is told it may not resume and stays silenced.
-        #expect(h.deactivate(b) == [
-            .signal(a, .interruptionEnded(shouldResume: false)),
-            .sessionPropertiesChanged(a, [.interrupted(false), .secondaryAudioShouldBeSilencedHint(false)]),
-            .sessionPropertiesChanged(b, [.active(false)]),
-            .managerPropertiesChanged([.primaryAudioSession(nil)]),
-            h.ok,
-        ])
+        #expect(
+            h.deactivate(b) == [
+                .signal(a, .interruptionEnded(shouldResume: false)),
+                .sessionPropertiesChanged(a, [.interrupted(false), .secondaryAudioShouldBeSilencedHint(false)]),
+                .sessionPropertiesChanged(b, [.active(false)]),
+                .managerPropertiesChanged([.primaryAudioSession(nil)]),
+                h.ok,
+            ])
         #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
         // Its own SetActive(true) brings it back (and interrupts nobody: B is inactive).
         #expect(streamOps(h.activate(a)) == [.setStreamMute(.playback(1), false)])
@@ -53,10 +60,11 @@ import Testing
         let call = h.session(pid: 20, "play-and-record", mode: "voice-chat")
         let effects = h.activate(call)
         // A call interrupts every active session, mixable or not, with reason call.
-        #expect(signals(effects) == [
-            .signal(music, .interruptionBegan(.call, interrupter: call)),
-            .signal(ambient, .interruptionBegan(.call, interrupter: call)),
-        ])
+        #expect(
+            signals(effects) == [
+                .signal(music, .interruptionBegan(.call, interrupter: call)),
+                .signal(ambient, .interruptionBegan(.call, interrupter: call)),
+            ])
         // The ambient stream was already silenced as secondary audio while the music played (§5).
         #expect(streamOps(effects) == [.setStreamMute(.playback(1), true)])
         #expect(h.engine.streamView(.playback(2))?.policyMuted == true)
@@ -70,10 +78,11 @@ import Testing
         #expect(h.activate(chime).last == h.ok)
         // Hanging up with notify: both get InterruptionEnded(true) and stay silenced until they reactivate.
         let end = h.deactivate(call, notify: true)
-        #expect(signals(end) == [
-            .signal(music, .interruptionEnded(shouldResume: true)),
-            .signal(ambient, .interruptionEnded(shouldResume: true)),
-        ])
+        #expect(
+            signals(end) == [
+                .signal(music, .interruptionEnded(shouldResume: true)),
+                .signal(ambient, .interruptionEnded(shouldResume: true)),
+            ])
         #expect(streamOps(end) == [])
         #expect(streamOps(h.activate(music)) == [.setStreamMute(.playback(1), false)])
     }
@@ -119,12 +128,22 @@ import Testing
         // A new DuckLevel applies at once, from the user's volume.
         let r = h.request()
         let relevel = h.send(.setDuckLevel(r, 0.5))
-        #expect(streamOps(relevel) == [.setStreamVolume(.playback(1), Volume(uniform: Volume.multiply(40000, Volume.fromLinear(0.5))))])
+        #expect(
+            streamOps(relevel) == [
+                .setStreamVolume(.playback(1), Volume(uniform: Volume.multiply(40000, Volume.fromLinear(0.5))))
+            ])
         #expect(relevel.contains(.managerPropertiesChanged([.duckLevel(0.5)])))
         _ = h.echo(relevel)
         // Out of range is refused with a message.
         let bad = h.send(.setDuckLevel(h.request(), 1.5))
-        #expect(bad.count == 1 && bad[0] == .reply(h.lastRequest, .error(.invalidArgs("DuckLevel 1.5 is out of range: it must be greater than 0 and less than 1"))))
+        #expect(
+            bad.count == 1
+                && bad[0]
+                    == .reply(
+                        h.lastRequest,
+                        .error(.invalidArgs("DuckLevel 1.5 is out of range: it must be greater than 0 and less than 1"))
+                    )
+        )
         // Deactivating the ducker restores exactly the user's volume.
         #expect(streamOps(h.deactivate(nav)) == [.setStreamVolume(.playback(1), Volume(uniform: 40000))])
     }
@@ -137,10 +156,11 @@ import Testing
         _ = h.activate(game)
         // Ambient → solo-ambient while active: now non-mixable, it interrupts the music.
         let e = h.setCategory(game, "solo-ambient")
-        #expect(signals(e) == [
-            .signal(music, .interruptionBegan(.default, interrupter: game)),
-            .signal(game, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil)),
-        ])
+        #expect(
+            signals(e) == [
+                .signal(music, .interruptionBegan(.default, interrupter: game)),
+                .signal(game, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil)),
+            ])
         #expect(e.contains(.sessionPropertiesChanged(game, [.category(.soloAmbient), .options([]), .mixable(false)])))
         // During a call, becoming non-mixable is refused and nothing changes.
         let call = h.session(pid: 30, "play-and-record", mode: "voice-chat")
@@ -167,10 +187,11 @@ import Testing
         // waits for the call instead of being told to resume now.
         #expect(signals(h.deactivate(b, notify: true)) == [])
         let end = h.deactivate(call, notify: true)
-        #expect(signals(end) == [
-            .signal(a, .interruptionEnded(shouldResume: true)),
-            .signal(b, .interruptionEnded(shouldResume: true)),
-        ])
+        #expect(
+            signals(end) == [
+                .signal(a, .interruptionEnded(shouldResume: true)),
+                .signal(b, .interruptionEnded(shouldResume: true)),
+            ])
         // At most once per begin.
         #expect(signals(h.deactivate(call, notify: true)) == [])
     }

@@ -1,5 +1,6 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// What audiod left on a stream (an earlier run's journal, a policy value the restore database gave a new stream)
 /// comes in with the stream's report; the engine takes it as its own and decides, so that every write to a stream
@@ -9,9 +10,11 @@ import Testing
 
     @Test func aLeftMuteIsPutBackWhenNothingSilencesTheStream() {
         var h = Harness()
-        let e = h.send(.streamAppeared(StreamInfo(
-            id: .playback(1), processChain: [100], applicationName: "player", role: "music", muted: true,
-            leftByPolicy: Self.leftMute)))
+        let e = h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(1), processChain: [100], applicationName: "player", role: "music", muted: true,
+                    leftByPolicy: Self.leftMute)))
         #expect(streamOps(e) == [.setStreamMute(.playback(1), false)])
         _ = h.echo(e)
         let view = h.engine.streamView(.playback(1))
@@ -29,32 +32,40 @@ import Testing
         _ = h.echo(h.play(1, pid: 10, name: "music"))
         let call = h.session(pid: 30, "play-and-record", mode: "voice-chat")
         _ = h.echo(h.activate(call))
-        let e = h.send(.streamAppeared(StreamInfo(
-            id: .playback(2), processChain: [10], applicationName: "music", muted: true, leftByPolicy: Self.leftMute)))
+        let e = h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(2), processChain: [10], applicationName: "music", muted: true,
+                    leftByPolicy: Self.leftMute)))
         #expect(streamOps(e).isEmpty, "a mute the policy wants was put back and taken again: \(e)")
         #expect(h.engine.streamView(.playback(2))?.policyMuted == true)
         // It is audiod's own now: lifted with the other stream's when the app comes back after the call.
         _ = h.deactivate(call, notify: true)
-        #expect(streamOps(h.activate(music)) == [.setStreamMute(.playback(1), false), .setStreamMute(.playback(2), false)])
+        #expect(
+            streamOps(h.activate(music)) == [.setStreamMute(.playback(1), false), .setStreamMute(.playback(2), false)])
     }
 
     @Test func aLeftDuckIsPutBackToTheUsersVolume() {
         var h = Harness()
         let ducked = Volume(uniform: 13_107)
         let user = Volume(uniform: 50_000)
-        let e = h.send(.streamAppeared(StreamInfo(
-            id: .playback(1), processChain: [100], applicationName: "player", volume: ducked,
-            leftByPolicy: PolicyValues(mute: false, volume: ducked, userVolume: user))))
+        let e = h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(1), processChain: [100], applicationName: "player", volume: ducked,
+                    leftByPolicy: PolicyValues(mute: false, volume: ducked, userVolume: user))))
         #expect(streamOps(e) == [.setStreamVolume(.playback(1), user)])
     }
 
     @Test func valuesTheStreamNoLongerShowsAreNotTaken() {
         var h = Harness()
         // The journal said audiod muted it, but the user has unmuted it since, and set a volume of their own.
-        let e = h.send(.streamAppeared(StreamInfo(
-            id: .playback(1), processChain: [100], applicationName: "player", muted: false,
-            volume: Volume(uniform: 40_000),
-            leftByPolicy: PolicyValues(mute: true, volume: Volume(uniform: 13_107), userVolume: .normal))))
+        let e = h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(1), processChain: [100], applicationName: "player", muted: false,
+                    volume: Volume(uniform: 40_000),
+                    leftByPolicy: PolicyValues(mute: true, volume: Volume(uniform: 13_107), userVolume: .normal))))
         #expect(streamOps(e).isEmpty)
         #expect(h.engine.appliedChanges.isEmpty)
     }
@@ -81,9 +92,11 @@ import Testing
         all += h.play(2, pid: 101, role: "music", name: "b")
         all += h.play(3, pid: 102, role: "phone", name: "call")
         all += h.play(4, pid: 103, role: "game", name: "game")
-        all += h.send(.streamAppeared(StreamInfo(
-            id: .playback(5), processChain: [104], applicationName: "left", role: "video", muted: true,
-            leftByPolicy: Self.leftMute)))
+        all += h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(5), processChain: [104], applicationName: "left", role: "video", muted: true,
+                    leftByPolicy: Self.leftMute)))
         #expect(streamOps(all) == [.setStreamMute(.playback(5), false)])
     }
 
@@ -92,27 +105,36 @@ import Testing
     /// category: not a desktop entry, GameMode, MPRIS, a role or a rule; every value left is put back.
     @Test func restoreOnlyDerivesNoCategoryFromAnyEvidence() {
         var settings = Settings.restoreOnly
-        settings.configRules = [ApplicationRule(
-            application: "ruled", configuration: Configuration(category: .ambient), source: .configFile)]
+        settings.configRules = [
+            ApplicationRule(
+                application: "ruled", configuration: Configuration(category: .ambient), source: .configFile)
+        ]
         var h = Harness(settings: settings)
         func app(_ id: String, _ categories: [String]) -> AppProfile {
-            AppProfile(names: [.init(id, .launcherEnvironment)],
-                       entry: .init(id: id, path: "/apps/\(id).desktop", categories: categories, foundThrough: .launcherEnvironment))
+            AppProfile(
+                names: [.init(id, .launcherEnvironment)],
+                entry: .init(
+                    id: id, path: "/apps/\(id).desktop", categories: categories, foundThrough: .launcherEnvironment))
         }
         var all: [Effect] = []
         all += h.send(.gameModeGames([300]))
-        all += h.send(.playerAppeared(PlayerInfo(id: PlayerID("org.mpris.MediaPlayer2.mpv"), pid: 200, status: .playing)))
+        all += h.send(
+            .playerAppeared(PlayerInfo(id: PlayerID("org.mpris.MediaPlayer2.mpv"), pid: 200, status: .playing)))
         // The player, from its desktop entry (Player) and with MPRIS: primary audio, if anything decided.
-        all += h.send(.streamAppeared(StreamInfo(
-            id: .playback(1), processChain: [200], applicationName: "mpv", role: "video", volume: .normal,
-            app: app("mpv", ["AudioVideo", "Player"]))))
+        all += h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(1), processChain: [200], applicationName: "mpv", role: "video", volume: .normal,
+                    app: app("mpv", ["AudioVideo", "Player"]))))
         // The game from its desktop entry, left silenced as secondary audio and ducked.
         let user = Volume(uniform: 40_000)
         let ducked = user.multiplied(by: Volume.fromLinear(0.2))
-        all += h.send(.streamAppeared(StreamInfo(
-            id: .playback(2), processChain: [100], applicationName: "game", muted: true, volume: ducked,
-            leftByPolicy: PolicyValues(mute: true, volume: ducked, userVolume: user),
-            app: app("org.example.Game", ["Game", "ArcadeGame"]))))
+        all += h.send(
+            .streamAppeared(
+                StreamInfo(
+                    id: .playback(2), processChain: [100], applicationName: "game", muted: true, volume: ducked,
+                    leftByPolicy: PolicyValues(mute: true, volume: ducked, userVolume: user),
+                    app: app("org.example.Game", ["Game", "ArcadeGame"]))))
         // A GameMode game, a ruled app and a call-role stream, never silenced either.
         all += h.play(3, pid: 300, name: "gamemode-game")
         all += h.play(4, pid: 301, name: "ruled")

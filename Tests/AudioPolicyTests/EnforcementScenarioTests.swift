@@ -1,5 +1,6 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// docs/POLICY.md §4–§6 and §8: what audiod does to streams, step by step.
 @Suite struct EnforcementScenarioTests {
@@ -18,26 +19,29 @@ import Testing
         #expect(h.engine.streamView(.playback(1))?.audible == true)
 
         let unmute = h.change(.playback(2)) { $0.muted = false }
-        #expect(unmute == [
-            .setStreamMute(.playback(1), true),
-            .signal(game, .silenceSecondaryAudioHint(.begin)),
-            .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint(true), .otherAudioPlaying(true)]),
-            .sessionPropertiesChanged(video, [.otherAudioPlaying(false)]),
-            .managerPropertiesChanged([.primaryAudioSession(video)]),
-        ])
+        #expect(
+            unmute == [
+                .setStreamMute(.playback(1), true),
+                .signal(game, .silenceSecondaryAudioHint(.begin)),
+                .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint(true), .otherAudioPlaying(true)]),
+                .sessionPropertiesChanged(video, [.otherAudioPlaying(false)]),
+                .managerPropertiesChanged([.primaryAudioSession(video)]),
+            ])
         #expect(h.engine.primaryAudioSession == video)
         #expect(h.view(game)?.secondaryAudioShouldBeSilencedHint == true)
         #expect(h.view(video)?.secondaryAudioShouldBeSilencedHint == false)
         _ = h.echo(unmute)
 
         let mute = h.change(.playback(2)) { $0.muted = true }
-        #expect(mute == [
-            .setStreamMute(.playback(1), false),
-            .signal(game, .silenceSecondaryAudioHint(.end)),
-            .sessionPropertiesChanged(game, [.secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false)]),
-            .sessionPropertiesChanged(video, [.otherAudioPlaying(true)]),
-            .managerPropertiesChanged([.primaryAudioSession(nil)]),
-        ])
+        #expect(
+            mute == [
+                .setStreamMute(.playback(1), false),
+                .signal(game, .silenceSecondaryAudioHint(.end)),
+                .sessionPropertiesChanged(
+                    game, [.secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false)]),
+                .sessionPropertiesChanged(video, [.otherAudioPlaying(true)]),
+                .managerPropertiesChanged([.primaryAudioSession(nil)]),
+            ])
     }
 
     @Test func handlesSecondaryAudioAndSystemSoundsAreExempt() {
@@ -93,16 +97,20 @@ import Testing
         // The server moves the stream to the speakers before it announces the removal.
         _ = h.change(.playback(1)) { $0.device = "speakers" }
         let e = h.send(.deviceRemoved("headphones"))
-        #expect(e == [
-            .setStreamMute(.playback(1), true),
-            .signal(music, .routeChanged(.oldDeviceUnavailable, previousDevice: "headphones", currentDevice: "speakers")),
-            .signal(music, .interruptionBegan(.routeDisconnected, interrupter: nil)),
-            // Primary audio stopped: the mixable session hears the end of the hint.
-            .signal(other, .silenceSecondaryAudioHint(.end)),
-            .sessionPropertiesChanged(music, [.active(false), .interrupted(true)]),
-            .sessionPropertiesChanged(other, [.secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false)]),
-            .managerPropertiesChanged([.primaryAudioSession(nil)]),
-        ])
+        #expect(
+            e == [
+                .setStreamMute(.playback(1), true),
+                .signal(
+                    music, .routeChanged(.oldDeviceUnavailable, previousDevice: "headphones", currentDevice: "speakers")
+                ),
+                .signal(music, .interruptionBegan(.routeDisconnected, interrupter: nil)),
+                // Primary audio stopped: the mixable session hears the end of the hint.
+                .signal(other, .silenceSecondaryAudioHint(.end)),
+                .sessionPropertiesChanged(music, [.active(false), .interrupted(true)]),
+                .sessionPropertiesChanged(
+                    other, [.secondaryAudioShouldBeSilencedHint(false), .otherAudioPlaying(false)]),
+                .managerPropertiesChanged([.primaryAudioSession(nil)]),
+            ])
         _ = h.echo(e)
         // No InterruptionEnded ever follows; the app's own SetActive(true) lifts the silencing.
         let again = h.activate(music)
@@ -111,7 +119,10 @@ import Testing
         // A new device interrupts nobody and is announced only to the sessions moved onto it.
         _ = h.send(.deviceAppeared("usb"))
         let moved = h.change(.playback(1)) { $0.device = "usb" }
-        #expect(signals(moved) == [.signal(music, .routeChanged(.newDeviceAvailable, previousDevice: "speakers", currentDevice: "usb"))])
+        #expect(
+            signals(moved) == [
+                .signal(music, .routeChanged(.newDeviceAvailable, previousDevice: "speakers", currentDevice: "usb"))
+            ])
         #expect(streamOps(moved) == [])
     }
 
@@ -184,12 +195,13 @@ import Testing
         _ = h.echo(h.silent(true))
         #expect(h.engine.appliedChanges.map(\.stream) == [.playback(1), .playback(2), .playback(3)])
         let restore = h.engine.restoreEverything()
-        #expect(restore == [
-            .setStreamMute(.playback(1), false),
-            .setStreamVolume(.playback(1), .normal),
-            .setStreamVolume(.playback(2), .normal),
-            .setStreamVolume(.playback(3), Volume(uniform: 20000)),
-        ])
+        #expect(
+            restore == [
+                .setStreamMute(.playback(1), false),
+                .setStreamVolume(.playback(1), .normal),
+                .setStreamVolume(.playback(2), .normal),
+                .setStreamVolume(.playback(3), Volume(uniform: 20000)),
+            ])
         #expect(h.engine.appliedChanges.isEmpty)
     }
 }

@@ -1,5 +1,6 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// docs/POLICY.md §5 "Handovers": between the moment primary audio is taken over and the first sound of the session
 /// taking over, nothing is primary by sound alone — and the game beside the video played (issue 40: 200–240 ms
@@ -155,6 +156,8 @@ import Testing
         all += h.send(.playerStatusChanged(mpv, .playing))
         #expect(h.engine.primaryAudioSession == music)
         #expect(h.engine.handoverSession == nil)
-        #expect(gameOps(all).allSatisfy { $0 == .setStreamMute(Self.game, true) }, "the game was heard with the music: \(gameOps(all))")
+        #expect(
+            gameOps(all).allSatisfy { $0 == .setStreamMute(Self.game, true) },
+            "the game was heard with the music: \(gameOps(all))")
     }
 }

@@ -1,5 +1,6 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// Drives an engine with a fake clock and request ids, the way the daemon's shell would.
 struct Harness {

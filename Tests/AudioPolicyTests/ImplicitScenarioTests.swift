@@ -1,5 +1,6 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// docs/POLICY.md §7: apps that never talk to audiod.
 @Suite struct ImplicitScenarioTests {
@@ -176,16 +177,22 @@ import Testing
         _ = h.play(1, pid: 100, name: "supertux")
         #expect(h.engine.streamView(.playback(1))?.policyMuted == false)
         let r = h.request()
-        let rule = h.send(.setApplicationCategory(r, application: "supertux", category: "ambient", mode: "default", options: []))
+        let rule = h.send(
+            .setApplicationCategory(r, application: "supertux", category: "ambient", mode: "default", options: []))
         #expect(streamOps(rule) == [.setStreamMute(.playback(1), true)])
-        #expect(rule.contains { if case .persist(let state) = $0 { state.rules.map(\.application) == ["supertux"] } else { false } })
+        #expect(
+            rule.contains {
+                if case .persist(let state) = $0 { state.rules.map(\.application) == ["supertux"] } else { false }
+            })
         #expect(h.engine.applicationRules.map(\.application) == ["supertux"])
-        let bad = h.send(.setApplicationCategory(h.request(), application: "x", category: "loud", mode: "default", options: []))
+        let bad = h.send(
+            .setApplicationCategory(h.request(), application: "x", category: "loud", mode: "default", options: []))
         #expect(bad.last?.isError == true)
         let rm = h.send(.removeApplicationCategory(h.request(), application: "supertux"))
         #expect(streamOps(rm) == [.setStreamMute(.playback(1), false)])
-        #expect(h.send(.removeApplicationCategory(h.request(), application: "supertux")).last
-            == .reply(h.lastRequest, .error(.noSuchRule("supertux"))))
+        #expect(
+            h.send(.removeApplicationCategory(h.request(), application: "supertux")).last
+                == .reply(h.lastRequest, .error(.noSuchRule("supertux"))))
     }
 
     @Test func aStreamTakenByAnExplicitSessionEndsItsImplicitSession() {
@@ -242,21 +249,28 @@ import Testing
         _ = h.play(1, pid: 100, name: "supertux")
         _ = h.play(2, pid: 101, role: "music", name: "player")
         var settings = Settings()
-        settings.configRules = [ApplicationRule(application: "supertux", configuration: Configuration(category: .ambient), source: .configFile)]
+        settings.configRules = [
+            ApplicationRule(
+                application: "supertux", configuration: Configuration(category: .ambient), source: .configFile)
+        ]
         settings.roleConfigurations = ["music": Configuration(category: .playback, options: [.mixWithOthers])]
         settings.duckLevel = 0.3
         let e = h.send(.configure(h.request(), settings))
         #expect(e.last == h.ok)
-        #expect(e.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.duckLevel(0.3)) } else { false } })
+        #expect(
+            e.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.duckLevel(0.3)) } else { false } })
         // The game was silenced for a moment in one settle round and not in the next: no timer churn leaves the step.
-        #expect(!e.contains { if case .scheduleTimer = $0 { true } else if case .cancelTimer = $0 { true } else { false } })
+        #expect(
+            !e.contains { if case .scheduleTimer = $0 { true } else if case .cancelTimer = $0 { true } else { false } })
         #expect(h.engine.duckLevel == 0.3)
         let game = try! #require(h.engine.streamView(.playback(1))?.session)
         let player = try! #require(h.engine.streamView(.playback(2))?.session)
         #expect(h.view(game)?.configuration.category == .ambient)
         #expect(h.view(player)?.configuration.isMixable == true)
         // A D-Bus rule for the same app wins over the file's.
-        _ = h.send(.setApplicationCategory(h.request(), application: "supertux", category: "playback", mode: "default", options: []))
+        _ = h.send(
+            .setApplicationCategory(
+                h.request(), application: "supertux", category: "playback", mode: "default", options: []))
         #expect(h.view(game)?.configuration.category == .playback)
         #expect(h.engine.applicationRules.map(\.source) == [.configFile, .bus])
         // A bad DuckLevel in the file is refused and nothing changes.
@@ -274,7 +288,8 @@ import Testing
         volume: Volume(uniform: 0), device: "")
 
     /// Music plays; a call's stream is announced; returns the harness and the announcement's effects.
-    func musicThenAnnouncedCall(_ call: StreamInfo = unlinkedCall, userMutedMusic: Bool = false) -> (Harness, [Effect]) {
+    func musicThenAnnouncedCall(_ call: StreamInfo = unlinkedCall, userMutedMusic: Bool = false) -> (Harness, [Effect])
+    {
         var h = Harness()
         _ = h.play(1, pid: 100, name: "music", muted: userMutedMusic)
         let e = h.send(.streamAnnounced(call))
@@ -309,7 +324,8 @@ import Testing
         #expect(h.view(call)?.configuration.isCall == true)
         #expect(h.view(try #require(music.session))?.interrupted == true)
         #expect(music.reasons.count == 1)
-        if case .interrupted(by: call, interrupterIsCall: true, _, _)? = music.reasons.first {} else {
+        if case .interrupted(by: call, interrupterIsCall: true, _, _)? = music.reasons.first {
+        } else {
             Issue.record("the music's reason after the link: \(music.reasons)")
         }
     }

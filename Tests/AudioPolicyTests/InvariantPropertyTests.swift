@@ -1,6 +1,7 @@
-@testable import AudioPolicy
 import PropertyBased
 import Testing
+
+@testable import AudioPolicy
 
 /// docs/POLICY.md §9 over random event sequences. Each sequence is a list of integers that decode into operations
 /// (so a failing case shrinks to a short list of small numbers, printed as readable operations). A simulated
@@ -16,7 +17,8 @@ import Testing
                 let violations = sim.violations()
                 if !violations.isEmpty {
                     let script = codes.prefix(step + 1).map { "  \(Simulation.Op(code: $0))" }.joined(separator: "\n")
-                    Issue.record("after step \(step + 1):\n\(script)\nviolated:\n  \(violations.joined(separator: "\n  "))")
+                    Issue.record(
+                        "after step \(step + 1):\n\(script)\nviolated:\n  \(violations.joined(separator: "\n  "))")
                     return
                 }
             }
@@ -93,7 +95,9 @@ struct Simulation {
         case ownerVanished(session: Int)
         /// `unlinked`: listed before it can be heard (PipeWire, until WirePlumber links it); it links, as `corked`
         /// says, `linkAfter` operations later, or ends before (`vanish`).
-        case newStream(pid: UInt32, role: String?, corked: Bool, muted: Bool, unlinked: Bool = false, linkAfter: Int = 0, vanish: Bool = false)
+        case newStream(
+            pid: UInt32, role: String?, corked: Bool, muted: Bool, unlinked: Bool = false, linkAfter: Int = 0,
+            vanish: Bool = false)
         case newRecord(pid: UInt32)
         case userToggleMute(stream: Int)
         case userVolume(stream: Int, volume: UInt32)
@@ -157,8 +161,10 @@ struct Simulation {
             case 7, 8:
                 // Now and then the stream is an ancestor's own (a pid that may have exited and been taken again).
                 self = .newStream(
-                    pid: (p / 512) % 3 == 0 ? Op.ancestorPids[p % Op.ancestorPids.count] : anyPid, role: Op.roles[(p / 8) % Op.roles.count], corked: (p / 64) % 4 == 0,
-                    muted: (p / 256) % 5 == 0, unlinked: (p / 24) % 7 == 6, linkAfter: 1 + p % 3, vanish: (p / 2) % 5 == 0)
+                    pid: (p / 512) % 3 == 0 ? Op.ancestorPids[p % Op.ancestorPids.count] : anyPid,
+                    role: Op.roles[(p / 8) % Op.roles.count], corked: (p / 64) % 4 == 0,
+                    muted: (p / 256) % 5 == 0, unlinked: (p / 24) % 7 == 6, linkAfter: 1 + p % 3,
+                    vanish: (p / 2) % 5 == 0)
             case 9: self = .newRecord(pid: anyPid)
             case 10: self = .userToggleMute(stream: p % 8)
             case 11: self = .userVolume(stream: p % 8, volume: [0, 30000, 65536, 50000][(p / 8) % 4])
@@ -194,7 +200,8 @@ struct Simulation {
                 default:
                     // Which of the implicit apps' pids are registered: the bits of the code, so a case replays.
                     let bits = (p / 3) % 16
-                    self = .gameMode(pids: Set(Op.implicitPids.enumerated().filter { bits & (1 << $0.offset) != 0 }.map(\.element)))
+                    self = .gameMode(
+                        pids: Set(Op.implicitPids.enumerated().filter { bits & (1 << $0.offset) != 0 }.map(\.element)))
                 }
             default: self = .newAppStream(pid: anyPid, entry: p % 3)
             }
@@ -221,27 +228,34 @@ struct Simulation {
             case .release(let s): return "session#\(s).Release()"
             case .ownerVanished(let s): return "session#\(s) owner vanished"
             case .newStream(let pid, let role, let corked, let muted, let unlinked, let after, let vanish):
-                return "new playback stream pid \(pid) role \(role ?? "-")\(corked ? " corked" : "")\(muted ? " muted" : "")"
+                return
+                    "new playback stream pid \(pid) role \(role ?? "-")\(corked ? " corked" : "")\(muted ? " muted" : "")"
                     + (unlinked ? ", listed unlinked, \(vanish ? "ends" : "links") after \(after) operations" : "")
             case .newRecord(let pid): return "new record stream pid \(pid)"
             case .userToggleMute(let s): return "user toggles mute of stream#\(s)"
             case .userVolume(let s, let v): return "user sets volume of stream#\(s) to \(v)"
             case .toggleCork(let s): return "app toggles cork of stream#\(s)"
             case .removeStream(let s): return "stream#\(s) removed"
-            case .player(let pid, let a): return "player of pid \(pid): \(["appears playing", "Play", "Pause", "goes away"][a])"
+            case .player(let pid, let a):
+                return "player of pid \(pid): \(["appears playing", "Play", "Pause", "goes away"][a])"
             case .silent(let on): return "silent mode \(on)"
             case .duckLevel(let d): return "DuckLevel \(d)"
-            case .device(let d): return ["headphones removed", "headphones appear", "streams move to headphones", "speakers removed"][d]
+            case .device(let d):
+                return ["headphones removed", "headphones appear", "streams move to headphones", "speakers removed"][d]
             case .fireTimer(let t): return "timer#\(t) fires"
             case .rule(let app, let c): return "rule \(app) → \(Op.configs[c])"
             case .exit(let pid): return "process \(pid) exits"
-            case .reuse(let k, let parent): return "a new process takes exited pid#\(k) under \(Op.parentChoices[parent])"
+            case .reuse(let k, let parent):
+                return "a new process takes exited pid#\(k) under \(Op.parentChoices[parent])"
             case .handlesSecondary(let s): return "session#\(s) toggles HandlesSecondaryAudio"
             case .platformCall(let k):
-                return Op.platformCalls[k].map { "platform call \($0.state.rawValue)\($0.allRinging ? " (only rings)" : "") app \($0.appID ?? "-")" }
+                return Op.platformCalls[k].map {
+                    "platform call \($0.state.rawValue)\($0.allRinging ? " (only rings)" : "") app \($0.appID ?? "-")"
+                }
                     ?? "platform call ends"
             case .platformCallLost(let k):
-                return "the system bus is lost; " + (Op.platformCalls[k].map { "the other sources say \($0.state.rawValue)" } ?? "no call is left")
+                return "the system bus is lost; "
+                    + (Op.platformCalls[k].map { "the other sources say \($0.state.rawValue)" } ?? "no call is left")
             case .prefersNoInterruptions(let s): return "session#\(s) toggles PrefersNoInterruptionsFromSystemAlerts"
             case .microphone(let source, let muted): return "the user \(muted ? "mutes" : "unmutes") source \(source)"
             case .lock(let on): return on ? "the screen locks" : "the screen unlocks"
@@ -249,7 +263,8 @@ struct Simulation {
             case .platformSilent(let on): return "feedbackd's profile \(on ? "quiet" : "full")"
             case .newMonitorRecord(let pid): return "new monitor capture pid \(pid)"
             case .gameMode(let pids): return "GameMode games \(pids.sorted())"
-            case .newAppStream(let pid, let e): return "new stream pid \(pid) of an app whose entry says \(Op.entries[e])"
+            case .newAppStream(let pid, let e):
+                return "new stream pid \(pid) of an app whose entry says \(Op.entries[e])"
             }
         }
     }
@@ -344,7 +359,8 @@ struct Simulation {
             let id = StreamID.playback(nextIndex)
             nextIndex += 1
             let info = StreamInfo(
-                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", role: role, corked: corked, muted: muted,
+                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", role: role, corked: corked,
+                muted: muted,
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
             if isUnlinked {
                 // As pipewire-pulse shows it before the link: corked, silent, on no device.
@@ -366,7 +382,8 @@ struct Simulation {
             let id = StreamID.record(nextIndex)
             nextIndex += 1
             let info = StreamInfo(
-                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", device: "speakers.monitor", fromMonitor: true)
+                id: id, processChain: chain(of: pid), applicationName: "app\(pid)", device: "speakers.monitor",
+                fromMonitor: true)
             server[id] = info
             userMuted[id] = false
             userVolume[id] = .normal
@@ -379,7 +396,9 @@ struct Simulation {
             nextIndex += 1
             let profile = AppProfile(
                 names: [.init("org.example.App\(pid)", .launcherScope)],
-                entry: .init(id: "org.example.App\(pid)", path: "/apps/\(pid).desktop", categories: Op.entries[e], foundThrough: .launcherScope))
+                entry: .init(
+                    id: "org.example.App\(pid)", path: "/apps/\(pid).desktop", categories: Op.entries[e],
+                    foundThrough: .launcherScope))
             let info = StreamInfo(
                 id: id, processChain: chain(of: pid), applicationName: "app\(pid)", volume: .normal,
                 device: devices.contains("headphones") ? "headphones" : "speakers", app: profile)
@@ -488,7 +507,8 @@ struct Simulation {
         case .platformCallLost(let k):
             let effects = step(.platformCallSourceLost(remaining: Op.platformCalls[k]))
             // SPEC §10: the call may still be going on, so no player is played when it ends this way.
-            if Op.platformCalls[k] == nil, effects.contains(where: { if case .mprisPlay = $0 { true } else { false } }) {
+            if Op.platformCalls[k] == nil, effects.contains(where: { if case .mprisPlay = $0 { true } else { false } })
+            {
                 problems.append("a player was played when the calls' bus was lost")
             }
         case .prefersNoInterruptions(let k):
@@ -582,9 +602,11 @@ struct Simulation {
         for case .signal(let id, let signal) in effects {
             switch signal {
             case .interruptionBegan(let reason, let by):
-                let spokenOnly = reason == .default && by.flatMap { engine.session($0) }.map {
-                    $0.configuration.has(.interruptSpokenAudioAndMixWithOthers) && $0.configuration.isMixable
-                } == true && engine.session(id)?.configuration.mode == .spokenAudio
+                let spokenOnly =
+                    reason == .default
+                    && by.flatMap { engine.session($0) }.map {
+                        $0.configuration.has(.interruptSpokenAudioAndMixWithOthers) && $0.configuration.isMixable
+                    } == true && engine.session(id)?.configuration.mode == .spokenAudio
                 openInterruptions[id] = (spokenOnly, (openInterruptions[id]?.count ?? 0) + 1)
             case .interruptionEnded(let resume):
                 guard let open = openInterruptions[id], open.count > 0 else {
@@ -631,21 +653,30 @@ struct Simulation {
     /// Every invariant of docs/POLICY.md §9, checked against the simulated server.
     func violations() -> [String] {
         var v = problems
-        if engine.sessionlessAudible < 0 { v.append("the audible streams of no session count \(engine.sessionlessAudible)") }
+        if engine.sessionlessAudible < 0 {
+            v.append("the audible streams of no session count \(engine.sessionlessAudible)")
+        }
         // The signals tell a follower everything: what it holds is the engine's view of every session.
         if Set(published.keys) != Set(engine.sessionIDs) {
             v.append("published sessions \(published.keys.sorted()) are not the engine's \(engine.sessionIDs)")
         }
         for id in engine.sessionIDs where published[id] != nil && published[id] != engine.session(id) {
-            v.append("\(id) as published differs from the engine's: \(String(describing: published[id])) vs \(String(describing: engine.session(id)))")
+            v.append(
+                "\(id) as published differs from the engine's: \(String(describing: published[id])) vs \(String(describing: engine.session(id)))"
+            )
         }
         // A stream not yet linked is nobody's: nothing is decided on it before the link.
-        for link in unlinked where engine.streamView(link.id) != nil || engine.sessionIDs.contains(where: { engine.session($0)?.streams.contains(link.id.index) == true }) {
+        for link in unlinked
+        where engine.streamView(link.id) != nil
+            || engine.sessionIDs.contains(where: { engine.session($0)?.streams.contains(link.id.index) == true })
+        {
             v.append("unlinked \(link.id) decided on before its link")
         }
         // Mutes ahead of a call are held only for a call that is still unlinked, and are the call's own.
         for (call, ahead) in engine.callsAboutToSound {
-            if !unlinked.contains(where: { $0.id == call }) { v.append("\(call) still mutes \(ahead.sorted()) ahead after its link or end") }
+            if !unlinked.contains(where: { $0.id == call }) {
+                v.append("\(call) still mutes \(ahead.sorted()) ahead after its link or end")
+            }
         }
         let views = engine.sessionIDs.compactMap { engine.session($0) }
         // 1. At most one non-mixable session active (and so uninterrupted) — besides the platform call while it is
@@ -664,9 +695,13 @@ struct Simulation {
         // in a handover: non-mixable, able to play, not interrupted, and with its linger running (so it ends).
         if let primary, let p = engine.session(primary) {
             // The engine's own audibility: a stream muted ahead of a call still counts as its session's sound.
-            let audibleHere = server.keys.contains { engine.streamView($0).map { $0.session == primary && $0.audible } ?? false }
+            let audibleHere = server.keys.contains {
+                engine.streamView($0).map { $0.session == primary && $0.audible } ?? false
+            }
             if !(p.active && !p.mixable && audibleHere) {
-                if engine.handoverSession != primary || p.mixable || p.interrupted || p.configuration.category == .record {
+                if engine.handoverSession != primary || p.mixable || p.interrupted
+                    || p.configuration.category == .record
+                {
                     v.append("primary \(primary) is neither audible nor a session taking over: \(p)")
                 } else if !timers.contains(.handover(primary)) {
                     v.append("handover to \(primary) with no linger running")
@@ -695,7 +730,9 @@ struct Simulation {
             let silencing = sv.reasons.contains { if case .duckedBy = $0 { false } else { true } }
             let ducking = sv.reasons.contains { if case .duckedBy = $0 { true } else { false } }
             if silencing != sv.policyMuted || ducking != (sv.duckFactor < 1) {
-                v.append("stream \(id): reasons \(sv.reasons.map(\.text)) but policy-muted \(sv.policyMuted), duck \(sv.duckFactor)")
+                v.append(
+                    "stream \(id): reasons \(sv.reasons.map(\.text)) but policy-muted \(sv.policyMuted), duck \(sv.duckFactor)"
+                )
             }
             let owner = sv.session.flatMap { engine.session($0) }
             let category = owner?.configuration.category
@@ -725,7 +762,8 @@ struct Simulation {
             // 5. Restored when no reason holds; the user's mute is never lost.
             let shouldBeMuted = (userMuted[id] ?? false) || sv.policyMuted
             if info.muted != shouldBeMuted {
-                v.append("invariant 5: \(id) muted=\(info.muted), user \(userMuted[id] ?? false), policy \(sv.policyMuted)")
+                v.append(
+                    "invariant 5: \(id) muted=\(info.muted), user \(userMuted[id] ?? false), policy \(sv.policyMuted)")
             }
         }
         return v

@@ -1,15 +1,20 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 /// SPEC §10: the platform call — a ringing phase that spares sessions preferring no interruptions, an answer that
 /// takes everything, a hold beside which a call may activate, and an end that lets everything resume.
 @Suite struct PlatformScenarioTests {
-    static let ringing = PlatformCall(state: .ringing, allRinging: true, appID: "org.gnome.Calls", applicationName: "Calls")
-    static let active = PlatformCall(state: .active, allRinging: false, appID: "org.gnome.Calls", applicationName: "Calls")
+    static let ringing = PlatformCall(
+        state: .ringing, allRinging: true, appID: "org.gnome.Calls", applicationName: "Calls")
+    static let active = PlatformCall(
+        state: .active, allRinging: false, appID: "org.gnome.Calls", applicationName: "Calls")
     static let held = PlatformCall(state: .held, allRinging: false, appID: "org.gnome.Calls", applicationName: "Calls")
 
     func announces(_ effects: [Effect], _ state: CallState) -> Bool {
-        effects.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.callState(state)) } else { false } }
+        effects.contains {
+            if case .managerPropertiesChanged(let p) = $0 { p.contains(.callState(state)) } else { false }
+        }
     }
 
     func callSession(_ effects: [Effect]) -> SessionID? {
@@ -32,8 +37,9 @@ import Testing
         #expect(h.engine.callState == .ringing)
         #expect(announces(ring, .ringing))
         #expect(signals(ring).contains(.signal(music, .interruptionBegan(.call, interrupter: call))))
-        #expect(!signals(ring).contains { if case .signal(chime, .interruptionBegan) = $0 { true } else { false } },
-                "a mixable session was interrupted by a ring")
+        #expect(
+            !signals(ring).contains { if case .signal(chime, .interruptionBegan) = $0 { true } else { false } },
+            "a mixable session was interrupted by a ring")
         // Answered: the mixable chime goes too.
         let answer = h.send(.platformCall(Self.active))
         #expect(signals(answer) == [.signal(chime, .interruptionBegan(.call, interrupter: call))])
@@ -78,14 +84,21 @@ import Testing
         }
         // GNOME Calls' own stream (its app id) belongs to the call, not to an implicit session of its own.
         let app = AppProfile(names: [.init("org.gnome.Calls", .launcherScope)])
-        _ = h.send(.streamAppeared(StreamInfo(id: .playback(5), processChain: [50], applicationName: "Calls", app: app)))
+        _ = h.send(
+            .streamAppeared(StreamInfo(id: .playback(5), processChain: [50], applicationName: "Calls", app: app)))
         #expect(h.engine.streamView(.playback(5))?.session == call)
         #expect(h.engine.streamView(.playback(5))?.policyMuted == false)
         #expect(h.view(call)?.isImplicit == true)
         #expect(h.view(call)?.identity.source == "platform")
         // Nobody drives it over the bus: it follows the platform's call services alone.
-        #expect(h.deactivate(call).last == .reply(h.lastRequest, .error(.accessDenied(
-            "session \(call.rawValue) is the platform's call: it follows the platform's call services"))))
+        #expect(
+            h.deactivate(call).last
+                == .reply(
+                    h.lastRequest,
+                    .error(
+                        .accessDenied(
+                            "session \(call.rawValue) is the platform's call: it follows the platform's call services"))
+                ))
         #expect(h.view(call)?.active == true)
         // Nothing interrupts it: an explicit call is refused while it is not held, allowed beside it when it is.
         let softphone = h.session(pid: 20, "play-and-record", mode: "voice-chat")
@@ -143,7 +156,9 @@ import Testing
     static let mpv = PlayerID("org.mpris.MediaPlayer2.mpv.instance100")
 
     func locked(_ effects: [Effect], _ on: Bool) -> Bool {
-        effects.contains { if case .managerPropertiesChanged(let p) = $0 { p.contains(.screenLocked(on)) } else { false } }
+        effects.contains {
+            if case .managerPropertiesChanged(let p) = $0 { p.contains(.screenLocked(on)) } else { false }
+        }
     }
 
     @Test func theLockSilencesImplicitAmbientSoundButNotPlaybackEventsOrA11y() throws {
@@ -214,10 +229,14 @@ import Testing
         _ = h.activate(podcast)
         let sleep = h.send(.prepareForSleep(true))
         for id in [player, mixer, podcast] {
-            #expect(signals(sleep).contains(.signal(id, .interruptionBegan(.suspend, interrupter: nil))), "\(id): \(signals(sleep))")
+            #expect(
+                signals(sleep).contains(.signal(id, .interruptionBegan(.suspend, interrupter: nil))),
+                "\(id): \(signals(sleep))")
         }
         #expect(sleep.filter { $0 == .mprisPause(Self.mpv) }.count == 1)
-        #expect(streamOps(sleep).count == 2 && streamOps(sleep).contains(.setStreamMute(.playback(1), true)) && streamOps(sleep).contains(.setStreamMute(.playback(2), true)))
+        #expect(
+            streamOps(sleep).count == 2 && streamOps(sleep).contains(.setStreamMute(.playback(1), true))
+                && streamOps(sleep).contains(.setStreamMute(.playback(2), true)))
         _ = h.echo(sleep)
         _ = h.send(.playerStatusChanged(Self.mpv, .paused))
         // While asleep nothing takes the audio: an activation is granted and interrupted at once.
@@ -227,7 +246,8 @@ import Testing
         #expect(signals(act) == [.signal(late, .interruptionBegan(.suspend, interrupter: nil))])
         let wake = h.send(.prepareForSleep(false))
         for id in [player, mixer, podcast, late] {
-            #expect(signals(wake).contains(.signal(id, .interruptionEnded(shouldResume: false))), "\(id): \(signals(wake))")
+            #expect(
+                signals(wake).contains(.signal(id, .interruptionEnded(shouldResume: false))), "\(id): \(signals(wake))")
         }
         #expect(!wake.contains(.mprisPlay(Self.mpv)), "a player started again after wake")
         // The app without MPRIS is heard again (it cannot be paused, §7); the paused player's stream waits for Play.

@@ -33,12 +33,16 @@ import Testing
         fx = engine.handle(.setActive(RequestID(7), SessionID(2), active: false, options: []), at: t)
         #expect(fx.contains(.signal(SessionID(1), .interruptionEnded(shouldResume: true))))
 
-        fx = engine.handle(.setCategory(RequestID(8), SessionID(1), category: "loud", mode: "default", options: []), at: t)
+        fx = engine.handle(
+            .setCategory(RequestID(8), SessionID(1), category: "loud", mode: "default", options: []), at: t)
         guard case .reply(_, .error(let e))? = fx.last else {
             Issue.record("no error: \(fx)")
             return
         }
-        #expect(e.description == "InvalidCategory: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record")
+        #expect(
+            e.description
+                == "InvalidCategory: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"
+        )
         #expect(engine.session(SessionID(1))?.configuration.mode == .spokenAudio)
     }
 }

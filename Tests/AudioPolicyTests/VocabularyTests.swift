@@ -1,9 +1,11 @@
-@testable import AudioPolicy
 import Testing
+
+@testable import AudioPolicy
 
 @Suite struct VocabularyTests {
     @Test func validationOrderIsCategoryModeOptions() {
-        #expect(Configuration.parse(category: "loud", mode: "nope", options: ["x"]) == .failure(.invalidCategory("loud")))
+        #expect(
+            Configuration.parse(category: "loud", mode: "nope", options: ["x"]) == .failure(.invalidCategory("loud")))
         #expect(
             Configuration.parse(category: "loud", mode: "default", options: []).failureMessage
                 == "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record")
@@ -12,8 +14,10 @@ import Testing
             Configuration.parse(category: "ambient", mode: "voice-chat", options: ["x"]).failureName
                 == "IncompatibleMode")
         #expect(
-            Configuration.parse(category: "playback", mode: "default", options: ["mix-with-others", "x", "duck-others"])
-                .failureName == "InvalidOption")
+            Configuration.parse(
+                category: "playback", mode: "default", options: ["mix-with-others", "x", "duck-others"]
+            )
+            .failureName == "InvalidOption")
         #expect(
             Configuration.parse(category: "solo-ambient", mode: "default", options: ["duck-others"]).failureMessage
                 == "option 'duck-others' is not accepted by category 'solo-ambient', which accepts no options")
@@ -39,9 +43,16 @@ import Testing
                 #expect((r.failureName == nil) == ok, "\(c) \(m)")
             }
         }
-        #expect(Configuration.parse(category: "ambient", mode: "default", options: ["interrupt-spoken-audio-and-mix-with-others"]).failureName == "IncompatibleOption")
-        #expect(Configuration.parse(category: "record", mode: "default", options: ["mix-with-others"]).failureName == "IncompatibleOption")
-        #expect(Configuration.parse(category: "play-and-record", mode: "voice-chat", options: ["duck-others"]).failureName == nil)
+        #expect(
+            Configuration.parse(
+                category: "ambient", mode: "default", options: ["interrupt-spoken-audio-and-mix-with-others"]
+            ).failureName == "IncompatibleOption")
+        #expect(
+            Configuration.parse(category: "record", mode: "default", options: ["mix-with-others"]).failureName
+                == "IncompatibleOption")
+        #expect(
+            Configuration.parse(category: "play-and-record", mode: "voice-chat", options: ["duck-others"]).failureName
+                == nil)
     }
 
     @Test func impliedOptionsAreListedAndAcceptedBack() throws {
@@ -59,8 +70,11 @@ import Testing
     }
 
     @Test func activationOptions() {
-        #expect(parseActivationOptions(["notify-others-on-deactivation"], active: false) == .success([.notifyOthersOnDeactivation]))
-        #expect(parseActivationOptions(["notify-others-on-deactivation"], active: true).failureName == "IncompatibleOption")
+        #expect(
+            parseActivationOptions(["notify-others-on-deactivation"], active: false)
+                == .success([.notifyOthersOnDeactivation]))
+        #expect(
+            parseActivationOptions(["notify-others-on-deactivation"], active: true).failureName == "IncompatibleOption")
         #expect(parseActivationOptions(["duck-others"], active: false).failureName == "InvalidOption")
     }
 

@@ -6,7 +6,8 @@ import Testing
 @Suite struct ConfigFileTests {
     @Test("a full config becomes settings")
     func full() throws {
-        let s = try ConfigFile.parse("""
+        let s = try ConfigFile.parse(
+            """
             # audiod.toml
             duck-level = 0.3
             linger = 1.5
@@ -57,23 +58,53 @@ import Testing
         #expect(try ConfigFile.parse("", file: "t.toml") == Settings())
     }
 
-    @Test("errors name the file, the line and the key, and say what is accepted",
-          arguments: [
+    @Test(
+        "errors name the file, the line and the key, and say what is accepted",
+        arguments: [
             ("duck-level = 2", "t.toml:1: duck-level: must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)"),
-            ("\nduck_level = 0.2", "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, volume-tolerance, nice-level, default, roles, apps, platform"),
-            ("nice-level = -21", "t.toml:1: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"),
-            ("\nnice-level = \"high\"", "t.toml:2: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"),
-            ("nice-level = -5.5", "t.toml:1: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"),
-            ("[platform]\nlock-screen = \"no\"", "t.toml:2: platform.lock-screen: must be true (ambient sound stops while the screen is locked) or false"),
+            (
+                "\nduck_level = 0.2",
+                "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, volume-tolerance, nice-level, default, roles, apps, platform"
+            ),
+            (
+                "nice-level = -21",
+                "t.toml:1: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"
+            ),
+            (
+                "\nnice-level = \"high\"",
+                "t.toml:2: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"
+            ),
+            (
+                "nice-level = -5.5",
+                "t.toml:1: nice-level: must be a whole number from -20 to 19 (the scheduler's nice levels; the default -11 is the sound server's own, 0 leaves audiod as it was started)"
+            ),
+            (
+                "[platform]\nlock-screen = \"no\"",
+                "t.toml:2: platform.lock-screen: must be true (ambient sound stops while the screen is locked) or false"
+            ),
             ("[platform]\nsleep = true", "t.toml:2: platform.sleep: unknown key; accepted: lock-screen"),
-            ("[apps.mpv]\ncategory = \"loud\"",
-             "t.toml:2: apps.mpv.category: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"),
-            ("[roles.game]\ncategory = \"ambient\"\nvolume = 3", "t.toml:3: roles.game.volume: unknown key; accepted: category, mode, options"),
-            ("[default]\nmode = \"default\"", "t.toml:1: default.category: is required and must be a string: one of ambient, solo-ambient, playback, record, play-and-record"),
+            (
+                "[apps.mpv]\ncategory = \"loud\"",
+                "t.toml:2: apps.mpv.category: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"
+            ),
+            (
+                "[roles.game]\ncategory = \"ambient\"\nvolume = 3",
+                "t.toml:3: roles.game.volume: unknown key; accepted: category, mode, options"
+            ),
+            (
+                "[default]\nmode = \"default\"",
+                "t.toml:1: default.category: is required and must be a string: one of ambient, solo-ambient, playback, record, play-and-record"
+            ),
             ("linger = \"long\"", "t.toml:1: linger: must be a number of seconds from 0 to 3600 (e.g. 2)"),
-            ("volume-tolerance = 0.5", "t.toml:1: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"),
-            ("\nvolume-tolerance = 10000", "t.toml:2: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"),
-          ])
+            (
+                "volume-tolerance = 0.5",
+                "t.toml:1: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"
+            ),
+            (
+                "\nvolume-tolerance = 10000",
+                "t.toml:2: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"
+            ),
+        ])
     func errors(text: String, expected: String) {
         #expect(throws: (any Error).self) { try ConfigFile.parse(text, file: "t.toml") }
         do {
@@ -96,16 +127,21 @@ import Testing
 
     @Test("the search path follows XDG")
     func searchPath() {
-        #expect(ConfigFile.searchPath(environment: ["XDG_CONFIG_HOME": "/c", "XDG_CONFIG_DIRS": "/a:/b"])
-            == ["/c/audiod/audiod.toml", "/a/audiod/audiod.toml", "/b/audiod/audiod.toml"])
-        #expect(ConfigFile.searchPath(environment: ["HOME": "/h"]) == ["/h/.config/audiod/audiod.toml", "/etc/xdg/audiod/audiod.toml"])
+        #expect(
+            ConfigFile.searchPath(environment: ["XDG_CONFIG_HOME": "/c", "XDG_CONFIG_DIRS": "/a:/b"])
+                == ["/c/audiod/audiod.toml", "/a/audiod/audiod.toml", "/b/audiod/audiod.toml"])
+        #expect(
+            ConfigFile.searchPath(environment: ["HOME": "/h"]) == [
+                "/h/.config/audiod/audiod.toml", "/etc/xdg/audiod/audiod.toml",
+            ])
     }
 }
 
 @Suite struct ExampleConfigTests {
     @Test("the example config the install step ships parses")
     func example() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
         let s = try ConfigFile.load(path: root.appendingPathComponent("examples/audiod.toml").path)
         #expect(s.duckLevel == 0.2)
         #expect(s.configRules.map(\.application) == ["mpv", "org.example.SoundBoard"])

@@ -1,5 +1,6 @@
-@testable import AudiodConfig
 import Testing
+
+@testable import AudiodConfig
 
 /// audiod's own TOML parser: the TOML people write in config files parses to what TOML 1.0 says, and what it
 /// does not accept is an error with the line.
@@ -8,7 +9,8 @@ struct TOMLParserTests {
 
     @Test("keys, tables, strings, numbers, booleans, arrays and inline tables")
     func valid() throws {
-        let t = try parse("""
+        let t = try parse(
+            """
             # a comment
             duck-level = 0.25   # trailing comment
             linger = 1_000
@@ -48,25 +50,27 @@ struct TOMLParserTests {
         #expect(t.keys.first == "duck-level")
     }
 
-    @Test("what TOML forbids, and what audiod.toml leaves out, is an error on its line", arguments: [
-        ("a = 1\na = 2", 2, "defined twice"),
-        ("[x]\n[x]", 2, "defined twice"),
-        ("a = 1\n[a]", 2, "already a value"),
-        ("a = \"open", 1, "not closed"),
-        ("a = loud", 1, "strings are quoted"),
-        ("a = 01", 1, "not a value"),
-        ("a = 1 2", 1, "end of the line"),
-        ("a =", 1, "value is missing"),
-        ("= 1", 1, "expected a key"),
-        ("x = 1\nb = [1, 2", 2, "not closed"),
-        ("a = \"\\q\"", 1, "unknown escape"),
-        ("t = { a = 1 }\n[t]", 2, "cannot be extended"),
-        ("[[apps]]", 1, "arrays of tables"),
-        ("when = 1979-05-27", 1, "dates"),
-        ("s = \"\"\"x\"\"\"", 1, "multi-line"),
-        ("a = 1_", 1, "not a value"),
-        ("a = .5", 1, "not a value"),
-    ])
+    @Test(
+        "what TOML forbids, and what audiod.toml leaves out, is an error on its line",
+        arguments: [
+            ("a = 1\na = 2", 2, "defined twice"),
+            ("[x]\n[x]", 2, "defined twice"),
+            ("a = 1\n[a]", 2, "already a value"),
+            ("a = \"open", 1, "not closed"),
+            ("a = loud", 1, "strings are quoted"),
+            ("a = 01", 1, "not a value"),
+            ("a = 1 2", 1, "end of the line"),
+            ("a =", 1, "value is missing"),
+            ("= 1", 1, "expected a key"),
+            ("x = 1\nb = [1, 2", 2, "not closed"),
+            ("a = \"\\q\"", 1, "unknown escape"),
+            ("t = { a = 1 }\n[t]", 2, "cannot be extended"),
+            ("[[apps]]", 1, "arrays of tables"),
+            ("when = 1979-05-27", 1, "dates"),
+            ("s = \"\"\"x\"\"\"", 1, "multi-line"),
+            ("a = 1_", 1, "not a value"),
+            ("a = .5", 1, "not a value"),
+        ])
     func invalid(text: String, line: Int, says: String) {
         do {
             _ = try parse(text)

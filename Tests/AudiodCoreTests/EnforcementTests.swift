@@ -47,10 +47,11 @@ struct EnforcementTests {
         _ = try server.waitForPlaybackStream(pid: nav.pid)
         _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "80%"])
         var user: [UInt32] = []
-        #expect(waitFor(5) {
-            user = server.playbackStream(pid: music.pid)?.volume ?? []
-            return (user.first ?? 0) < Volume.norm && live.streamView(s.index)?.userVolume.channels == user
-        }, "the user's 80 % did not reach the engine")
+        #expect(
+            waitFor(5) {
+                user = server.playbackStream(pid: music.pid)?.volume ?? []
+                return (user.first ?? 0) < Volume.norm && live.streamView(s.index)?.userVolume.channels == user
+            }, "the user's 80 % did not reach the engine")
 
         _ = live.session(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
         let prompt = live.session(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
@@ -89,9 +90,11 @@ struct EnforcementTests {
         _ = try server.pactl(["set-sink-input-volume", "\(m.index)", "50%"])
         _ = try server.pactl(["set-sink-input-mute", "\(m.index)", "1"])
         let half = Volume.norm / 2
-        #expect(waitFor(5) {
-            live.streamView(m.index)?.userVolume.channels == [half, half] && live.streamView(m.index)?.userMuted == true
-        }, "the user's 50 % and mute were not seen")
+        #expect(
+            waitFor(5) {
+                live.streamView(m.index)?.userVolume.channels == [half, half]
+                    && live.streamView(m.index)?.userMuted == true
+            }, "the user's 50 % and mute were not seen")
         // Still ducked: the user's new volume, re-ducked.
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.volume == ducked([half, half]) })
         live.deactivate(prompt)
@@ -120,12 +123,13 @@ struct EnforcementTests {
         // `; true` keeps the shell alive as the parent instead of exec'ing pacat.
         let shell = try server.spawn(["sh", "-c", "pacat --playback /dev/zero; true"])
         var stream: ObservedStream?
-        #expect(waitFor(10) {
-            stream = (try? server.playbackStreams())?.first { s in
-                s.pid.map { ProcessTable.parent(of: $0) == UInt32(shell.pid) } ?? false
-            }
-            return stream != nil
-        }, "no stream from the shell's child")
+        #expect(
+            waitFor(10) {
+                stream = (try? server.playbackStreams())?.first { s in
+                    s.pid.map { ProcessTable.parent(of: $0) == UInt32(shell.pid) } ?? false
+                }
+                return stream != nil
+            }, "no stream from the shell's child")
         let session = live.session(pid: shell.pid, "playback", activate: true)
         let index = try #require(stream).index
         #expect(waitFor(5) { live.streamView(index)?.session == session }, "child's stream not in the parent's session")
@@ -142,20 +146,23 @@ struct EnforcementTests {
         let call = try playback(server, name: "call-app")
         _ = try server.waitForPlaybackStream(pid: call.pid)
         var rec: ObservedStream?
-        #expect(waitFor(10) {
-            rec = (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }
-            return rec != nil
-        }, "no record stream")
+        #expect(
+            waitFor(10) {
+                rec = (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }
+                return rec != nil
+            }, "no record stream")
         let memo = live.session(pid: recorder.pid, "record", activate: true)
         let callSession = live.session(pid: call.pid, "play-and-record", mode: "voice-chat", activate: true)
-        #expect(waitFor(5) {
-            (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == true
-        }, "the recorder kept recording during a call")
+        #expect(
+            waitFor(5) {
+                (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == true
+            }, "the recorder kept recording during a call")
         live.deactivate(callSession)
         live.activate(memo)
-        #expect(waitFor(5) {
-            (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == false
-        }, "the recorder stayed muted after its own re-activation")
+        #expect(
+            waitFor(5) {
+                (try? server.recordStreams())?.first { $0.pid == UInt32(recorder.pid) }?.muted == false
+            }, "the recorder stayed muted after its own re-activation")
     }
 }
 
@@ -173,8 +180,9 @@ struct DeviceAndTagTests {
         // A session for a process that is not the player's ancestor: only the tag can tie them.
         let holder = try server.spawn(["sleep", "60"])
         let session = live.session(pid: holder.pid, "playback")
-        let tagged = try server.spawn(["pacat", "--playback", "/dev/zero"],
-                                      environment: ["PULSE_PROP": "audiod.session=\(session.rawValue)"])
+        let tagged = try server.spawn(
+            ["pacat", "--playback", "/dev/zero"],
+            environment: ["PULSE_PROP": "audiod.session=\(session.rawValue)"])
         let s = try server.waitForPlaybackStream(pid: tagged.pid)
         #expect(waitFor(5) { live.streamView(s.index)?.session == session }, "tagged stream not in its session")
     }
@@ -195,10 +203,11 @@ struct DeviceAndTagTests {
 
         _ = try server.pactl(["unload-module", module])
         // The server moves the stream to the remaining sink; audiod must not let it play there (POLICY §6).
-        #expect(waitFor(10) {
-            let now = server.playbackStream(pid: music.pid)
-            return now?.muted == true
-        }, "the unplugged stream plays on: \(String(describing: server.playbackStream(pid: music.pid)))")
+        #expect(
+            waitFor(10) {
+                let now = server.playbackStream(pid: music.pid)
+                return now?.muted == true
+            }, "the unplugged stream plays on: \(String(describing: server.playbackStream(pid: music.pid)))")
         #expect(waitFor(5) { live.streamView(s.index)?.info.device == "null" || live.streamView(s.index) == nil })
     }
 }
@@ -210,12 +219,16 @@ struct DeviceAndTagTests {
 @Suite(.serialized)
 struct AnnouncedCallTests {
     func unlinked(_ server: TestServer, _ role: String) throws -> Child {
-        try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=\(role)", "--property=node.autoconnect=false",
-                          "--property=node.name=audiod-test-\(role)"])
+        try server.spawn([
+            "pacat", "--playback", "/dev/zero", "--property=media.role=\(role)", "--property=node.autoconnect=false",
+            "--property=node.name=audiod-test-\(role)",
+        ])
     }
 
     func link(_ server: TestServer, _ role: String) throws {
-        for channel in ["FL", "FR"] { _ = try server.run(["pw-link", "audiod-test-\(role):output_\(channel)", "null:playback_\(channel)"]) }
+        for channel in ["FL", "FR"] {
+            _ = try server.run(["pw-link", "audiod-test-\(role):output_\(channel)", "null:playback_\(channel)"])
+        }
     }
 
     static func settings(callLinkWait ns: UInt64) -> Settings {
@@ -228,11 +241,15 @@ struct AnnouncedCallTests {
     func playingMusic(_ server: TestServer, _ live: LiveArbiter) throws -> Child {
         let music = try server.spawn(["pacat", "--playback", "/dev/zero", "--property=media.role=music"])
         _ = try server.waitForPlaybackStream(pid: music.pid)
-        #expect(waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with")
+        #expect(
+            waitFor(10) { live.playbackView(pid: music.pid)?.audible == true }, "the music is not audible to begin with"
+        )
         return music
     }
 
-    @Test("PipeWire: a call's stream mutes the music before it is linked; the link brings the interruption", arguments: ServerKind.testedPipeWires)
+    @Test(
+        "PipeWire: a call's stream mutes the music before it is linked; the link brings the interruption",
+        arguments: ServerKind.testedPipeWires)
     func mutedBeforeTheLink(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -248,27 +265,41 @@ struct AnnouncedCallTests {
         game.kill()
 
         let phone = try unlinked(server, "phone")
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted before the call was linked")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true },
+            "the music was not muted before the call was linked")
         #expect(live.playbackView(pid: phone.pid) == nil, "the unlinked call was decided on before its link")
-        #expect(live.playbackView(pid: music.pid)?.reasons.map(\.text).first?.hasPrefix("a call is about to sound") == true,
-                "reasons: \(String(describing: live.playbackView(pid: music.pid)?.reasons))")
+        #expect(
+            live.playbackView(pid: music.pid)?.reasons.map(\.text).first?.hasPrefix("a call is about to sound") == true,
+            "reasons: \(String(describing: live.playbackView(pid: music.pid)?.reasons))")
         #expect(live.playbackView(pid: music.pid)?.userMuted == false, "audiod took its own mute for the user's")
 
         try link(server, "phone")
         #expect(waitFor(10) { live.playbackView(pid: phone.pid)?.session != nil }, "the call's link was not seen")
         let call = live.playbackView(pid: phone.pid)?.session
-        #expect(waitFor(5) {
-            if case .interrupted(by: call, interrupterIsCall: true, _, _)? = live.playbackView(pid: music.pid)?.reasons.first { return true }
-            return false
-        }, "the music is not interrupted by the call: \(String(describing: live.playbackView(pid: music.pid)?.reasons))")
+        #expect(
+            waitFor(5) {
+                if case .interrupted(by: call, interrupterIsCall: true, _, _)? = live.playbackView(pid: music.pid)?
+                    .reasons.first
+                {
+                    return true
+                }
+                return false
+            },
+            "the music is not interrupted by the call: \(String(describing: live.playbackView(pid: music.pid)?.reasons))"
+        )
         #expect(server.playbackStream(pid: music.pid)?.muted == true, "the music sounds during the call")
         #expect(server.playbackStream(pid: phone.pid)?.muted == false, "the call was muted")
 
         phone.kill()
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false }, "the music did not come back after the call")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false },
+            "the music did not come back after the call")
     }
 
-    @Test("PipeWire: a call's stream that ends before its link, or never links, gives the music back", arguments: ServerKind.testedPipeWires)
+    @Test(
+        "PipeWire: a call's stream that ends before its link, or never links, gives the music back",
+        arguments: ServerKind.testedPipeWires)
     func aCallThatNeverSoundsGivesTheMusicBack(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -277,15 +308,25 @@ struct AnnouncedCallTests {
         let music = try playingMusic(server, live)
 
         let ended = try unlinked(server, "phone")
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted ahead of the call")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true },
+            "the music was not muted ahead of the call")
         ended.kill()
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false }, "the music stayed muted after the call ended unlinked")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false },
+            "the music stayed muted after the call ended unlinked")
 
         let never = try unlinked(server, "phone")
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the music was not muted ahead of the second call")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true },
+            "the music was not muted ahead of the second call")
         // Muted ahead, then back once the link is a second overdue — while the call's stream is still listed.
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == false && live.playbackView(pid: music.pid)?.reasons.isEmpty == true },
-                "the music stayed muted for a call that never linked")
+        #expect(
+            waitFor(10) {
+                server.playbackStream(pid: music.pid)?.muted == false
+                    && live.playbackView(pid: music.pid)?.reasons.isEmpty == true
+            },
+            "the music stayed muted for a call that never linked")
         #expect(server.playbackStream(pid: never.pid) != nil)
         #expect(live.playbackView(pid: music.pid)?.userMuted == false)
         never.kill()

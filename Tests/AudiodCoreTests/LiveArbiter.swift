@@ -22,21 +22,27 @@ final class LiveArbiter: @unchecked Sendable {
         loop = try MainLoop()
         var logger = Logger(label: "audiod.test")
         logger.logLevel = ProcessInfo.processInfo.environment["AUDIOD_TEST_LOG"] != nil ? .debug : .critical
-        let a = loop.bind(Arbiter(
-            loop: loop, settings: settings,
-            backend: PulseBackend.Options(
-                server: server.pulseServer, journalPath: journal ?? "\(server.directory)/audiod/journal"),
-            logger: logger))
+        let a = loop.bind(
+            Arbiter(
+                loop: loop, settings: settings,
+                backend: PulseBackend.Options(
+                    server: server.pulseServer, journalPath: journal ?? "\(server.directory)/audiod/journal"),
+                logger: logger))
         arbiter = a
         loop.start()
         loop.sync { [self] in
             a.value.onServerStatus = { [self] info in statusLog.withLock { $0.append(info != nil) } }
             a.value.start()
         }
-        guard waitFor(15, { self.connected }) else { throw TestKitError("the arbiter did not connect to \(server.kind)") }
+        guard waitFor(15, { self.connected }) else {
+            throw TestKitError("the arbiter did not connect to \(server.kind)")
+        }
     }
 
-    var connected: Bool { let a = arbiter; return loop.sync { a.value.serverInfo != nil } }
+    var connected: Bool {
+        let a = arbiter
+        return loop.sync { a.value.serverInfo != nil }
+    }
     /// Every ServerConnected change, in order.
     var statusChanges: [Bool] { statusLog.withLock { $0 } }
 
@@ -68,7 +74,9 @@ final class LiveArbiter: @unchecked Sendable {
     }
 
     /// A session for `pid` with a category, optionally activated; fails the test on an error reply.
-    func session(pid: pid_t, _ category: String, options: [String] = [], mode: String = "default", activate: Bool = false)
+    func session(
+        pid: pid_t, _ category: String, options: [String] = [], mode: String = "default", activate: Bool = false
+    )
         -> SessionID
     {
         guard case .session(let id)? = request({ .createSession($0, NewSession(pid: UInt32(pid))) }) else {
@@ -94,7 +102,9 @@ final class LiveArbiter: @unchecked Sendable {
     /// The engine's view of a process's first playback stream.
     func playbackView(pid: pid_t) -> StreamView? {
         let a = arbiter
-        return loop.sync { a.value.engine.streamViews.first { $0.info.id.kind == .playback && $0.info.pid == UInt32(pid) } }
+        return loop.sync {
+            a.value.engine.streamViews.first { $0.info.id.kind == .playback && $0.info.pid == UInt32(pid) }
+        }
     }
 
     /// The engine's view of a stream.

@@ -43,7 +43,9 @@ struct NothingLeftBehindTests {
     /// one app's music stream is applied to another app's next music stream (WirePlumber 0.5.8 keys its
     /// `stream-properties` by role; module-stream-restore and WirePlumber 0.4 do too). That is what a policy mute
     /// leaking into a role's entry would do to every app of the role, and what the tests below guard against.
-    @Test("without audiod, a mute set on one music stream is applied to another app's next music stream", arguments: servers)
+    @Test(
+        "without audiod, a mute set on one music stream is applied to another app's next music stream",
+        arguments: servers)
     func roleKeyedStateWithoutAudiod(kind: ServerKind) throws {
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
@@ -57,7 +59,9 @@ struct NothingLeftBehindTests {
         first.kill()
         let other = try playback(server, name: "player-two", role: "music")
         _ = try server.waitForPlaybackStream(pid: other.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: other.pid)?.muted == true }, "on \(kind) the role's saved mute was not applied")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: other.pid)?.muted == true },
+            "on \(kind) the role's saved mute was not applied")
         // Another role's stream is not touched.
         let alarm = try playback(server, name: "player-two", role: "event")
         _ = try server.waitForPlaybackStream(pid: alarm.pid)
@@ -100,8 +104,9 @@ struct NothingLeftBehindTests {
     /// The restore database keeps one entry per role: the last stream of that role to change wrote it. A
     /// sibling that ended later, never silenced, did not write it — so it must not make audiod forget the leak.
     /// (Seen in the benchmark: a hundred music streams silenced as they closed left the next music player muted.)
-    @Test("a policy mute left in the database is put back even when a sibling of the same role ended after it",
-          arguments: servers)
+    @Test(
+        "a policy mute left in the database is put back even when a sibling of the same role ended after it",
+        arguments: servers)
     func siblingEndsAfterLeak(kind: ServerKind) throws {
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
@@ -116,7 +121,8 @@ struct NothingLeftBehindTests {
 
         let next = try playback(server, name: "radio", role: "music")
         let n = try server.waitForPlaybackStream(pid: next.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: next.pid)?.muted == false }, "the next music stream started muted")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: next.pid)?.muted == false }, "the next music stream started muted")
         #expect(waitFor(5) { live.streamView(n.index)?.userMuted == false }, "the engine took the leak for the user's")
     }
 
@@ -136,7 +142,9 @@ struct NothingLeftBehindTests {
 
         let next = try playback(server, name: "radio", role: "music")
         let n = try server.waitForPlaybackStream(pid: next.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: next.pid)?.muted == true }, "the user's saved mute was not restored")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: next.pid)?.muted == true }, "the user's saved mute was not restored"
+        )
         usleep(500_000)
         #expect(server.playbackStream(pid: next.pid)?.muted == true, "audiod undid the user's own mute")
         #expect(live.streamView(n.index)?.userMuted == true)
@@ -188,8 +196,10 @@ struct NothingLeftBehindTests {
         // comes only from an explicit activation, which the nav session did before this stream existed — so the
         // engine ducks it too). What must not happen is a double duck or the user's volume lost: the engine's
         // idea of the user's volume is the full volume.
-        #expect(waitFor(5) { near(live.streamView(a.index)?.userVolume.channels, m.volume) },
-                "the engine took the leaked duck for the user's volume: \(String(describing: live.streamView(a.index)?.userVolume))")
+        #expect(
+            waitFor(5) { near(live.streamView(a.index)?.userVolume.channels, m.volume) },
+            "the engine took the leaked duck for the user's volume: \(String(describing: live.streamView(a.index)?.userVolume))"
+        )
     }
 
     @Test("a crashed run's mutes and ducks are undone by the next start", arguments: servers)
@@ -208,10 +218,11 @@ struct NothingLeftBehindTests {
         _ = crashing.session(pid: music.pid, "playback", options: ["mix-with-others"], activate: true)
         _ = crashing.session(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
         _ = silence(crashing, pid: game.pid)
-        #expect(waitFor(5) {
-            server.playbackStream(pid: music.pid)?.volume == ducked(m.volume)
-                && server.playbackStream(pid: game.pid)?.muted == true
-        }, "policy not applied before the crash")
+        #expect(
+            waitFor(5) {
+                server.playbackStream(pid: music.pid)?.volume == ducked(m.volume)
+                    && server.playbackStream(pid: game.pid)?.muted == true
+            }, "policy not applied before the crash")
         crashing.crash()
         #expect(FileManager.default.fileExists(atPath: journal), "no journal after a crash")
         #expect(server.playbackStream(pid: game.pid)?.muted == true, "the crash undid something by itself")
@@ -219,9 +230,11 @@ struct NothingLeftBehindTests {
         let started = Date()
         let next = try LiveArbiter(server, journal: journal)
         defer { next.shutdown() }
-        #expect(waitFor(5) {
-            server.playbackStream(pid: music.pid)?.volume == m.volume && server.playbackStream(pid: game.pid)?.muted == false
-        }, "the next start did not undo the crashed run")
+        #expect(
+            waitFor(5) {
+                server.playbackStream(pid: music.pid)?.volume == m.volume
+                    && server.playbackStream(pid: game.pid)?.muted == false
+            }, "the next start did not undo the crashed run")
         let took = Date().timeIntervalSince(started)
         #expect(took < 1.0, "restored after \(took) s; POLICY wants 1 s")
         #expect(next.streamView(m.index)?.userVolume.channels == m.volume)
@@ -240,10 +253,12 @@ struct NothingLeftBehindTests {
         let player = try playback(server, name: "player", role: "music")
         let p = try server.waitForPlaybackStream(pid: player.pid)
         _ = try server.pactl(["set-sink-input-mute", "\(p.index)", "1"])
-        #expect(waitFor(5) { crashing.streamView(p.index)?.userMuted == true }, "the user's mute did not reach the engine")
+        #expect(
+            waitFor(5) { crashing.streamView(p.index)?.userMuted == true }, "the user's mute did not reach the engine")
         let game = try playback(server, name: "game", role: "music")
         let g = try server.waitForPlaybackStream(pid: game.pid)
-        #expect(waitFor(5) { crashing.streamView(g.index)?.userMuted == true }, "the role's saved mute was not the game's")
+        #expect(
+            waitFor(5) { crashing.streamView(g.index)?.userMuted == true }, "the role's saved mute was not the game's")
         _ = try server.pactl(["set-sink-input-mute", "\(g.index)", "0"])
         #expect(waitFor(5) { crashing.streamView(g.index)?.userMuted == false })
         // Then audiod mutes the younger one, which ends so: the entry holds audiod's mute, saved last.
@@ -264,7 +279,8 @@ struct NothingLeftBehindTests {
         // The leak is still put back on the role's next stream.
         let radio = try playback(server, name: "radio", role: "music")
         let r = try server.waitForPlaybackStream(pid: radio.pid)
-        #expect(waitFor(5) { server.playbackStream(pid: radio.pid)?.muted == false }, "the next music stream started muted")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: radio.pid)?.muted == false }, "the next music stream started muted")
         #expect(waitFor(5) { next.streamView(r.index)?.userMuted == false })
     }
 
@@ -277,10 +293,13 @@ struct NothingLeftBehindTests {
         // A client that comes back after the server does, like a real player.
         let shell = try server.spawn(["sh", "-c", "while true; do pacat --playback /dev/zero; sleep 0.05; done"])
         var stream: ObservedStream?
-        #expect(waitFor(10) {
-            stream = (try? server.playbackStreams())?.first { $0.pid.flatMap(ProcessTable.parent) == UInt32(shell.pid) }
-            return stream != nil
-        })
+        #expect(
+            waitFor(10) {
+                stream = (try? server.playbackStreams())?.first {
+                    $0.pid.flatMap(ProcessTable.parent) == UInt32(shell.pid)
+                }
+                return stream != nil
+            })
         _ = silence(live, pid: shell.pid)
         #expect(waitFor(5) { (try? server.playbackStreams())?.first?.muted == true }, "policy mute not applied")
 
@@ -292,12 +311,16 @@ struct NothingLeftBehindTests {
         // How soon is ReliabilityTests' figure (printed, scripts/reliability): a loaded machine may take seconds.
         #expect(waitFor(10) { live.connected }, "no reconnect within 10 s of the server's start")
         var again: ObservedStream?
-        #expect(waitFor(10) {
-            again = (try? server.playbackStreams())?.first { $0.pid.flatMap(ProcessTable.parent) == UInt32(shell.pid) }
-            return again?.muted == true
-        }, "the policy was not re-applied to the client's new stream")
+        #expect(
+            waitFor(10) {
+                again = (try? server.playbackStreams())?.first {
+                    $0.pid.flatMap(ProcessTable.parent) == UInt32(shell.pid)
+                }
+                return again?.muted == true
+            }, "the policy was not re-applied to the client's new stream")
         let index = try #require(again).index
-        #expect(waitFor(5) { live.streamView(index)?.policyMuted == true && live.streamView(index)?.userMuted == false })
+        #expect(
+            waitFor(5) { live.streamView(index)?.policyMuted == true && live.streamView(index)?.userMuted == false })
         #expect(live.statusChanges.suffix(2) == [false, true], "ServerConnected changes: \(live.statusChanges)")
 
         // It is the policy's mute, not a leftover: silent mode off lifts it.

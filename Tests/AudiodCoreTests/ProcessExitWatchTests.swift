@@ -16,15 +16,18 @@ struct ProcessExitWatchTests {
     }
 
     /// Watches `pid` on a running loop with `open`; returns when the handler ran (monotonic ns), or nil.
-    func watch(_ pid: Int32, open: @escaping ProcessExitWatch.Opener, killAfter: Double?, wait seconds: Double) throws -> UInt64? {
+    func watch(_ pid: Int32, open: @escaping ProcessExitWatch.Opener, killAfter: Double?, wait seconds: Double) throws
+        -> UInt64?
+    {
         let loop = try MainLoop()
         loop.start()
         defer { loop.stop() }
         let fired = Mutex<UInt64?>(nil)
         let token = loop.sync {
-            loop.bind(ProcessExitWatch(pid: UInt32(pid), loop: loop, open: open) {
-                fired.withLock { $0 = DispatchTime.now().uptimeNanoseconds }
-            })
+            loop.bind(
+                ProcessExitWatch(pid: UInt32(pid), loop: loop, open: open) {
+                    fired.withLock { $0 = DispatchTime.now().uptimeNanoseconds }
+                })
         }
         if let killAfter {
             usleep(UInt32(killAfter * 1_000_000))
@@ -36,7 +39,8 @@ struct ProcessExitWatchTests {
         return fired.withLock { $0 }
     }
 
-    @Test("a pidfd_open that fails (out of descriptors) is not the process's exit: the watch checks the process instead")
+    @Test(
+        "a pidfd_open that fails (out of descriptors) is not the process's exit: the watch checks the process instead")
     func failedOpenIsNotAnExit() throws {
         let p = try child()
         defer { p.terminate() }

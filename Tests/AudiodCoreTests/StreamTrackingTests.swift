@@ -13,8 +13,9 @@ import Testing
 struct StreamTrackingTests {
     /// Reads are deduplicated (at most one in flight per stream) and stale replies dropped: neither may lose a
     /// stream that appears while others go, nor keep one that went.
-    @Test("streams that come and go in a burst are all known, and only they",
-          arguments: ServerKind.tested)
+    @Test(
+        "streams that come and go in a burst are all known, and only they",
+        arguments: ServerKind.tested)
     func churn(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -24,7 +25,9 @@ struct StreamTrackingTests {
         logger.logLevel = .critical
         let log = logger
         let backend = loop.sync {
-            loop.bind(PulseBackend(loop: loop, options: .init(server: server.pulseServer, clientName: "tracker"), logger: log))
+            loop.bind(
+                PulseBackend(loop: loop, options: .init(server: server.pulseServer, clientName: "tracker"), logger: log)
+            )
         }
         let known = Mutex<Set<UInt32>>([])
         loop.sync {
@@ -39,7 +42,10 @@ struct StreamTrackingTests {
             }
             backend.value.start()
         }
-        defer { loop.sync { backend.value.stop() }; loop.stop() }
+        defer {
+            loop.sync { backend.value.stop() }
+            loop.stop()
+        }
         #expect(waitFor(10) { loop.sync { backend.value.isConnected } }, "the backend did not connect")
 
         // One connection per stream: pipewire-pulse 0.3.65 crashes when a client closes a stream and at once opens
@@ -58,15 +64,17 @@ struct StreamTrackingTests {
             return last == expected
         }
         #expect(agreed, "the backend knows \(last.sorted()), the server has \(expected.sorted())")
-        clients.forEach { $0.0.closeAll() }
-        #expect(waitFor(10) { known.withLock { $0.isEmpty } }, "streams closed but still known: \(known.withLock { $0 })")
+        for c in clients { c.0.closeAll() }
+        #expect(
+            waitFor(10) { known.withLock { $0.isEmpty } }, "streams closed but still known: \(known.withLock { $0 })")
     }
 
     /// pipewire-pulse acknowledges a mute before its node has it: a read in that gap showed the old value, and the
     /// engine took it for the user's (measured: 4 of 200 rounds with another client changing the same stream).
     /// An unmute that was not the user's activates an interrupted app; a lifted mute kept as the user's stays.
-    @Test("audiod's own change is never reported undone by a read the server answered before applying it",
-          arguments: ServerKind.tested)
+    @Test(
+        "audiod's own change is never reported undone by a read the server answered before applying it",
+        arguments: ServerKind.tested)
     func ownChangeHolds(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -100,8 +108,12 @@ struct StreamTrackingTests {
         a.apply([.setStreamMute(id, true)])
         _ = waitFor(5) { (try? server.playbackStreams())?.first { $0.index == index }?.muted == true }
         other.apply([.setStreamMute(id, false)])
-        #expect(waitFor(5) { a.latest(index)?.muted == false && (try? server.playbackStreams())?.first { $0.index == index }?.muted == false },
-                "another client's unmute after audiod's mute was not learnt")
+        #expect(
+            waitFor(5) {
+                a.latest(index)?.muted == false
+                    && (try? server.playbackStreams())?.first { $0.index == index }?.muted == false
+            },
+            "another client's unmute after audiod's mute was not learnt")
     }
 }
 
@@ -117,7 +129,9 @@ final class Tracker: @unchecked Sendable {
         var logger = Logger(label: "audiod.test")
         logger.logLevel = .critical
         let (l, log) = (loop, logger)
-        let b = l.sync { l.bind(PulseBackend(loop: l, options: .init(server: server.pulseServer, clientName: name), logger: log)) }
+        let b = l.sync {
+            l.bind(PulseBackend(loop: l, options: .init(server: server.pulseServer, clientName: name), logger: log))
+        }
         backend = b
         loop.sync { [weak self] in
             b.value.onEvent = { [weak self] e in
@@ -137,7 +151,10 @@ final class Tracker: @unchecked Sendable {
 
     func latest(_ index: UInt32) -> StreamInfo? { seen.withLock { $0[index]?.last } }
     func reports(_ index: UInt32) -> [StreamInfo] { seen.withLock { $0[index] ?? [] } }
-    func apply(_ effects: [Effect]) { let b = backend; loop.sync { b.value.apply(effects) } }
+    func apply(_ effects: [Effect]) {
+        let b = backend
+        loop.sync { b.value.apply(effects) }
+    }
     func apply(_ effects: [Effect], clearingReportsOf index: UInt32) {
         let b = backend
         loop.sync {
@@ -145,5 +162,9 @@ final class Tracker: @unchecked Sendable {
             b.value.apply(effects)
         }
     }
-    func stop() { let b = backend; loop.sync { b.value.stop() }; loop.stop() }
+    func stop() {
+        let b = backend
+        loop.sync { b.value.stop() }
+        loop.stop()
+    }
 }

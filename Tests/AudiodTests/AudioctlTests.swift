@@ -41,9 +41,13 @@ struct AudioctlTests {
         #expect(sessions?.first?["implicit"] as? Bool == true, "\(j.output)")
 
         let sessionsText = try ctl(server, "sessions").output
-        #expect(sessionsText.contains("music-app  pid \(music.pid)  playback  active implicit  streams \(s.index)"), "\(sessionsText)")
+        #expect(
+            sessionsText.contains("music-app  pid \(music.pid)  playback  active implicit  streams \(s.index)"),
+            "\(sessionsText)")
         let streamsText = try ctl(server, "streams").output
-        #expect(streamsText.hasPrefix("playback \(s.index)  music-app  pid \(music.pid)  role music  session "), "\(streamsText)")
+        #expect(
+            streamsText.hasPrefix("playback \(s.index)  music-app  pid \(music.pid)  role music  session "),
+            "\(streamsText)")
         #expect(streamsText.contains("audible  on null"), "\(streamsText)")
         let sj = json(try ctl(server, "sessions", "--json").output) as? [[String: Any]]
         #expect(sj?.first?["category"] as? String == "playback")
@@ -101,7 +105,9 @@ struct AudioctlTests {
         _ = try server.waitForPlaybackStream(pid: other.pid)
         let a = try d.client.makeSession(pid: other.pid, "playback", activate: true)
         // A shell makes its session, then plays (exec keeps its pid); another terminal drives it with --pid.
-        let music = try server.spawn(["bash", "-c", "\(audioctl) set-category playback && exec pacat --playback /dev/zero"])
+        let music = try server.spawn([
+            "bash", "-c", "\(audioctl) set-category playback && exec pacat --playback /dev/zero",
+        ])
         _ = try server.waitForPlaybackStream(pid: music.pid)
         #expect(try ctl(server, "activate", "--pid", "\(music.pid)").status == 0)
         #expect(waitFor(5) { server.playbackStream(pid: other.pid)?.muted == true }, "activation did not interrupt")
@@ -124,25 +130,33 @@ struct AudioctlTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
         let started = Date()
-        let run = try server.spawn([audioctl, "run", "--category", "playback", "--",
-                                    "sh", "-c", "pacat --playback /dev/zero & p=$!; sleep 1.5; kill $p; exit 7"])
+        let run = try server.spawn([
+            audioctl, "run", "--category", "playback", "--",
+            "sh", "-c", "pacat --playback /dev/zero & p=$!; sleep 1.5; kill $p; exit 7",
+        ])
         // While it runs, the command's stream (a grandchild of audioctl, tagged through PULSE_PROP) belongs to the
         // session audioctl made for it, named after the command.
         var owner: String?
-        #expect(waitFor(5) {
-            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
-            for case let s? in items.map(\.propertyMap) where s["pid"]?.uint32Value != UInt32(music.pid) {
-                if case .objectPath(let p)? = s["session"], p != "/" { owner = p }
-            }
-            return owner != nil
-        }, "the command's stream has no session")
+        #expect(
+            waitFor(5) {
+                guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first
+                else { return false }
+                for case let s? in items.map(\.propertyMap) where s["pid"]?.uint32Value != UInt32(music.pid) {
+                    if case .objectPath(let p)? = s["session"], p != "/" { owner = p }
+                }
+                return owner != nil
+            }, "the command's stream has no session")
         if let owner { #expect(d.client.property(owner, API.session.name, "ApplicationName") == .string("sh")) }
-        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the playing app was not interrupted")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the playing app was not interrupted")
         let status = run.wait(timeout: 10)
-        #expect(status.map { ($0 >> 8) & 0xff } == 7, "audioctl run did not exit with the command's status: \(String(describing: status))")
+        #expect(
+            status.map { ($0 >> 8) & 0xff } == 7,
+            "audioctl run did not exit with the command's status: \(String(describing: status))")
         #expect(Date().timeIntervalSince(started) >= 1.5)
         #expect(d.client.waitForSignal(a, "InterruptionBegan").count == 1)
-        #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "no should-resume after run")
+        #expect(
+            d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "no should-resume after run")
     }
 
     @Test("monitor --json prints a scripted scenario's events in order")
@@ -176,7 +190,9 @@ struct AudioctlTests {
         #expect(addedA != nil && began != nil && ended != nil, "events: \(events)")
         if let addedA, let began, let ended { #expect(addedA < began && began < ended, "order: \(events)") }
         #expect(events.contains("properties-changed@\(bid)"))
-        #expect(lines.first { $0["event"] as? String == "interruption-began" && $0["session"] as? Int == Int(aid) }?["interrupter"] as? Int == Int(bid))
+        #expect(
+            lines.first { $0["event"] as? String == "interruption-began" && $0["session"] as? Int == Int(aid) }?[
+                "interrupter"] as? Int == Int(bid))
         let human = server.file("monitor.txt")
         #expect(human.contains("session \(aid) interruption began: default by session \(bid)"), "\(human)")
         #expect(human.contains("session \(aid) interruption ended: should resume"))
@@ -192,8 +208,9 @@ struct AudioctlTests {
         let ctl = try ctl(server, "--version")
         let bus = d.client.property(API.managerPath, API.manager.name, "Version")?.stringValue
         #expect(daemon.status == 0 && ctl.status == 0)
-        #expect(!daemon.output.isEmpty && daemon.output == ctl.output && daemon.output == (bus ?? "") + "\n",
-                "audiod \(daemon.output), audioctl \(ctl.output), bus \(bus ?? "none")")
+        #expect(
+            !daemon.output.isEmpty && daemon.output == ctl.output && daemon.output == (bus ?? "") + "\n",
+            "audiod \(daemon.output), audioctl \(ctl.output), bus \(bus ?? "none")")
     }
 
     @Test("bad input and a missing audiod give the documented message and exit status")
@@ -203,7 +220,9 @@ struct AudioctlTests {
         // A value audiod refuses exits 1 with audiod's words, before audiod is even asked (it is not running).
         let bad = try ctl(server, "set-category", "loud")
         #expect(bad.status == 1)
-        #expect(bad.output.contains("category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"))
+        #expect(
+            bad.output.contains(
+                "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"))
         let notRunning = try ctl(server, "status")
         #expect(notRunning.status == 2)
         #expect(notRunning.output.contains("audiod is not running"), "\(notRunning.output)")
@@ -231,7 +250,9 @@ struct AudioctlRunTests {
         return (music, try d.client.makeSession(pid: music.pid, "playback", activate: true))
     }
 
-    @Test("the command starts with nothing blocked or ignored, and a kill inside it ends the run with 143 and a release with notify")
+    @Test(
+        "the command starts with nothing blocked or ignored, and a kill inside it ends the run with 143 and a release with notify"
+    )
     func signalsOfTheCommand() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -244,16 +265,21 @@ struct AudioctlRunTests {
         // the test runner; no program can reset those).
         let direct = try server.runStatus(probe)
         #expect(masks.status == 0, "\(masks)")
-        #expect(masks.output.contains("SigBlk:\t0000000000000000") && masks.output == direct.output,
-                "the command inherited blocked or ignored signals: \(masks.output), started directly: \(direct.output)")
+        #expect(
+            masks.output.contains("SigBlk:\t0000000000000000") && masks.output == direct.output,
+            "the command inherited blocked or ignored signals: \(masks.output), started directly: \(direct.output)")
         #expect(d.client.waitForSignal(a, "InterruptionEnded").count == 1)
         _ = d.client.session(a, "SetActive", [.bool(true), .strings([])])
 
         // A command that plays, kills its own player: a command that plays and kills its own player, then dies of SIGTERM.
-        let r = try server.runStatus([audioctl, "run", "--category", "playback", "--", "sh", "-c",
-                                      "pacat --playback /dev/zero & P=$!; sleep 1.5; kill $P; wait $P; kill -TERM $$"])
+        let r = try server.runStatus([
+            audioctl, "run", "--category", "playback", "--", "sh", "-c",
+            "pacat --playback /dev/zero & P=$!; sleep 1.5; kill $P; wait $P; kill -TERM $$",
+        ])
         #expect(r.status == 143, "audioctl run exit status \(r.status): \(r.output)")
-        #expect(d.client.waitForSignal(a, "InterruptionEnded", count: 2).count == 2, "no release with notify after the kill")
+        #expect(
+            d.client.waitForSignal(a, "InterruptionEnded", count: 2).count == 2, "no release with notify after the kill"
+        )
         #expect(d.client.received(a, "InterruptionEnded").last?.first == .bool(true))
     }
 
@@ -266,7 +292,8 @@ struct AudioctlRunTests {
         let (music, a) = try musicSession(server, d)
         // setsid: audioctl leads a process group of its own, as a shell's job would.
         let run = try server.spawn(["setsid", audioctl, "run", "--category", "playback", "--", "sleep", "30"])
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the run did not interrupt the music")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the run did not interrupt the music")
         // The command is running once audioctl has a child.
         func hasChild() -> Bool {
             let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(run.pid)/task")) ?? []
@@ -279,7 +306,9 @@ struct AudioctlRunTests {
         let status = run.wait(timeout: 10)
         #expect(status.map { ($0 >> 8) & 0xff } == 130, "audioctl exit status \(String(describing: status))")
         #expect(kill(-run.pid, 0) != 0, "a process of the run's group is still alive")
-        #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "the music was not told to resume")
+        #expect(
+            d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true),
+            "the music was not told to resume")
         guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
             case .dict(_, _, let pairs)? = out.first
         else {
@@ -289,20 +318,25 @@ struct AudioctlRunTests {
         #expect(pairs.map(\.0) == [.objectPath(a)], "sessions left: \(pairs.map(\.0))")
     }
 
-    @Test("a command that cannot be found exits 127, one that cannot be executed 126, with a shell's message and no session")
+    @Test(
+        "a command that cannot be found exits 127, one that cannot be executed 126, with a shell's message and no session"
+    )
     func commandNotRunnable() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
         let missing = try server.runStatus([audioctl, "run", "--category", "playback", "--", "no-such-command-here"])
-        #expect(missing.status == 127 && missing.output.contains("no-such-command-here: command not found"), "\(missing)")
+        #expect(
+            missing.status == 127 && missing.output.contains("no-such-command-here: command not found"), "\(missing)")
         let file = "\(server.directory)/not-executable"
         try "echo hi\n".write(toFile: file, atomically: true, encoding: .utf8)
         let denied = try server.runStatus([audioctl, "run", "--category", "playback", "--", file])
         #expect(denied.status == 126 && denied.output.contains("Permission denied"), "\(denied)")
         #expect(!denied.output.contains("refused") && !missing.output.contains("refused"))
-        #expect(d.client.received(API.managerPath, "InterfacesAdded").isEmpty, "a session was made for a command that never ran")
+        #expect(
+            d.client.received(API.managerPath, "InterfacesAdded").isEmpty,
+            "a session was made for a command that never ran")
     }
 
     @Test("monitor says when audiod goes away and comes back, and exits non-zero when the bus dies")
@@ -313,19 +347,33 @@ struct AudioctlRunTests {
         let monitor = try server.spawn([audioctl, "monitor"], log: "monitor.log")
         // It is listening once it has seen something audiod said.
         _ = waitFor(5) {
-            _ = d.client.call(API.managerPath, API.properties.name, "Set",
-                              [.string(API.manager.name), .string("SilentMode"), .variant(.bool(!server.file("monitor.log").isEmpty))])
+            _ = d.client.call(
+                API.managerPath, API.properties.name, "Set",
+                [
+                    .string(API.manager.name), .string("SilentMode"),
+                    .variant(.bool(!server.file("monitor.log").isEmpty)),
+                ]
+            )
             return server.file("monitor.log").contains("SilentMode")
         }
         d.stop()
-        #expect(waitFor(10) { server.file("monitor.log").contains("audiod went away") }, "monitor: \(server.file("monitor.log"))")
+        #expect(
+            waitFor(10) { server.file("monitor.log").contains("audiod went away") },
+            "monitor: \(server.file("monitor.log"))")
         #expect(monitor.wait(timeout: 0.5) == nil, "monitor exited when audiod went away")
         let again = try Daemon.start(server, log: "audiod-2.log")
-        #expect(waitFor(10) { server.file("monitor.log").contains("audiod is back") }, "monitor: \(server.file("monitor.log"))")
-        _ = again.client.call(API.managerPath, API.properties.name, "Set",
-                              [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
-        #expect(waitFor(5) { server.file("monitor.log").components(separatedBy: "audiod is back").last?.contains("SilentMode") == true },
-                "monitor did not follow the new audiod: \(server.file("monitor.log"))")
+        #expect(
+            waitFor(10) { server.file("monitor.log").contains("audiod is back") },
+            "monitor: \(server.file("monitor.log"))")
+        _ = again.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        #expect(
+            waitFor(5) {
+                server.file("monitor.log").components(separatedBy: "audiod is back").last?.contains("SilentMode")
+                    == true
+            },
+            "monitor did not follow the new audiod: \(server.file("monitor.log"))")
         again.client.close()
         server.killBus()
         let status = monitor.wait(timeout: 10)

@@ -32,9 +32,18 @@ struct AudioctlUsageTests {
 
         let failures: [(command: String, status: Int32, says: String)] = [
             ("audioctl set-category playback --mode spoken", 1, "mode 'spoken' is not one of default, voice-chat"),
-            ("audioctl set-category loud", 1, "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"),
-            ("audioctl set-category ambient --mode voice-chat", 1, "mode 'voice-chat' is not accepted by category 'ambient'"),
-            ("audioctl set-category record --option duck-others", 1, "option 'duck-others' is not accepted by category 'record'"),
+            (
+                "audioctl set-category loud", 1,
+                "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"
+            ),
+            (
+                "audioctl set-category ambient --mode voice-chat", 1,
+                "mode 'voice-chat' is not accepted by category 'ambient'"
+            ),
+            (
+                "audioctl set-category record --option duck-others", 1,
+                "option 'duck-others' is not accepted by category 'record'"
+            ),
             ("audioctl set-category playback --option loudly", 1, "'loudly' is not a category option"),
             ("audioctl activate", 1, "has no session made by audioctl; make one with `audioctl set-category CATEGORY`"),
             ("audioctl deactivate", 1, "has no session made by audioctl"),
@@ -57,9 +66,12 @@ struct AudioctlUsageTests {
         // The duck level was not changed by the refused ones.
         #expect(d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.2))
         // And a shell whose command failed plays as an app still: its next sound interrupts nothing.
-        let after = try shell(server, "audioctl set-category playback --mode spoken; pacat --playback /dev/zero & p=$!; sleep 1; kill $p")
+        let after = try shell(
+            server, "audioctl set-category playback --mode spoken; pacat --playback /dev/zero & p=$!; sleep 1; kill $p")
         #expect(after.status == 0)
-        #expect(server.playbackStream(pid: music.pid)?.muted == false, "a failed set-category left a session that interrupted the music")
+        #expect(
+            server.playbackStream(pid: music.pid)?.muted == false,
+            "a failed set-category left a session that interrupted the music")
     }
 
     @Test("a shell's session: made by set-category (which says what it holds), activated, released")
@@ -71,18 +83,25 @@ struct AudioctlUsageTests {
         let music = try playback(server, name: "music")
         _ = try server.waitForPlaybackStream(pid: music.pid)
         let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
-        let r = try shell(server, """
+        let r = try shell(
+            server,
+            """
             echo "shell $$"; audioctl set-category playback && audioctl activate && sleep 0.5 && \
             audioctl deactivate --notify-others && audioctl release && audioctl sessions
             """)
         #expect(r.status == 0, "\(r.output)")
-        let shellPid = r.output.split(separator: "\n").first.map { $0.dropFirst("shell ".count) }.map(String.init) ?? "?"
+        let shellPid =
+            r.output.split(separator: "\n").first.map { $0.dropFirst("shell ".count) }.map(String.init) ?? "?"
         #expect(r.output.contains("every program this shell starts plays in it"), "\(r.output)")
         #expect(d.client.waitForSignal(a, "InterruptionBegan").count == 1, "the shell's activation interrupted nothing")
         #expect(d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "no should-resume")
-        #expect(r.output.contains("session made for your shell (pid \(shellPid))") || r.output.contains("made for your shell (pid \(shellPid))"), "\(r.output)")
-        #expect(r.output.split(separator: "\n").filter { $0.hasPrefix("session ") && $0.contains("  pid \(shellPid)  ") }.isEmpty,
-                "released, yet listed: \(r.output)")
+        #expect(
+            r.output.contains("session made for your shell (pid \(shellPid))")
+                || r.output.contains("made for your shell (pid \(shellPid))"), "\(r.output)")
+        #expect(
+            r.output.split(separator: "\n").filter { $0.hasPrefix("session ") && $0.contains("  pid \(shellPid)  ") }
+                .isEmpty,
+            "released, yet listed: \(r.output)")
     }
 
     @Test("release frees an app a shell's session captured: its streams are arbitrated as an app again")
@@ -92,35 +111,47 @@ struct AudioctlUsageTests {
         let d = try Daemon.start(server)
         defer { d.stop() }
         // The shell makes its session, then becomes the player (exec keeps its pid): the player is captured.
-        let player = try server.spawn(["bash", "-c", "\(Self.audioctl) set-category ambient && exec pacat --playback /dev/zero"])
+        let player = try server.spawn([
+            "bash", "-c", "\(Self.audioctl) set-category ambient && exec pacat --playback /dev/zero",
+        ])
         let s = try server.waitForPlaybackStream(pid: player.pid)
         func owner() -> (path: String, implicit: Bool)? {
-            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return nil }
+            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first
+            else { return nil }
             for st in items.compactMap(\.propertyMap) where st["index"]?.uint32Value == s.index {
                 guard case .objectPath(let p)? = st["session"], p != "/" else { return nil }
                 return (p, d.client.property(p, API.session.name, "Implicit") == .bool(true))
             }
             return nil
         }
-        #expect(waitFor(5) { owner()?.implicit == false }, "the shell's session did not take the player: \(String(describing: owner()))")
+        #expect(
+            waitFor(5) { owner()?.implicit == false },
+            "the shell's session did not take the player: \(String(describing: owner()))")
         _ = try shell(server, "audioctl silent on")
-        #expect(waitFor(5) { server.playbackStream(pid: player.pid)?.muted == true }, "ambient did not obey silent mode")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: player.pid)?.muted == true }, "ambient did not obey silent mode")
         let r = try shell(server, "audioctl release --pid \(player.pid)")
         #expect(r.status == 0, "\(r.output)")
         #expect(waitFor(5) { owner()?.implicit == true }, "the player is still held: \(String(describing: owner()))")
         // As an app, it is playback (mixable): silent mode no longer silences it.
-        #expect(waitFor(5) { server.playbackStream(pid: player.pid)?.muted == false }, "the released player stayed silenced")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: player.pid)?.muted == false }, "the released player stayed silenced"
+        )
         #expect(try shell(server, "audioctl release --pid \(player.pid)").status == 1)
     }
 
-    @Test("CreateSession refuses a pid hint naming PID 1, a user manager, or an ancestor of audiod; without a hint a shell's session works")
+    @Test(
+        "CreateSession refuses a pid hint naming PID 1, a user manager, or an ancestor of audiod; without a hint a shell's session works"
+    )
     func noCaptureOfWhatNoAppIs() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
         func refusal(_ pid: UInt32) -> DBusError? {
-            if case .failure(let e) = d.client.manager("CreateSession", [.properties([("pid", .uint32(pid))])]) { return e }
+            if case .failure(let e) = d.client.manager("CreateSession", [.properties([("pid", .uint32(pid))])]) {
+                return e
+            }
             return nil
         }
         let initSystem = refusal(1)
@@ -144,9 +175,14 @@ struct AudioctlUsageTests {
             manager.kill()
             cleanup()
         }
-        guard case .success(let objects) = d.client.call(API.managerPath, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects"),
+        guard
+            case .success(let objects) = d.client.call(
+                API.managerPath, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects"),
             case .dict(_, _, let pairs)? = objects.first
-        else { Issue.record("GetManagedObjects failed"); return }
+        else {
+            Issue.record("GetManagedObjects failed")
+            return
+        }
         #expect(pairs.isEmpty, "a refused CreateSession left a session")
         // A pid of the user's own app is still taken, and so is no hint at all.
         let app = try server.spawn(["sleep", "60"])
@@ -155,42 +191,63 @@ struct AudioctlUsageTests {
         #expect(own.status == 0, "\(own.output)")
     }
 
-    @Test("CreateSession refuses the Leader of one of the user's logind sessions (logind from python3-dbusmock on a private system bus)")
+    @Test(
+        "CreateSession refuses the Leader of one of the user's logind sessions (logind from python3-dbusmock on a private system bus)"
+    )
     func noCaptureOfASessionLeader() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let system = try TestBus()
         defer { system.stop() }
         let leader = try server.spawn(["sleep", "60"])
-        let logind = try server.spawn(["/usr/bin/python3", "-m", "dbusmock", "--system", "-t", "logind"],
-                                      environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], log: "logind.log")
+        let logind = try server.spawn(
+            ["/usr/bin/python3", "-m", "dbusmock", "--system", "-t", "logind"],
+            environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], log: "logind.log")
         defer { logind.kill() }
         let bus = try BusClient(address: system.address)
         defer { bus.close() }
-        #expect(waitFor(10) {
-            if case .success = bus.callAny(destination: "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Peer", "Ping", []) { return true }
-            return false
-        }, "dbusmock's logind did not start: \(server.file("logind.log"))")
-        let made = bus.callAny(destination: "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock", "AddSession",
-                               [.string("c7"), .string("seat0"), .uint32(getuid()), .string("tester"), .bool(true)])
-        guard case .success(let out) = made, let path = out.first?.stringValue else { Issue.record("AddSession: \(made)"); return }
-        _ = bus.callAny(destination: "org.freedesktop.login1", path, "org.freedesktop.DBus.Properties", "Set",
-                        [.string("org.freedesktop.login1.Session"), .string("Leader"), .variant(.uint32(UInt32(leader.pid)))])
+        #expect(
+            waitFor(10) {
+                if case .success = bus.callAny(
+                    destination: "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Peer",
+                    "Ping", [])
+                {
+                    return true
+                }
+                return false
+            }, "dbusmock's logind did not start: \(server.file("logind.log"))")
+        let made = bus.callAny(
+            destination: "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock", "AddSession",
+            [.string("c7"), .string("seat0"), .uint32(getuid()), .string("tester"), .bool(true)])
+        guard case .success(let out) = made, let path = out.first?.stringValue else {
+            Issue.record("AddSession: \(made)")
+            return
+        }
+        _ = bus.callAny(
+            destination: "org.freedesktop.login1", path, "org.freedesktop.DBus.Properties", "Set",
+            [.string("org.freedesktop.login1.Session"), .string("Leader"), .variant(.uint32(UInt32(leader.pid)))])
         let d = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address])
         defer { d.stop() }
         // audiod reads the leaders at start; logind announces later sessions, and audiod reads them again.
-        _ = bus.callAny(destination: "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock", "EmitSignal",
-                        [.string("org.freedesktop.login1.Manager"), .string("SessionNew"), .string("so"),
-                         .array(element: "v", [.variant(.string("c7")), .variant(.objectPath(path))])])
+        _ = bus.callAny(
+            destination: "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.DBus.Mock", "EmitSignal",
+            [
+                .string("org.freedesktop.login1.Manager"), .string("SessionNew"), .string("so"),
+                .array(element: "v", [.variant(.string("c7")), .variant(.objectPath(path))]),
+            ])
         var answer: Result<[DBusValue], DBusError>?
-        #expect(waitFor(10) {
-            answer = d.client.manager("CreateSession", [.properties([("pid", .uint32(UInt32(leader.pid)))])])
-            if case .failure(let e) = answer { return e.message.contains("leader of one of your login sessions") }
-            if case .success(let o) = answer, case .objectPath(let p)? = o.first { _ = d.client.session(p, "Release") }
-            return false
-        }, "the session leader was taken: \(String(describing: answer)) \(server.file("audiod.log").suffix(1500))")
+        #expect(
+            waitFor(10) {
+                answer = d.client.manager("CreateSession", [.properties([("pid", .uint32(UInt32(leader.pid)))])])
+                if case .failure(let e) = answer { return e.message.contains("leader of one of your login sessions") }
+                if case .success(let o) = answer, case .objectPath(let p)? = o.first {
+                    _ = d.client.session(p, "Release")
+                }
+                return false
+            }, "the session leader was taken: \(String(describing: answer)) \(server.file("audiod.log").suffix(1500))")
         let other = try server.spawn(["sleep", "60"])
-        guard case .success = d.client.manager("CreateSession", [.properties([("pid", .uint32(UInt32(other.pid)))])]) else {
+        guard case .success = d.client.manager("CreateSession", [.properties([("pid", .uint32(UInt32(other.pid)))])])
+        else {
             Issue.record("a pid that leads nothing was refused")
             return
         }
@@ -222,7 +279,9 @@ struct AudioctlUsageTests {
         let n = try d.client.makeSession(pid: news.pid, "playback", activate: true)
         let newsID = String(n.split(separator: "/").last ?? "")
         var text = ""
-        func line(_ name: String) -> String { text.split(separator: "\n").first { $0.contains("  \(name)  ") }.map(String.init) ?? "" }
+        func line(_ name: String) -> String {
+            text.split(separator: "\n").first { $0.contains("  \(name)  ") }.map(String.init) ?? ""
+        }
         let ok = waitFor(10) {
             text = (try? shell(server, "audioctl streams").output) ?? ""
             return line("chime").contains("because: silent mode")
@@ -259,10 +318,14 @@ struct AudioctlUsageTests {
         let n = try d.client.makeSession(pid: nav.pid, "playback", options: ["duck-others"], activate: true)
         let id = String(n.split(separator: "/").last ?? "")
         var text = ""
-        #expect(waitFor(5) {
-            text = (try? shell(server, "audioctl streams").output) ?? ""
-            return text.split(separator: "\n").contains { $0.contains("  music  ") && $0.contains("ducked×0.20") && $0.contains("because: ducked by session \(id)") }
-        }, "\(text)")
+        #expect(
+            waitFor(5) {
+                text = (try? shell(server, "audioctl streams").output) ?? ""
+                return text.split(separator: "\n").contains {
+                    $0.contains("  music  ") && $0.contains("ducked×0.20")
+                        && $0.contains("because: ducked by session \(id)")
+                }
+            }, "\(text)")
     }
 
     @Test("a typo'd verb gets the nearest verb, or the list of verbs; exit 64")
@@ -299,12 +362,16 @@ struct AudioctlUsageTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         let s = try d.client.makeSession(pid: music.pid, "playback", activate: true)
         let id = String(s.split(separator: "/").last ?? "")
-        #expect(waitFor(5) { server.file("monitor.txt").contains("session \(id) Active=true") }, "\(server.file("monitor.txt"))")
+        #expect(
+            waitFor(5) { server.file("monitor.txt").contains("session \(id) Active=true") },
+            "\(server.file("monitor.txt"))")
         #expect(waitFor(5) { server.file("monitor.json").contains("session-added") })
         text.kill()
         json.kill()
         let lines = server.file("monitor.txt").split(separator: "\n")
-        let stamped = lines.allSatisfy { $0.range(of: #"^\d\d:\d\d:\d\d\.\d\d\d "#, options: .regularExpression) != nil }
+        let stamped = lines.allSatisfy {
+            $0.range(of: #"^\d\d:\d\d:\d\d\.\d\d\d "#, options: .regularExpression) != nil
+        }
         #expect(stamped, "a line without its time: \(lines)")
         #expect(lines.contains { $0.hasSuffix("audiod is back") }, "\(lines)")
         let objects = server.file("monitor.json").split(separator: "\n").compactMap {
@@ -325,14 +392,17 @@ struct AudioctlUsageTests {
         #expect(camel.isEmpty, "keys not in kebab-case: \(Set(camel))")
     }
 
-    @Test("reload re-reads the config (a broken file is refused with file and line); duck-level lasts until then; rules say where each comes from")
+    @Test(
+        "reload re-reads the config (a broken file is refused with file and line); duck-level lasts until then; rules say where each comes from"
+    )
     func reloadAndRules() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let dir = server.environment["XDG_CONFIG_HOME"]! + "/audiod"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let file = dir + "/audiod.toml"
-        try "duck-level = 0.3\n\n[apps.mpv]\ncategory = \"playback\"\n".write(toFile: file, atomically: true, encoding: .utf8)
+        try "duck-level = 0.3\n\n[apps.mpv]\ncategory = \"playback\"\n".write(
+            toFile: file, atomically: true, encoding: .utf8)
         let d = try Daemon.start(server)
         defer { d.stop() }
         #expect(try shell(server, "audioctl duck-level").output.hasPrefix("0.30"))
@@ -344,18 +414,24 @@ struct AudioctlUsageTests {
         let rules = try shell(server, "audioctl rules").output
         #expect(rules.contains("mpv  playback  from \(file):3"), "\(rules)")
         #expect(rules.contains("some-game  ambient [mix-with-others]  set with audioctl"), "\(rules)")
-        let rj = (try? JSONSerialization.jsonObject(with: Data(try shell(server, "audioctl rules --json").output.utf8))) as? [[String: Any]]
+        let rj =
+            (try? JSONSerialization.jsonObject(with: Data(try shell(server, "audioctl rules --json").output.utf8)))
+            as? [[String: Any]]
         #expect(rj?.first { $0["application"] as? String == "mpv" }?["line"] as? Int == 3)
         #expect(rj?.first { $0["application"] as? String == "mpv" }?["source"] as? String == "config")
         let removeConfig = try shell(server, "audioctl rules remove mpv")
         #expect(removeConfig.status == 1)
-        #expect(removeConfig.output.contains("comes from \(file):3; change it there, then run `audioctl reload`"), "\(removeConfig.output)")
+        #expect(
+            removeConfig.output.contains("comes from \(file):3; change it there, then run `audioctl reload`"),
+            "\(removeConfig.output)")
 
         try "duck-level = 0.3\n[apps.mpv]\ncategory = \"loud\"\n".write(toFile: file, atomically: true, encoding: .utf8)
         let broken = try shell(server, "audioctl reload")
         #expect(broken.status == 1)
         #expect(broken.output.contains("\(file):3: apps.mpv.category"), "\(broken.output)")
-        #expect(d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.5), "a broken file changed the settings")
+        #expect(
+            d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.5),
+            "a broken file changed the settings")
         try "duck-level = 0.25\n".write(toFile: file, atomically: true, encoding: .utf8)
         let good = try shell(server, "audioctl reload")
         #expect(good.status == 0, "\(good.output)")
@@ -372,7 +448,9 @@ struct AudioctlUsageTests {
         let file = server.directory + "/audioctl.bash"
         try script.output.write(toFile: file, atomically: true, encoding: .utf8)
         func complete(_ words: String) throws -> [String] {
-            let r = try shell(server, """
+            let r = try shell(
+                server,
+                """
                 source \(file)
                 COMP_WORDS=(\(words)); COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
                 COMP_LINE="${COMP_WORDS[*]}"; COMP_POINT=${#COMP_LINE}
@@ -395,9 +473,12 @@ struct AudioctlUsageTests {
 /// scripts/run on a desktop: the lines it prints for another terminal, pasted into a fresh shell, work.
 @Suite(.serialized)
 struct RunScriptTests {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
-    @Test("scripts/run against a desktop's own sound server: its lines, pasted into another shell, take the README's first steps")
+    @Test(
+        "scripts/run against a desktop's own sound server: its lines, pasted into another shell, take the README's first steps"
+    )
     func pastedLinesWork() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -407,12 +488,17 @@ struct RunScriptTests {
         // after the test command's release build, same flags) is let past it, as a second terminal's would not be.
         let shim = server.directory + "/shim"
         try FileManager.default.createDirectory(atPath: shim, withIntermediateDirectories: true)
-        let swift = try TestServer.runCapturing(["sh", "-c", "command -v swift"], environment: ProcessInfo.processInfo.environment)
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        try "#!/bin/sh\nexec \(swift) \"$@\" --ignore-lock\n".write(toFile: shim + "/swift", atomically: true, encoding: .utf8)
+        let swift = try TestServer.runCapturing(
+            ["sh", "-c", "command -v swift"], environment: ProcessInfo.processInfo.environment
+        )
+        .trimmingCharacters(in: .whitespacesAndNewlines)
+        try "#!/bin/sh\nexec \(swift) \"$@\" --ignore-lock\n".write(
+            toFile: shim + "/swift", atomically: true, encoding: .utf8)
         chmod(shim + "/swift", 0o755)
         let path = shim + ":" + (server.environment["PATH"] ?? "/usr/bin:/bin")
-        let run = try server.spawn(["env", "-u", "PULSE_SERVER", "PATH=\(path)", "bash", Self.repository.path + "/scripts/run"], log: "run.log")
+        let run = try server.spawn(
+            ["env", "-u", "PULSE_SERVER", "PATH=\(path)", "bash", Self.repository.path + "/scripts/run"], log: "run.log"
+        )
         defer {
             run.signal(SIGTERM)
             _ = run.wait(timeout: 15)
@@ -428,14 +514,20 @@ struct RunScriptTests {
         #expect(log.contains("using your sound server"), "\(log)")
         #expect(!log.contains("<"), "a placeholder in the printed lines: \(log)")
         let block = log.components(separatedBy: "In another terminal, paste:\n").last ?? ""
-        let lines = block.split(separator: "\n", omittingEmptySubsequences: false).prefix { $0.hasPrefix("  ") }.joined(separator: "\n")
+        let lines = block.split(separator: "\n", omittingEmptySubsequences: false).prefix { $0.hasPrefix("  ") }.joined(
+            separator: "\n")
         #expect(lines.contains("export DBUS_SESSION_BUS_ADDRESS="), "\(lines)")
         // A fresh terminal: no bus address, no server address, no audioctl on PATH.
-        let pasted = try server.runStatus(["env", "-u", "DBUS_SESSION_BUS_ADDRESS", "-u", "PULSE_SERVER", "bash", "-c", lines + "\nwait"])
+        let pasted = try server.runStatus([
+            "env", "-u", "DBUS_SESSION_BUS_ADDRESS", "-u", "PULSE_SERVER", "bash", "-c", lines + "\nwait",
+        ])
         #expect(pasted.status == 0, "\(pasted.output)")
         #expect(pasted.output.contains("server:   pulseaudio"), "\(pasted.output)")
-        #expect(pasted.output.contains("because: interrupted by session"), "the call did not silence the music: \(pasted.output)")
-        #expect(!pasted.output.contains("command not found") && !pasted.output.contains("No such file"), "\(pasted.output)")
+        #expect(
+            pasted.output.contains("because: interrupted by session"),
+            "the call did not silence the music: \(pasted.output)")
+        #expect(
+            !pasted.output.contains("command not found") && !pasted.output.contains("No such file"), "\(pasted.output)")
     }
 }
 
@@ -444,12 +536,16 @@ struct RunScriptTests {
 struct ManualTests {
     static let man = RunScriptTests.repository.appendingPathComponent("man").path
 
-    @Test("each man page renders cleanly and has EXAMPLES, FILES, ENVIRONMENT, SEE ALSO (and EXIT STATUS for the commands)",
-          arguments: ["audioctl.1", "audiod.1", "audiod.toml.5"])
+    @Test(
+        "each man page renders cleanly and has EXAMPLES, FILES, ENVIRONMENT, SEE ALSO (and EXIT STATUS for the commands)",
+        arguments: ["audioctl.1", "audiod.1", "audiod.toml.5"])
     func sections(page: String) throws {
         let path = Self.man + "/" + page
         let text = try String(contentsOfFile: path, encoding: .utf8)
-        var wanted = [".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION", ".SH EXAMPLES", ".SH FILES", ".SH ENVIRONMENT", ".SH SEE ALSO"]
+        var wanted = [
+            ".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION", ".SH EXAMPLES", ".SH FILES", ".SH ENVIRONMENT",
+            ".SH SEE ALSO",
+        ]
         if page.hasSuffix(".1") { wanted.append(".SH EXIT STATUS") }
         for section in wanted { #expect(text.contains(section + "\n"), "\(page) has no \(section)") }
         let rendered = try TestServer.runCapturing(
@@ -461,18 +557,21 @@ struct ManualTests {
     @Test("audioctl(1) documents every verb audioctl has")
     func everyVerb() throws {
         let text = try String(contentsOfFile: Self.man + "/audioctl.1", encoding: .utf8)
-        let help = try TestServer.runCapturing([AudioctlUsageTests.audioctl, "--help"], environment: ProcessInfo.processInfo.environment)
-        let verbs = help.components(separatedBy: "SUBCOMMANDS:").last?.split(separator: "\n").compactMap { line -> String? in
-            let t = line.drop { $0 == " " }
-            guard line.hasPrefix("  "), !line.hasPrefix("   "), let w = t.split(separator: " ").first,
-                w.allSatisfy({ $0.isLowercase || $0 == "-" })
-            else { return nil }
-            return String(w)
-        } ?? []
+        let help = try TestServer.runCapturing(
+            [AudioctlUsageTests.audioctl, "--help"], environment: ProcessInfo.processInfo.environment)
+        let verbs =
+            help.components(separatedBy: "SUBCOMMANDS:").last?.split(separator: "\n").compactMap { line -> String? in
+                let t = line.drop { $0 == " " }
+                guard line.hasPrefix("  "), !line.hasPrefix("   "), let w = t.split(separator: " ").first,
+                    w.allSatisfy({ $0.isLowercase || $0 == "-" })
+                else { return nil }
+                return String(w)
+            } ?? []
         #expect(verbs.count >= 14, "\(verbs)")
         for verb in verbs where verb != "help" {
-            #expect(text.contains(".BR \(verb) ") || text.contains(".B \(verb)\n") || text.contains(".BI \"\(verb) "),
-                    "audioctl.1 does not document \(verb)")
+            #expect(
+                text.contains(".BR \(verb) ") || text.contains(".B \(verb)\n") || text.contains(".BI \"\(verb) "),
+                "audioctl.1 does not document \(verb)")
         }
     }
 }

@@ -15,7 +15,8 @@ struct BrowserTests {
     func page(_ server: TestServer) throws -> String {
         let tone = try players.tone(server)
         let html = "\(server.directory)/page.html"
-        try "<html><body><audio src=\"\(URL(fileURLWithPath: tone).lastPathComponent)\" autoplay loop></audio></body></html>"
+        try
+            "<html><body><audio src=\"\(URL(fileURLWithPath: tone).lastPathComponent)\" autoplay loop></audio></body></html>"
             .write(toFile: html, atomically: true, encoding: .utf8)
         return "file://" + html
     }
@@ -48,32 +49,42 @@ struct BrowserTests {
         }
     }
 
-    @Test("Chromium: its stream (from a child process) joins its player's session; a second player pauses it through MPRIS")
+    @Test(
+        "Chromium: its stream (from a child process) joins its player's session; a second player pauses it through MPRIS"
+    )
     func chromium() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
         let url = try page(server)
-        _ = try server.spawn([
-            "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--autoplay-policy=no-user-gesture-required", "--user-data-dir=\(server.directory)/chromium", url,
-        ], log: "chromium.log")
+        _ = try server.spawn(
+            [
+                "chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--autoplay-policy=no-user-gesture-required", "--user-data-dir=\(server.directory)/chromium", url,
+            ], log: "chromium.log")
         let s = try browserStream(server, name: "chromium")
         let streamPID = try #require(s.pid)
         var owner: (String, UInt32)?
-        #expect(waitFor(30) {
-            owner = mprisOwner(server, of: streamPID)
-            return owner != nil
-        }, "no MPRIS player for Chromium")
+        #expect(
+            waitFor(30) {
+                owner = mprisOwner(server, of: streamPID)
+                return owner != nil
+            }, "no MPRIS player for Chromium")
         let (name, ownerPID) = try #require(owner)
         #expect(ownerPID != streamPID, "Chromium's stream was expected from a child of the MPRIS owner")
         // The stream belongs to the session of the process that owns the player.
         guard case .success(let out) = d.client.manager("GetSessionForProcess", [.uint32(ownerPID)]),
             case .objectPath(let session)? = out.first
-        else { Issue.record("no session for Chromium's player"); return }
-        #expect(waitFor(10) { d.client.property(session, API.session.name, "Streams") == .array(element: "u", [.uint32(s.index)]) },
-                "Chromium's stream not in its player's session")
+        else {
+            Issue.record("no session for Chromium's player")
+            return
+        }
+        #expect(
+            waitFor(10) {
+                d.client.property(session, API.session.name, "Streams") == .array(element: "u", [.uint32(s.index)])
+            },
+            "Chromium's stream not in its player's session")
 
         let (_, mpv) = try players.mpv(server)
         #expect(waitFor(15) { players.status(server, name) == "Paused" }, "Chromium not paused through MPRIS")
@@ -88,20 +99,23 @@ struct BrowserTests {
         let d = try Daemon.start(server)
         defer { d.stop() }
         let profile = try firefoxProfile(server, 0)
-        _ = try server.spawn(["firefox-esr", "--headless", "--no-remote", "--profile", profile, try page(server)], log: "firefox.log")
+        _ = try server.spawn(
+            ["firefox-esr", "--headless", "--no-remote", "--profile", profile, try page(server)], log: "firefox.log")
         let s = try browserStream(server, name: "firefox")
         let streamPID = try #require(s.pid)
         var owner: (String, UInt32)?
-        #expect(waitFor(30) {
-            owner = mprisOwner(server, of: streamPID)
-            return owner != nil
-        }, "no MPRIS player for Firefox")
+        #expect(
+            waitFor(30) {
+                owner = mprisOwner(server, of: streamPID)
+                return owner != nil
+            }, "no MPRIS player for Firefox")
         let (name, _) = try #require(owner)
         let (_, mpv) = try players.mpv(server)
         #expect(waitFor(15) { players.status(server, name) == "Paused" }, "Firefox not paused through MPRIS")
-        #expect(waitFor(15) {
-            (try? server.playbackStreams())?.first(where: { $0.index == s.index }).map { $0.corked } ?? true
-        }, "Firefox's stream did not cork")
+        #expect(
+            waitFor(15) {
+                (try? server.playbackStreams())?.first(where: { $0.index == s.index }).map { $0.corked } ?? true
+            }, "Firefox's stream did not cork")
         #expect(players.status(server, mpv) == "Playing")
     }
 
@@ -110,18 +124,19 @@ struct BrowserTests {
         let profile = "\(server.directory)/firefox-\(n)"
         try FileManager.default.createDirectory(atPath: profile, withIntermediateDirectories: true)
         try """
-            user_pref("media.autoplay.default", 0);
-            user_pref("media.autoplay.blocking_policy", 0);
-            user_pref("browser.shell.checkDefaultBrowser", false);
-            """.write(toFile: profile + "/user.js", atomically: true, encoding: .utf8)
+        user_pref("media.autoplay.default", 0);
+        user_pref("media.autoplay.blocking_policy", 0);
+        user_pref("browser.shell.checkDefaultBrowser", false);
+        """.write(toFile: profile + "/user.js", atomically: true, encoding: .utf8)
         return profile
     }
 
     /// Firefox once registered its player as `Stopped`, then played, and a playback activation 2.5 s later
     /// neither paused it nor muted its streams (3 of 13 starts on PipeWire). `AUDIOD_FIREFOX_STARTS` sets the
     /// starts per server (scripts/reliability: 30).
-    @Test("Firefox started again and again: each time, an activation 2.5 s after it plays silences it",
-          arguments: ServerKind.tested)
+    @Test(
+        "Firefox started again and again: each time, an activation 2.5 s after it plays silences it",
+        arguments: ServerKind.tested)
     func firefoxEveryStart(kind: ServerKind) throws {
         let starts = ReliabilityTests.setting("AUDIOD_FIREFOX_STARTS", 5)
         let server = try TestServer(kind)
@@ -134,10 +149,15 @@ struct BrowserTests {
         var slowest = 0.0
         for n in 0..<starts {
             let firefox = try server.spawn(
-                ["firefox-esr", "--headless", "--no-remote", "--profile", try firefoxProfile(server, n), url], log: "firefox-\(n).log")
+                ["firefox-esr", "--headless", "--no-remote", "--profile", try firefoxProfile(server, n), url],
+                log: "firefox-\(n).log")
             defer {
                 firefox.kill()
-                _ = waitFor(10) { ((try? server.playbackStreams()) ?? []).allSatisfy { !$0.applicationName.lowercased().contains("firefox") } }
+                _ = waitFor(10) {
+                    ((try? server.playbackStreams()) ?? []).allSatisfy {
+                        !$0.applicationName.lowercased().contains("firefox")
+                    }
+                }
             }
             let s = try browserStream(server, name: "firefox")
             let streamPID = try #require(s.pid)
@@ -147,17 +167,29 @@ struct BrowserTests {
             let t0 = Date()
             // Every stream Firefox plays on (the browser's and its content process's) stops sounding.
             let quiet = waitFor(15) {
-                let mine = ((try? server.playbackStreams()) ?? []).filter { $0.applicationName.lowercased().contains("firefox") }
+                let mine = ((try? server.playbackStreams()) ?? []).filter {
+                    $0.applicationName.lowercased().contains("firefox")
+                }
                 return mine.allSatisfy { $0.muted || $0.corked }
             }
             if quiet { silenced += 1 }
             slowest = max(slowest, Date().timeIntervalSince(t0))
-            let left = ((try? server.playbackStreams()) ?? []).filter { $0.applicationName.lowercased().contains("firefox") }
-            #expect(quiet, "start \(n): Firefox still sounds after the activation: \(left.map { "#\($0.index) muted=\($0.muted) corked=\($0.corked)" }); audiod: \(server.file("audiod.log").suffix(1500))")
-            if !quiet { try? server.file("audiod.log").write(toFile: "/tmp/audiod-firefox-\(kind)-\(n)-\(getpid()).log", atomically: true, encoding: .utf8) }
+            let left = ((try? server.playbackStreams()) ?? []).filter {
+                $0.applicationName.lowercased().contains("firefox")
+            }
+            #expect(
+                quiet,
+                "start \(n): Firefox still sounds after the activation: \(left.map { "#\($0.index) muted=\($0.muted) corked=\($0.corked)" }); audiod: \(server.file("audiod.log").suffix(1500))"
+            )
+            if !quiet {
+                try? server.file("audiod.log").write(
+                    toFile: "/tmp/audiod-firefox-\(kind)-\(n)-\(getpid()).log", atomically: true, encoding: .utf8)
+            }
             _ = d.client.session(session, "SetActive", [.bool(false), .strings([])])
             _ = d.client.session(session, "Release")
         }
-        print("reliability: \(kind): Firefox started \(starts)×: silenced by an activation \(silenced) of \(starts) times; slowest \(String(format: "%.0f", slowest * 1000)) ms")
+        print(
+            "reliability: \(kind): Firefox started \(starts)×: silenced by an activation \(silenced) of \(starts) times; slowest \(String(format: "%.0f", slowest * 1000)) ms"
+        )
     }
 }

@@ -29,15 +29,18 @@ struct BusScenarioTests {
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "interrupted app still audible")
         #expect(d.client.property(a, API.session.name, "Interrupted") == .bool(true))
 
-        #expect(throws: Never.self) { try d.client.session(b, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]).get() }
+        #expect(throws: Never.self) {
+            try d.client.session(b, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]).get()
+        }
         let ended = d.client.waitForSignal(a, "InterruptionEnded")
         #expect(ended.first?.first == .bool(true), "InterruptionEnded(should_resume: true) expected: \(ended)")
         #expect(throws: Never.self) { try d.client.session(a, "SetActive", [.bool(true), .strings([])]).get() }
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "resumed app still muted")
     }
 
-    @Test("pipelined calls are answered in the order they were sent, properties as the replies before them left them",
-          arguments: servers)
+    @Test(
+        "pipelined calls are answered in the order they were sent, properties as the replies before them left them",
+        arguments: servers)
     func pipelinedAnswersInOrder(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -66,16 +69,21 @@ struct BusScenarioTests {
                 case 0: call(b, API.session.name, "SetActive", [.bool(true), .strings([])])
                 case 1: get(b, "Active")
                 case 2: get(a, "Interrupted")
-                case 3: call(b, API.session.name, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+                case 3:
+                    call(b, API.session.name, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
                 case 4: get(b, "Active")
                 default: call(a, API.session.name, "SetActive", [.bool(true), .strings([])])
                 }
             }
-            #expect(answers.map(\.index) == Array(0..<6), "round \(round): answers arrived in the order \(answers.map(\.index))")
+            #expect(
+                answers.map(\.index) == Array(0..<6),
+                "round \(round): answers arrived in the order \(answers.map(\.index))")
             let byIndex = Dictionary(answers.map { ($0.index, $0.result) }, uniquingKeysWith: { a, _ in a })
             #expect((try? byIndex[1]?.get()) == [.variant(.bool(true))], "round \(round): Active after SetActive(true)")
-            #expect((try? byIndex[2]?.get()) == [.variant(.bool(true))], "round \(round): the other app not interrupted")
-            #expect((try? byIndex[4]?.get()) == [.variant(.bool(false))], "round \(round): Active after SetActive(false)")
+            #expect(
+                (try? byIndex[2]?.get()) == [.variant(.bool(true))], "round \(round): the other app not interrupted")
+            #expect(
+                (try? byIndex[4]?.get()) == [.variant(.bool(false))], "round \(round): Active after SetActive(false)")
             #expect((try? byIndex[5]?.get()) == [], "round \(round): \(String(describing: byIndex[5]))")
         }
     }
@@ -91,13 +99,17 @@ struct BusScenarioTests {
         _ = try d.client.makeSession(pid: call.pid, "play-and-record", mode: "voice-chat", activate: true)
         let m = try d.client.makeSession(pid: music.pid, "playback")
         let r = d.client.session(m, "SetActive", [.bool(true), .strings([])])
-        guard case .failure(let e) = r else { Issue.record("music activated during a call"); return }
+        guard case .failure(let e) = r else {
+            Issue.record("music activated during a call")
+            return
+        }
         #expect(e.name == "org.audiod.AudioSession1.Error.InsufficientPriority")
         #expect(e.message.contains("call"), "\(e.message)")
     }
 
-    @Test("picture in picture: the video's unmute silences the game's ambient soundtrack, its mute brings it back",
-          arguments: servers)
+    @Test(
+        "picture in picture: the video's unmute silences the game's ambient soundtrack, its mute brings it back",
+        arguments: servers)
     func pictureInPicture(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -121,7 +133,8 @@ struct BusScenarioTests {
         #expect(d.client.waitForSignal(g, "SilenceSecondaryAudioHint").first == [.string("begin")])
 
         _ = try server.pactl(["set-sink-input-mute", "\(v.index)", "1"])
-        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == false }, "game not back after the video's mute")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: game.pid)?.muted == false }, "game not back after the video's mute")
         #expect(d.client.waitForSignal(g, "SilenceSecondaryAudioHint", count: 2).last == [.string("end")])
     }
 
@@ -136,18 +149,25 @@ struct BusScenarioTests {
         _ = try server.waitForPlaybackStream(pid: game.pid)
         _ = try server.waitForPlaybackStream(pid: podcast.pid)
         _ = try d.client.makeSession(pid: game.pid, "ambient", activate: true)
-        _ = try d.client.makeSession(pid: podcast.pid, "playback", mode: "spoken-audio", options: ["mix-with-others"], activate: true)
+        _ = try d.client.makeSession(
+            pid: podcast.pid, "playback", mode: "spoken-audio", options: ["mix-with-others"], activate: true)
         #expect(throws: Never.self) {
-            try d.client.call(API.managerPath, API.properties.name, "Set",
-                              [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]).get()
+            try d.client.call(
+                API.managerPath, API.properties.name, "Set",
+                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]
+            ).get()
         }
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "game not silenced")
         #expect(server.playbackStream(pid: podcast.pid)?.muted == false, "podcast silenced")
         #expect(d.client.property(API.managerPath, API.manager.name, "SilentMode") == .bool(true))
-        #expect(d.client.waitForSignal(API.managerPath, "PropertiesChanged").contains { $0.dropFirst().first?.propertyMap?["SilentMode"] == .bool(true) })
+        #expect(
+            d.client.waitForSignal(API.managerPath, "PropertiesChanged").contains {
+                $0.dropFirst().first?.propertyMap?["SilentMode"] == .bool(true)
+            })
     }
 
-    @Test("ducking: a duck-others session lowers the other app to DuckLevel and back", arguments: [ServerKind.pulseaudio])
+    @Test(
+        "ducking: a duck-others session lowers the other app to DuckLevel and back", arguments: [ServerKind.pulseaudio])
     func ducking(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -169,7 +189,8 @@ struct BusScenarioTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
         // A process-lifetime session for a process that will be killed with SIGKILL.
-        let b = try d.client.makeSession(pid: holder.pid, "play-and-record", mode: "voice-chat", lifetime: "process", activate: true)
+        let b = try d.client.makeSession(
+            pid: holder.pid, "play-and-record", mode: "voice-chat", lifetime: "process", activate: true)
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true })
         let killed = Date()
         holder.kill()
@@ -185,7 +206,9 @@ struct BusScenarioTests {
         #expect(d.client.waitForRemoval(c), "a closed connection's session not released")
     }
 
-    @Test("bad input gets the named error with a message, and the daemon keeps answering", arguments: [ServerKind.pulseaudio])
+    @Test(
+        "bad input gets the named error with a message, and the daemon keeps answering",
+        arguments: [ServerKind.pulseaudio])
     func badInput(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -207,11 +230,15 @@ struct BusScenarioTests {
         #expect(noProcess?.name == "org.audiod.AudioSession1.Error.NoSuchProcess")
         let loud = error(d.client.session(me, "SetCategory", [.string("loud"), .string("default"), .strings([])]))
         #expect(loud?.name == "org.audiod.AudioSession1.Error.InvalidCategory")
-        #expect(loud?.message == "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record")
-        let incompatible = error(d.client.session(me, "SetActive", [.bool(true), .strings(["notify-others-on-deactivation"])]))
+        #expect(
+            loud?.message == "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record")
+        let incompatible = error(
+            d.client.session(me, "SetActive", [.bool(true), .strings(["notify-others-on-deactivation"])]))
         #expect(incompatible?.name == "org.audiod.AudioSession1.Error.IncompatibleOption")
-        let duck = error(d.client.call(API.managerPath, API.properties.name, "Set",
-                                       [.string(API.manager.name), .string("DuckLevel"), .variant(.double(1.5))]))
+        let duck = error(
+            d.client.call(
+                API.managerPath, API.properties.name, "Set",
+                [.string(API.manager.name), .string("DuckLevel"), .variant(.double(1.5))]))
         #expect(duck?.name == "org.freedesktop.DBus.Error.InvalidArgs")
         let noSuch = error(d.client.manager("FindSession", [.uint32(4_000_000)]))
         #expect(noSuch?.name == "org.audiod.AudioSession1.Error.NoSuchSession")
@@ -228,7 +255,10 @@ struct BusScenarioTests {
         #expect(d.client.property(me, API.session.name, "Category") == .string("playback"))
         guard case .success(let objects) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
             case .dict(_, _, let pairs)? = objects.first
-        else { Issue.record("GetManagedObjects failed"); return }
+        else {
+            Issue.record("GetManagedObjects failed")
+            return
+        }
         #expect(pairs.contains { $0.0 == .objectPath(me) })
     }
 
@@ -238,7 +268,9 @@ struct BusScenarioTests {
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let out = try server.run(["busctl", "--user", "introspect", "org.audiod.AudioSession1", "/org/audiod/AudioSession1"])
+        let out = try server.run([
+            "busctl", "--user", "introspect", "org.audiod.AudioSession1", "/org/audiod/AudioSession1",
+        ])
         for name in API.manager.methods.map(\.name) + API.manager.properties.map(\.name)
             + ["GetManagedObjects", "InterfacesAdded", "PropertiesChanged"]
         {
@@ -246,7 +278,9 @@ struct BusScenarioTests {
         }
         let s = try d.client.makeSession(pid: try server.spawn(["sleep", "60"]).pid, "ambient")
         let sessionOut = try server.run(["busctl", "--user", "introspect", "org.audiod.AudioSession1", s])
-        for name in API.session.methods.map(\.name) + API.session.properties.map(\.name) + API.session.signals.map(\.name) {
+        for name in API.session.methods.map(\.name) + API.session.properties.map(\.name)
+            + API.session.signals.map(\.name)
+        {
             #expect(sessionOut.contains(".\(name) "), "busctl does not show \(name) on a session")
         }
     }

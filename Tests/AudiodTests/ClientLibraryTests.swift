@@ -20,7 +20,8 @@ struct ClientLibraryTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         _ = try server.waitForPlaybackStream(pid: video.pid)
 
-        let podcast = try await AudioSession.make(applicationName: "Podcasts", pid: music.pid, connection: AudiodConnection(address: address))
+        let podcast = try await AudioSession.make(
+            applicationName: "Podcasts", pid: music.pid, connection: AudiodConnection(address: address))
         try await podcast.setCategory(.playback, mode: .default)
         try await podcast.setActive(true)
         var events = podcast.interruptions.makeAsyncIterator()
@@ -55,7 +56,9 @@ struct ClientLibraryTests {
             Issue.record("accepted 'loud'")
         } catch {
             #expect(error.code == .invalidCategory)
-            #expect(error.message == "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record")
+            #expect(
+                error.message
+                    == "category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record")
         }
         do {
             try await s.setCategory(.playback, options: [.duckOthers])
@@ -86,7 +89,10 @@ struct ClientLibraryTests {
         defer { d.stop() }
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"]
         func counts() -> (threads: Int, descriptors: Int) {
-            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task"))?.count ?? 0, openDescriptors(getpid()))
+            (
+                (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task"))?.count ?? 0,
+                openDescriptors(getpid())
+            )
         }
         func sessions() -> Int {
             guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
@@ -96,14 +102,16 @@ struct ClientLibraryTests {
         }
         // Once, so that what the first use sets up for good (the runtime's own threads) is not counted.
         do {
-            let s = try await AudioSession.make(applicationName: "warm-up", connection: AudiodConnection(address: address))
+            let s = try await AudioSession.make(
+                applicationName: "warm-up", connection: AudiodConnection(address: address))
             try await s.setCategory(.ambient)
         }
         #expect(waitFor(5) { sessions() == 0 })
         let before = counts()
         for i in 0..<1_000 {
             // Each session on a connection of its own, dropped with it; some listen to their interruptions.
-            let s = try await AudioSession.make(applicationName: "dropped-\(i)", connection: AudiodConnection(address: address))
+            let s = try await AudioSession.make(
+                applicationName: "dropped-\(i)", connection: AudiodConnection(address: address))
             try await s.setCategory(.ambient)
             if i % 2 == 0 { _ = s.interruptions }
         }
@@ -112,7 +120,9 @@ struct ClientLibraryTests {
             after = counts()
             return after.threads <= before.threads && after.descriptors <= before.descriptors
         }
-        print("client: 1,000 sessions dropped: threads \(before.threads) → \(after.threads), descriptors \(before.descriptors) → \(after.descriptors)")
+        print(
+            "client: 1,000 sessions dropped: threads \(before.threads) → \(after.threads), descriptors \(before.descriptors) → \(after.descriptors)"
+        )
         #expect(after.threads <= before.threads, "threads \(before.threads) → \(after.threads)")
         #expect(after.descriptors <= before.descriptors, "descriptors \(before.descriptors) → \(after.descriptors)")
         #expect(waitFor(10) { sessions() == 0 }, "audiod still holds \(sessions()) sessions of dropped connections")

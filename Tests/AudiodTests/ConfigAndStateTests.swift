@@ -13,10 +13,13 @@ struct ConfigAndStateTests {
     }
 
     func rules(_ d: Daemon) -> [String] {
-        guard case .success(let out) = d.client.manager("ListApplicationCategories"), case .array(_, let items)? = out.first
+        guard case .success(let out) = d.client.manager("ListApplicationCategories"),
+            case .array(_, let items)? = out.first
         else { return [] }
         return items.compactMap { item in
-            guard case .structure(let f) = item, let app = f.first?.stringValue, let c = f.dropFirst().first?.stringValue else { return nil }
+            guard case .structure(let f) = item, let app = f.first?.stringValue,
+                let c = f.dropFirst().first?.stringValue
+            else { return nil }
             return "\(app)=\(c)"
         }
     }
@@ -33,7 +36,9 @@ struct ConfigAndStateTests {
         let other = try playback(server, name: "podcast")
         _ = try server.waitForPlaybackStream(pid: game.pid)
         _ = try server.waitForPlaybackStream(pid: other.pid)
-        _ = d.client.call(API.managerPath, API.properties.name, "Set", [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        _ = d.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the ambient app was not silenced")
         #expect(server.playbackStream(pid: other.pid)?.muted == false)
     }
@@ -73,8 +78,11 @@ struct ConfigAndStateTests {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         var d = try Daemon.start(server)
-        _ = d.client.call(API.managerPath, API.properties.name, "Set", [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
-        let set = d.client.manager("SetApplicationCategory", [.string("mpv"), .string("playback"), .string("default"), .strings([])])
+        _ = d.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        let set = d.client.manager(
+            "SetApplicationCategory", [.string("mpv"), .string("playback"), .string("default"), .strings([])])
         #expect((try? set.get()) != nil, "\(set)")
         d.stop()
         d = try Daemon.start(server, log: "audiod-2.log")
@@ -83,7 +91,10 @@ struct ConfigAndStateTests {
         #expect(rules(d) == ["mpv=playback"])
         #expect(throws: Never.self) { try d.client.manager("RemoveApplicationCategory", [.string("mpv")]).get() }
         let again = d.client.manager("RemoveApplicationCategory", [.string("mpv")])
-        guard case .failure(let e) = again else { Issue.record("removed twice"); return }
+        guard case .failure(let e) = again else {
+            Issue.record("removed twice")
+            return
+        }
         #expect(e.name == "org.audiod.AudioSession1.Error.NoSuchRule")
     }
 }

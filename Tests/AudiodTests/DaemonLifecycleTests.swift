@@ -21,8 +21,9 @@ struct DaemonLifecycleTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         let phone = try playback(server, name: "softphone", role: "phone")
         _ = try server.waitForPlaybackStream(pid: phone.pid)
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true },
-                "the call did not silence the music: \(server.file("audiod.log").suffix(2000))")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true },
+            "the call did not silence the music: \(server.file("audiod.log").suffix(2000))")
         #expect(server.playbackStream(pid: phone.pid)?.muted == false)
         return (music, phone)
     }
@@ -70,8 +71,9 @@ struct DaemonLifecycleTests {
         #expect(server.playbackStream(pid: music.pid)?.muted == true)
         // …so when the call ends, the music is unmuted.
         phone.kill()
-        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false },
-                "music stayed muted after the call: \(server.file("audiod-2.log").suffix(2000))")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false },
+            "music stayed muted after the call: \(server.file("audiod-2.log").suffix(2000))")
 
         // And with nothing to enforce at restart: the journal alone restores, within 1 s.
         let phone2 = try playback(server, name: "softphone", role: "phone")

@@ -20,8 +20,10 @@ struct ExampleTests {
         let argv: [String]
         if language == "C" {
             let binary = "\(server.directory)/player"
-            let built = try server.runStatus(["sh", "-c",
-                "cc -Wall -Werror -o \(binary) \(Self.repository)/examples/player.c $(pkg-config --cflags --libs gio-2.0 gio-unix-2.0)"])
+            let built = try server.runStatus([
+                "sh", "-c",
+                "cc -Wall -Werror -o \(binary) \(Self.repository)/examples/player.c $(pkg-config --cflags --libs gio-2.0 gio-unix-2.0)",
+            ])
             #expect(built.status == 0, "the C example does not build: \(built.output)")
             (name, argv) = ("example-player", [binary])
         } else {
@@ -37,8 +39,10 @@ struct ExampleTests {
         _ = try server.waitForPlaybackStream(pid: other.pid)
         let s = try d.client.makeSession(pid: other.pid, "playback", activate: true)
         #expect(waitFor(5) { log().contains("interrupted (default): pausing") }, "\(log())")
-        #expect(waitFor(5) { stream()?.muted == true },
-                "the example's stream was not silenced: \(String(describing: d.client.manager("ListStreams"))) \(server.file("audiod.log").suffix(2500))")
+        #expect(
+            waitFor(5) { stream()?.muted == true },
+            "the example's stream was not silenced: \(String(describing: d.client.manager("ListStreams"))) \(server.file("audiod.log").suffix(2500))"
+        )
 
         _ = d.client.session(s, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
         #expect(waitFor(5) { log().contains("interruption ended: resuming") }, "\(log())")
@@ -49,7 +53,8 @@ struct ExampleTests {
         let status = player.wait(timeout: 10)
         #expect(status == 0, "the example exited with \(String(describing: status)): \(log())")
         #expect(log().contains("released"))
-        #expect(waitFor(5) { d.client.received(API.managerPath, "InterfacesRemoved").count > sessionsBefore },
-                "the example's session was not released")
+        #expect(
+            waitFor(5) { d.client.received(API.managerPath, "InterfacesRemoved").count > sessionsBefore },
+            "the example's session was not released")
     }
 }

@@ -35,7 +35,8 @@ struct FuzzTests {
         case 2: return .int32(Int32(truncatingIfNeeded: r.next()))
         case 3: return .double(r.pick([0, 0.2, 1, 1.5, -1, .nan, .infinity, 1e300]))
         case 4, 5: return .string(r.pick(Self.words))
-        case 6: return .objectPath(r.pick(["/", "/org/audiod/AudioSession1", "/org/audiod/AudioSession1/session/1", "/x"]))
+        case 6:
+            return .objectPath(r.pick(["/", "/org/audiod/AudioSession1", "/org/audiod/AudioSession1/session/1", "/x"]))
         case 7: return .uint64(r.next())
         case 8: return .byte(UInt8(truncatingIfNeeded: r.next()))
         case 9: return .strings((0..<r.int(4)).map { _ in r.pick(Self.words) })
@@ -56,14 +57,20 @@ struct FuzzTests {
         case "as": return .strings((0..<r.int(4)).map { _ in r.pick(Self.words) })
         case "v": return .variant(r.int(2) == 0 ? value(&r, type: r.pick(["b", "d", "s", "u"])) : value(&r))
         case "a{sv}":
-            return .properties((0..<r.int(4)).map { _ in
-                (r.pick(["pid", "lifetime", "application-name", "x"] + Self.words), .variant(value(&r, type: r.pick(["s", "u", "b", "d"]))).variantInner)
-            })
+            return .properties(
+                (0..<r.int(4)).map { _ in
+                    (
+                        r.pick(["pid", "lifetime", "application-name", "x"] + Self.words),
+                        .variant(value(&r, type: r.pick(["s", "u", "b", "d"]))).variantInner
+                    )
+                })
         default: return value(&r)
         }
     }
 
-    @Test("5,000 random calls amid a liar's random signals and descriptors: each call answered with a reply or a named error; audiod keeps answering, holds no descriptor and does not grow")
+    @Test(
+        "5,000 random calls amid a liar's random signals and descriptors: each call answered with a reply or a named error; audiod keeps answering, holds no descriptor and does not grow"
+    )
     func randomCalls() throws {
         let calls = Int(ProcessInfo.processInfo.environment["AUDIOD_FUZZ_CALLS"] ?? "") ?? 5_000
         let server = try TestServer(.pulseaudio)
@@ -74,19 +81,23 @@ struct FuzzTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         var r = Rng(state: UInt64(ProcessInfo.processInfo.environment["AUDIOD_FUZZ_SEED"] ?? "") ?? 7)
         let methods: [(String, String)] =
-            API.manager.methods.map { (API.manager.name, $0.name) } + API.session.methods.map { (API.session.name, $0.name) }
+            API.manager.methods.map { (API.manager.name, $0.name) }
+            + API.session.methods.map { (API.session.name, $0.name) }
             + API.properties.methods.map { (API.properties.name, $0.name) } + [
                 (API.objectManager.name, "GetManagedObjects"), (API.introspectable.name, "Introspect"),
                 (API.peer.name, "Ping"), ("org.audiod.AudioSession1.Manager", "Explode"), ("org.example.Nope", "Ping"),
             ]
         var sessions = ["/org/audiod/AudioSession1/session/1"]
-        var replies = 0, errors: [String: Int] = [:], unnamed = 0
+        var replies = 0
+        var errors: [String: Int] = [:]
+        var unnamed = 0
         // A second connection lies throughout: random signals — forged bus-driver ones, player-shaped ones, audiod's
         // own names — broadcast or addressed to audiod alone, some carrying a descriptor.
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let liar = try BusClient(address: address, recordSignals: false)
         defer { liar.close() }
-        guard case .success(let owner) = liar.callBus("GetNameOwner", [.string(API.busName)]), let audiod = owner.first?.stringValue
+        guard case .success(let owner) = liar.callBus("GetNameOwner", [.string(API.busName)]),
+            let audiod = owner.first?.stringValue
         else { throw TestKitError("audiod has no unique name") }
         let fd = open("/dev/null", O_RDONLY)
         defer { close(fd) }
@@ -105,7 +116,9 @@ struct FuzzTests {
             let (iface, member) = r.pick(methods)
             let path = r.int(3) == 0 ? API.managerPath : r.pick(sessions + [API.managerPath, "/", "/org/audiod"])
             // Half the calls with the method's own signature, so that they reach the engine, not just the checks.
-            let signature = ([API.manager, API.session, API.properties].first { $0.name == iface }?.method(member)?.inputs.map(\.type))
+            let signature =
+                ([API.manager, API.session, API.properties].first { $0.name == iface }?.method(member)?.inputs.map(
+                    \.type))
             let args: [DBusValue]
             if let signature, r.int(2) == 0 {
                 args = signature.map { value(&r, type: $0) }
@@ -128,7 +141,9 @@ struct FuzzTests {
                 replies += 1
                 if case .objectPath(let p)? = out.first, p.hasPrefix(API.sessionPathPrefix) { sessions.append(p) }
             case .failure(let e):
-                if e.name.hasPrefix("org.freedesktop.DBus.Error.") || e.name.hasPrefix(API.errorPrefix), !e.message.isEmpty || e.name.hasSuffix("NoReply") {
+                if e.name.hasPrefix("org.freedesktop.DBus.Error.") || e.name.hasPrefix(API.errorPrefix),
+                    !e.message.isEmpty || e.name.hasSuffix("NoReply")
+                {
                     errors[e.name, default: 0] += 1
                 } else {
                     unnamed += 1
@@ -151,8 +166,12 @@ struct FuzzTests {
         }
         let after = processMemory(d.child.pid).rss
         let descriptorsAfter = openDescriptors(d.child.pid)
-        #expect(descriptorsAfter - descriptorsBefore <= 20, "audiod holds \(descriptorsAfter - descriptorsBefore) more descriptors")
-        print("reliability: fuzz: \(lies) lying signals, descriptors \(descriptorsBefore) → \(descriptorsAfter); \(calls) calls, \(replies) replies, errors \(errors.sorted { $0.key < $1.key }.map { "\($0.key.split(separator: ".").last ?? ""): \($0.value)" }.joined(separator: ", ")); RSS \(before) → \(after) kB")
+        #expect(
+            descriptorsAfter - descriptorsBefore <= 20,
+            "audiod holds \(descriptorsAfter - descriptorsBefore) more descriptors")
+        print(
+            "reliability: fuzz: \(lies) lying signals, descriptors \(descriptorsBefore) → \(descriptorsAfter); \(calls) calls, \(replies) replies, errors \(errors.sorted { $0.key < $1.key }.map { "\($0.key.split(separator: ".").last ?? ""): \($0.value)" }.joined(separator: ", ")); RSS \(before) → \(after) kB"
+        )
         #expect(unnamed == 0)
         #expect(errors["org.freedesktop.DBus.Error.NoReply"] == nil, "some calls were never answered")
         #expect(after - before < 1024, "audiod grew by \(after - before) kB over \(calls) calls")
@@ -171,12 +190,20 @@ struct FuzzTests {
         case "u": [.uint32(1), .uint32(0), .uint32(.max)]
         case "i": [.int32(1), .int32(-1), .int32(.min)]
         case "d": [.double(0.5), .double(-1), .double(.nan), .double(.infinity), .double(1e308)]
-        case "o": [.objectPath("/org/audiod/AudioSession1/session/1"), .objectPath("/"), .objectPath("/org/audiod/AudioSession1/session/99999")]
-        case "as": [.strings(["mix-with-others"]), .strings([]), .strings([""]), .strings(Array(repeating: "x", count: 200))]
+        case "o":
+            [
+                .objectPath("/org/audiod/AudioSession1/session/1"), .objectPath("/"),
+                .objectPath("/org/audiod/AudioSession1/session/99999"),
+            ]
+        case "as":
+            [.strings(["mix-with-others"]), .strings([]), .strings([""]), .strings(Array(repeating: "x", count: 200))]
         case "a{sv}":
-            [.properties([("application-name", .string("x"))]), .properties([]),
-             .properties([("pid", .string("x"))]), .properties([("pid", .uint32(1))]), .properties([("lifetime", .string("forever"))]),
-             .properties([("nope", .variant(.strings(["a"])))])]
+            [
+                .properties([("application-name", .string("x"))]), .properties([]),
+                .properties([("pid", .string("x"))]), .properties([("pid", .uint32(1))]),
+                .properties([("lifetime", .string("forever"))]),
+                .properties([("nope", .variant(.strings(["a"])))]),
+            ]
         case "v": [.variant(.string("playback")), .variant(.uint32(7)), .variant(.strings([]))]
         default: [.string("x")]
         }
@@ -185,7 +212,9 @@ struct FuzzTests {
     /// A value of another type than `type`.
     static func wrong(_ type: String) -> DBusValue { type == "s" ? .uint32(7) : .string("seven") }
 
-    @Test("every method of every interface, with every argument missing, mistyped or hostile, gets an answer: a reply or a named error")
+    @Test(
+        "every method of every interface, with every argument missing, mistyped or hostile, gets an answer: a reply or a named error"
+    )
     func everyMethodAnswered() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -194,11 +223,15 @@ struct FuzzTests {
         let app = try playback(server, name: "app")
         let session = try d.client.makeSession(pid: app.pid, "playback")
         let tables: [(path: String, table: InterfaceDescription)] = [
-            (API.managerPath, API.manager), (session, API.session), (API.managerPath, API.properties), (session, API.properties),
+            (API.managerPath, API.manager), (session, API.session), (API.managerPath, API.properties),
+            (session, API.properties),
             (API.managerPath, API.objectManager), (API.managerPath, API.introspectable), (session, API.introspectable),
             (API.managerPath, API.peer),
         ]
-        var calls = 0, replies = 0, unanswered: [String] = [], unnamed: [String] = []
+        var calls = 0
+        var replies = 0
+        var unanswered: [String] = []
+        var unnamed: [String] = []
         /// A reply, a named error with a message, or neither (no answer, or an error without a name or message).
         func judge(_ what: String, _ r: Result<[DBusValue], DBusError>) {
             calls += 1
@@ -230,7 +263,8 @@ struct FuzzTests {
                 }
                 if types.isEmpty { argLists.append([]) }
                 for args in argLists {
-                    let what = "\(table.name).\(method.name)(\(args.map(\.signature).joined(separator: ","))) on \(path)"
+                    let what =
+                        "\(table.name).\(method.name)(\(args.map(\.signature).joined(separator: ","))) on \(path)"
                     judge(what, d.client.call(path, table.name, method.name, args))
                 }
             }
@@ -249,7 +283,9 @@ struct FuzzTests {
                 }
             }
         }
-        print("reliability: every method: \(calls) calls, \(replies) replies, \(calls - replies - unanswered.count) named errors, \(unanswered.count) unanswered")
+        print(
+            "reliability: every method: \(calls) calls, \(replies) replies, \(calls - replies - unanswered.count) named errors, \(unanswered.count) unanswered"
+        )
         #expect(unanswered.isEmpty, "\(unanswered)")
         #expect(unnamed.isEmpty, "\(unnamed)")
         guard case .success = d.client.call(API.managerPath, API.peer.name, "Ping") else {
@@ -284,7 +320,9 @@ struct KilledClientTests {
         let a = try d.client.makeSession(pid: music.pid, "playback", activate: true)
         var r = FuzzTests.Rng(state: 11)
         for _ in 0..<rounds {
-            let c = try server.spawn([TestServer.builtProduct("audioctl"), "run", "--category", "playback", "--", "sleep", "5"])
+            let c = try server.spawn([
+                TestServer.builtProduct("audioctl"), "run", "--category", "playback", "--", "sleep", "5",
+            ])
             usleep(UInt32(r.int(60_000)))
             c.kill()
             // The music was interrupted (or not yet): re-activating it after each round is what its app would do.
@@ -292,18 +330,21 @@ struct KilledClientTests {
         }
         // Every session audioctl made is gone: only the music's remains.
         var left: [String] = []
-        #expect(waitFor(5) {
-            guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
-                case .dict(_, _, let pairs)? = out.first
-            else { return false }
-            left = pairs.compactMap { if case .objectPath(let p) = $0.0, p != a { return p } else { return nil } }
-            return left.isEmpty
-        }, "sessions of killed clients left behind: \(left)")
+        #expect(
+            waitFor(5) {
+                guard
+                    case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
+                    case .dict(_, _, let pairs)? = out.first
+                else { return false }
+                left = pairs.compactMap { if case .objectPath(let p) = $0.0, p != a { return p } else { return nil } }
+                return left.isEmpty
+            }, "sessions of killed clients left behind: \(left)")
         _ = d.client.session(a, "SetActive", [.bool(true), .strings([])])
         let unmuted = waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }
         #expect(unmuted, "the music was left muted")
-        print("reliability: \(rounds) `audioctl run` clients SIGKILLed 0–60 ms into activation: \(left.count) sessions left behind, "
-            + "interrupted app \(unmuted ? "unmuted" : "LEFT MUTED")")
+        print(
+            "reliability: \(rounds) `audioctl run` clients SIGKILLed 0–60 ms into activation: \(left.count) sessions left behind, "
+                + "interrupted app \(unmuted ? "unmuted" : "LEFT MUTED")")
         // The killed commands' sleep processes are orphans now; they hold no session and no stream.
     }
 }

@@ -21,7 +21,9 @@ struct DesktopIdentityTests {
 
     /// The implicit session that owns the stream of `pid` (or one of its children), and its Identity.
     func identity(_ d: Daemon, streamOf pid: UInt32) -> (session: String, identity: [String: DBusValue])? {
-        guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return nil }
+        guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else {
+            return nil
+        }
         for s in items.compactMap(\.propertyMap) where s["pid"]?.uint32Value == pid {
             guard case .objectPath(let path)? = s["session"] else { continue }
             guard let p = d.client.property(path, API.session.name, "Identity")?.propertyMap else { continue }
@@ -34,7 +36,9 @@ struct DesktopIdentityTests {
 
     /// Waits until the session that owns the stream of `pid` exists and `until` holds for it; what was last seen, and
     /// whether it held in time.
-    func waitForApp(_ d: Daemon, pid: UInt32, timeout: Double = 10, until: (Found) -> Bool = { _ in true }) -> (Found?, Bool) {
+    func waitForApp(_ d: Daemon, pid: UInt32, timeout: Double = 10, until: (Found) -> Bool = { _ in true }) -> (
+        Found?, Bool
+    ) {
         var found: Found?
         let ok = waitFor(timeout) {
             found = identity(d, streamOf: pid)
@@ -43,30 +47,37 @@ struct DesktopIdentityTests {
         return (found, ok)
     }
 
-    func category(_ d: Daemon, _ session: String) -> String? { d.client.property(session, API.session.name, "Category")?.stringValue }
+    func category(_ d: Daemon, _ session: String) -> String? {
+        d.client.property(session, API.session.name, "Category")?.stringValue
+    }
 
     func sounds(_ server: TestServer, pid: pid_t) -> Bool {
         guard let s = server.playbackStream(pid: pid) else { return false }
         return !s.muted && !s.corked
     }
 
-    @Test("a real SDL game (ffplay) started from its desktop entry with Categories=Game: silenced while a player plays, back after",
-          arguments: ServerKind.tested)
+    @Test(
+        "a real SDL game (ffplay) started from its desktop entry with Categories=Game: silenced while a player plays, back after",
+        arguments: ServerKind.tested)
     func gameFromTheMenu(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
         let tone = try players.tone(server)
-        let entry = try desktopEntry(server, id: "org.example.SpaceGame", categories: "Game;ArcadeGame;",
-                                     exec: "ffplay -nodisp -loglevel quiet -loop 0 \(tone)")
+        let entry = try desktopEntry(
+            server, id: "org.example.SpaceGame", categories: "Game;ArcadeGame;",
+            exec: "ffplay -nodisp -loglevel quiet -loop 0 \(tone)")
         let d = try Daemon.start(server)
         defer { d.stop() }
         // As a GLib launcher does: the process gets GIO_LAUNCHED_DESKTOP_FILE and its pid.
         _ = try server.spawn(["gio", "launch", entry], environment: ["SDL_AUDIODRIVER": "pulse"], log: "gio.log")
         var game: ObservedStream?
-        #expect(waitFor(20) {
-            game = (try? server.playbackStreams())?.first { ($0.properties["application.process.binary"] ?? "") == "ffplay" }
-            return game != nil
-        }, "no ffplay stream: \(server.file("gio.log"))")
+        #expect(
+            waitFor(20) {
+                game = (try? server.playbackStreams())?.first {
+                    ($0.properties["application.process.binary"] ?? "") == "ffplay"
+                }
+                return game != nil
+            }, "no ffplay stream: \(server.file("gio.log"))")
         let gamePID = try #require(game?.pid)
         // gio launch starts the game detached (its parent is init, not the test): end it by its pid.
         defer { _ = kill(pid_t(gamePID), SIGKILL) }
@@ -77,8 +88,9 @@ struct DesktopIdentityTests {
         #expect(found?.identity["app-id"]?.stringValue == "org.example.SpaceGame")
         // GLib 2.74's `gio launch` sets only GIO_LAUNCHED_DESKTOP_FILE_PID (measured here), so on Debian 12 the
         // program matched against the entries names the game; where the file is set too, the environment does.
-        #expect(["launcher-environment", "desktop-entry-match"].contains(found?.identity["source"]?.stringValue ?? ""),
-                "\(String(describing: found?.identity))")
+        #expect(
+            ["launcher-environment", "desktop-entry-match"].contains(found?.identity["source"]?.stringValue ?? ""),
+            "\(String(describing: found?.identity))")
         // A picture-in-picture video plays: the game goes quiet; it pauses: the game is back.
         let (_, mpv) = try players.mpv(server)
         let gameProc = pid_t(gamePID)
@@ -92,8 +104,12 @@ struct DesktopIdentityTests {
 
     @Test("a program registered with the real gamemoded is a game", arguments: ServerKind.tested)
     func gameMode(kind: ServerKind) throws {
-        guard let lib = ["/usr/lib/x86_64-linux-gnu/libgamemodeauto.so.0", "/usr/lib/aarch64-linux-gnu/libgamemodeauto.so.0"]
-            .first(where: FileManager.default.fileExists) else {
+        guard
+            let lib = [
+                "/usr/lib/x86_64-linux-gnu/libgamemodeauto.so.0", "/usr/lib/aarch64-linux-gnu/libgamemodeauto.so.0",
+            ]
+            .first(where: FileManager.default.fileExists)
+        else {
             Issue.record("libgamemodeauto is not installed (Debian: libgamemodeauto0)")
             return
         }
@@ -103,20 +119,25 @@ struct DesktopIdentityTests {
         let d = try Daemon.start(server)
         defer { d.stop() }
         // gamemoderun's way: the library registers the process with gamemoded when it loads.
-        let game = try server.spawn(["pacat", "--playback", "/dev/zero", "--client-name=plain-game"],
-                                    environment: ["LD_PRELOAD": lib], log: "game.log")
+        let game = try server.spawn(
+            ["pacat", "--playback", "/dev/zero", "--client-name=plain-game"],
+            environment: ["LD_PRELOAD": lib], log: "game.log")
         _ = try server.waitForPlaybackStream(pid: game.pid)
-        let (found, ok) = waitForApp(d, pid: UInt32(game.pid), timeout: 10, until: { category(d, $0.session) == "ambient" })
+        let (found, ok) = waitForApp(
+            d, pid: UInt32(game.pid), timeout: 10, until: { category(d, $0.session) == "ambient" })
         #expect(ok, "not a game: \(String(describing: found?.identity)) \(server.file("gamemoded.log").suffix(500))")
         #expect(found?.identity["category-reason"]?.stringValue?.contains("GameMode") == true)
         // GameMode goes away: its registrations are evidence no more, and the next-weaker evidence decides.
         gamemoded.kill()
-        #expect(waitFor(10) { found.map { category(d, $0.session) == "playback" } ?? false },
-                "still a game after GameMode went away: \(String(describing: identity(d, streamOf: UInt32(game.pid))?.identity))")
+        #expect(
+            waitFor(10) { found.map { category(d, $0.session) == "playback" } ?? false },
+            "still a game after GameMode went away: \(String(describing: identity(d, streamOf: UInt32(game.pid))?.identity))"
+        )
     }
 
-    @Test("a GStreamer call (pulsesrc ! pulsesink on a microphone) pauses mpv, which plays again when the call ends",
-          arguments: ServerKind.tested)
+    @Test(
+        "a GStreamer call (pulsesrc ! pulsesink on a microphone) pauses mpv, which plays again when the call ends",
+        arguments: ServerKind.tested)
     func untaggedCall(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -124,11 +145,18 @@ struct DesktopIdentityTests {
         defer { d.stop() }
         try microphone(server)
         let (_, mpv) = try players.mpv(server, heardBy: d)
-        let call = try server.spawn(["gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert",
-                                     "!", "pulsesink"], log: "call.log")
-        #expect(waitFor(15) { players.status(server, mpv) == "Paused" }, "mpv plays on through the call: \(server.file("call.log"))")
+        let call = try server.spawn(
+            [
+                "gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert",
+                "!", "pulsesink",
+            ], log: "call.log")
+        #expect(
+            waitFor(15) { players.status(server, mpv) == "Paused" },
+            "mpv plays on through the call: \(server.file("call.log"))")
         let (found, _) = waitForApp(d, pid: UInt32(call.pid), timeout: 5)
-        #expect(found?.identity["category-reason"]?.stringValue?.hasPrefix("Call") == true, "\(String(describing: found?.identity))")
+        #expect(
+            found?.identity["category-reason"]?.stringValue?.hasPrefix("Call") == true,
+            "\(String(describing: found?.identity))")
         call.kill()
         #expect(waitFor(15) { players.status(server, mpv) == "Playing" }, "mpv did not come back after the call")
     }
@@ -141,19 +169,26 @@ struct DesktopIdentityTests {
         defer { d.stop() }
         let (_, mpv) = try players.mpv(server, heardBy: d)
         // Records what the sink plays, and plays a little itself (as a visualiser with a click would).
-        let meter = try server.spawn(["gst-launch-1.0", "-q", "pulsesrc", "device=null.monitor", "!", "fakesink",
-                                      "audiotestsrc", "volume=0.01", "!", "pulsesink"], log: "meter.log")
+        let meter = try server.spawn(
+            [
+                "gst-launch-1.0", "-q", "pulsesrc", "device=null.monitor", "!", "fakesink",
+                "audiotestsrc", "volume=0.01", "!", "pulsesink",
+            ], log: "meter.log")
         usleep(3_000_000)
         #expect(players.status(server, mpv) == "Playing", "a level meter interrupted the music")
         let found = identity(d, streamOf: UInt32(meter.pid))
-        #expect(found?.identity["category-reason"]?.stringValue?.hasPrefix("Call") != true, "\(String(describing: found?.identity))")
+        #expect(
+            found?.identity["category-reason"]?.stringValue?.hasPrefix("Call") != true,
+            "\(String(describing: found?.identity))")
         meter.kill()
     }
 
-    @Test("the same game in an app scope named as GNOME names them: a game, found through its scope",
-          arguments: ServerKind.tested)
+    @Test(
+        "the same game in an app scope named as GNOME names them: a game, found through its scope",
+        arguments: ServerKind.tested)
     func gameInAppScope(kind: ServerKind) throws {
-        guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.ScopedGame-4242.scope", tag: "\(kind)") else { return }
+        guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.ScopedGame-4242.scope", tag: "\(kind)")
+        else { return }
         defer { cleanup() }
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -162,11 +197,13 @@ struct DesktopIdentityTests {
         _ = try desktopEntry(server, id: "org.example.ScopedGame", categories: "Game;", exec: "scoped-game-launcher")
         let d = try Daemon.start(server)
         defer { d.stop() }
-        let game = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec ffplay -nodisp -loglevel quiet -loop 0 \(tone)"],
-                                    environment: ["SDL_AUDIODRIVER": "pulse"], log: "scoped.log")
+        let game = try server.spawn(
+            ["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec ffplay -nodisp -loglevel quiet -loop 0 \(tone)"],
+            environment: ["SDL_AUDIODRIVER": "pulse"], log: "scoped.log")
         defer { game.kill() }
         _ = try server.waitForPlaybackStream(pid: game.pid, timeout: 20)
-        let (found, ok) = waitForApp(d, pid: UInt32(game.pid), timeout: 10, until: { category(d, $0.session) == "ambient" })
+        let (found, ok) = waitForApp(
+            d, pid: UInt32(game.pid), timeout: 10, until: { category(d, $0.session) == "ambient" })
         #expect(ok, "not a game: \(String(describing: found?.identity))")
         #expect(found?.identity["source"]?.stringValue == "launcher-scope", "\(String(describing: found?.identity))")
         #expect(found?.identity["app-id"]?.stringValue == "org.example.ScopedGame")
@@ -177,12 +214,15 @@ struct DesktopIdentityTests {
         if server.kind == .pulseaudio {
             _ = try server.pactl(["load-module", "module-null-source", "source_name=mic"])
         } else {
-            _ = try server.pactl(["load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual"])
+            _ = try server.pactl([
+                "load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual",
+            ])
         }
     }
 
-    @Test("a call whose program plays on after it stops capturing: the music comes back after the linger",
-          arguments: ServerKind.tested)
+    @Test(
+        "a call whose program plays on after it stops capturing: the music comes back after the linger",
+        arguments: ServerKind.tested)
     func callThatPlaysOn(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -191,22 +231,29 @@ struct DesktopIdentityTests {
         try microphone(server)
         let (_, mpv) = try players.mpv(server, heardBy: d)
         // About 1.5 s of capture, then only playback, in one process (Tests/Fixtures/softphone.c).
-        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Fixtures/softphone.c").path
+        let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/softphone.c").path
         let binary = "\(server.directory)/softphone"
         let built = try server.runStatus(["gcc", "-O1", "-o", binary, source, "-lpulse-simple", "-lpulse", "-lpthread"])
         #expect(built.status == 0, "building the softphone: \(built.output)")
         let call = try server.spawn([binary, "1500"], log: "call.log")
         defer { call.kill() }
-        #expect(waitFor(15) { players.status(server, mpv) == "Paused" }, "mpv plays on through the call: \(server.file("call.log"))")
+        #expect(
+            waitFor(15) { players.status(server, mpv) == "Paused" },
+            "mpv plays on through the call: \(server.file("call.log"))")
         let paused = Date()
-        #expect(waitFor(20) { players.status(server, mpv) == "Playing" }, "mpv did not come back after the call stopped capturing")
+        #expect(
+            waitFor(20) { players.status(server, mpv) == "Playing" },
+            "mpv did not come back after the call stopped capturing")
         let back = Date().timeIntervalSince(paused)
         // Capture (~1.5–3 s) plus the linger (2 s): not at once.
         #expect(back > 1.5, "the music came back after \(back) s, before the call's linger")
         #expect(server.playbackStream(pid: call.pid) != nil, "the call's program stopped playing (nothing to test)")
     }
 
-    @Test("a game that captures and plays (voice chat) mixes: a running music app is untouched", arguments: ServerKind.tested)
+    @Test(
+        "a game that captures and plays (voice chat) mixes: a running music app is untouched",
+        arguments: ServerKind.tested)
     func gameVoiceChat(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -214,10 +261,15 @@ struct DesktopIdentityTests {
         defer { d.stop() }
         try microphone(server)
         let (_, mpv) = try players.mpv(server, heardBy: d)
-        let game = try server.spawn(["gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert", "!",
-                                     "pulsesink", "stream-properties=props,media.role=game"], log: "game.log")
+        let game = try server.spawn(
+            [
+                "gst-launch-1.0", "-q", "pulsesrc", "device=mic", "!", "queue", "!", "audioconvert", "!",
+                "pulsesink", "stream-properties=props,media.role=game",
+            ], log: "game.log")
         defer { game.kill() }
-        let (found, ok) = waitForApp(d, pid: UInt32(game.pid), timeout: 15, until: { d.client.property($0.session, API.session.name, "Mode")?.stringValue == "game-chat" })
+        let (found, ok) = waitForApp(
+            d, pid: UInt32(game.pid), timeout: 15,
+            until: { d.client.property($0.session, API.session.name, "Mode")?.stringValue == "game-chat" })
         #expect(ok, "not a game's voice chat: \(String(describing: found?.identity)) \(server.file("game.log"))")
         #expect(found.map { category(d, $0.session) } == "play-and-record")
         usleep(1_500_000)
@@ -244,13 +296,19 @@ struct DesktopIdentityTests {
         let (found, ok) = waitForApp(d, pid: UInt32(py.pid), timeout: 10)
         #expect(ok)
         #expect(found.map { category(d, $0.session) } == "playback", "\(String(describing: found?.identity))")
-        #expect(found?.identity["category-reason"]?.stringValue?.hasPrefix("Default") == true, "\(String(describing: found?.identity))")
+        #expect(
+            found?.identity["category-reason"]?.stringValue?.hasPrefix("Default") == true,
+            "\(String(describing: found?.identity))")
         #expect(found?.identity["desktop-entry"]?.stringValue == "")
 
         // In the terminal's scope, where cgroup2 allows one here.
-        guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.Term-77.scope", tag: "term-\(kind)") else { return }
+        guard let (scope, cleanup) = try cgroupScope("app-gnome-org.example.Term-77.scope", tag: "term-\(kind)") else {
+            return
+        }
         defer { cleanup() }
-        let inTerm = try server.spawn(["sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec pacat --playback /dev/zero --client-name=term-child"])
+        let inTerm = try server.spawn([
+            "sh", "-c", "echo $$ > \(scope)/cgroup.procs && exec pacat --playback /dev/zero --client-name=term-child",
+        ])
         defer { inTerm.kill() }
         _ = try server.waitForPlaybackStream(pid: inTerm.pid)
         let (child, seen) = waitForApp(d, pid: UInt32(inTerm.pid))
@@ -260,7 +318,9 @@ struct DesktopIdentityTests {
         #expect(child.map { category(d, $0.session) } == "playback")
     }
 
-    @Test("a peer that is not GameMode cannot make an app a game: forged GameRegistered, broadcast and unicast, are ignored")
+    @Test(
+        "a peer that is not GameMode cannot make an app a game: forged GameRegistered, broadcast and unicast, are ignored"
+    )
     func forgedGameMode() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -277,22 +337,27 @@ struct DesktopIdentityTests {
         #expect(ok, "\(String(describing: found?.identity))")
         let liar = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", recordSignals: false)
         defer { liar.close() }
-        guard case .success(let owner) = liar.callBus("GetNameOwner", [.string(API.busName)]), let audiod = owner.first?.stringValue
+        guard case .success(let owner) = liar.callBus("GetNameOwner", [.string(API.busName)]),
+            let audiod = owner.first?.stringValue
         else {
             Issue.record("audiod's unique name not found")
             return
         }
         for unicast in [false, true] {
-            guard let m = DBusMessage.signal(path: "/com/feralinteractive/GameMode", interface: "com.feralinteractive.GameMode",
-                                             member: "GameRegistered")
+            guard
+                let m = DBusMessage.signal(
+                    path: "/com/feralinteractive/GameMode", interface: "com.feralinteractive.GameMode",
+                    member: "GameRegistered")
             else { continue }
             m.append([.int32(Int32(app.pid)), .objectPath("/com/feralinteractive/GameMode/Games/\(app.pid)")])
             if unicast { m.setDestination(audiod) }
             liar.send(m)
         }
         usleep(1_000_000)
-        #expect(found.map { category(d, $0.session) } == "playback",
-                "a forged GameMode signal made it a game: \(String(describing: identity(d, streamOf: UInt32(app.pid))?.identity))")
+        #expect(
+            found.map { category(d, $0.session) } == "playback",
+            "a forged GameMode signal made it a game: \(String(describing: identity(d, streamOf: UInt32(app.pid))?.identity))"
+        )
         #expect(kill(d.child.pid, 0) == 0)
     }
 }

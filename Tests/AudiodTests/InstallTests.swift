@@ -7,7 +7,10 @@ import Testing
 /// starts audiod on the first call.
 @Suite(.serialized)
 struct InstallTests {
-    var repo: URL { URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent() }
+    var repo: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+    }
 
     @Test("the interface XML written by --dump-interfaces is what the running daemon serves")
     func interfaceXML() throws {
@@ -20,14 +23,18 @@ struct InstallTests {
         defer { d.stop() }
         guard case .success(let out) = d.client.call(API.managerPath, API.introspectable.name, "Introspect"),
             let served = out.first?.stringValue
-        else { Issue.record("Introspect failed"); return }
+        else {
+            Issue.record("Introspect failed")
+            return
+        }
         for name in ["org.audiod.AudioSession1.Manager", "org.audiod.AudioSession1.Session"] {
             let file = try String(contentsOfFile: "\(dir)/\(name).xml", encoding: .utf8)
             #expect(file.contains("<interface name=\"\(name)\">"))
             if name.hasSuffix("Manager") {
                 let start = try #require(file.range(of: "  <interface"))
                 let end = try #require(file.range(of: "  </interface>\n"))
-                #expect(served.contains(file[start.lowerBound..<end.upperBound]), "served XML differs from the shipped one")
+                #expect(
+                    served.contains(file[start.lowerBound..<end.upperBound]), "served XML differs from the shipped one")
             }
         }
     }
@@ -38,19 +45,24 @@ struct InstallTests {
         defer { server.stop() }
         let services = "\(server.directory)/home/.local/share/dbus-1/services"
         try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        let template = try String(contentsOf: repo.appendingPathComponent("systemd/org.audiod.AudioSession1.service.in"), encoding: .utf8)
+        let template = try String(
+            contentsOf: repo.appendingPathComponent("systemd/org.audiod.AudioSession1.service.in"), encoding: .utf8)
         let bindir = URL(fileURLWithPath: TestServer.builtProduct("audiod")).deletingLastPathComponent().path
         try template.replacingOccurrences(of: "@bindir@", with: bindir)
             .write(toFile: "\(services)/org.audiod.AudioSession1.service", atomically: true, encoding: .utf8)
         // dbus-daemon notices the new file (inotify) or on ReloadConfig.
-        _ = try? server.run(["dbus-send", "--session", "--dest=org.freedesktop.DBus", "--type=method_call",
-                             "/org/freedesktop/DBus", "org.freedesktop.DBus.ReloadConfig"])
+        _ = try? server.run([
+            "dbus-send", "--session", "--dest=org.freedesktop.DBus", "--type=method_call",
+            "/org/freedesktop/DBus", "org.freedesktop.DBus.ReloadConfig",
+        ])
         let client = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "")
         defer { client.close() }
         let version = client.property(API.managerPath, API.manager.name, "Version")
-        #expect(version?.stringValue?.isEmpty == false, "activation did not start audiod: \(String(describing: version))")
+        #expect(
+            version?.stringValue?.isEmpty == false, "activation did not start audiod: \(String(describing: version))")
         // The activated audiod is a child of the bus, which stop() kills; stop audiod first, the clean way.
-        let pid = (try? server.run(["pgrep", "-f", "-n", TestServer.builtProduct("audiod")]))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let pid = (try? server.run(["pgrep", "-f", "-n", TestServer.builtProduct("audiod")]))?.trimmingCharacters(
+            in: .whitespacesAndNewlines)
         if let pid, let p = pid_t(pid) { kill(p, SIGTERM) }
     }
 }

@@ -11,7 +11,10 @@ struct MediaPlayerTests {
     func tone(_ server: TestServer) throws -> String {
         let path = "\(server.directory)/tone.ogg"
         if !FileManager.default.fileExists(atPath: path) {
-            _ = try server.run(["sox", "-n", "-r", "22050", "-c", "2", path, "synth", "20", "sine", "440", "vol", "0.3"])
+            _ = try server.run([
+                "sox", "-n", "-r", "22050", "-c", "2", path, "synth", "20", "sine", "440", "vol", "0.3",
+            ]
+            )
         }
         return path
     }
@@ -38,7 +41,8 @@ struct MediaPlayerTests {
     func mpv(_ server: TestServer, heardBy d: Daemon, device: String? = nil) throws -> (Child, String) {
         let (p, name) = try mpv(server, device: device)
         let heard = waitFor(10) {
-            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return false }
+            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first
+            else { return false }
             return items.compactMap(\.propertyMap).contains {
                 $0["pid"]?.uint32Value == UInt32(p.pid) && $0["audible"]?.boolValue == true
             }
@@ -48,13 +52,17 @@ struct MediaPlayerTests {
     }
 
     func status(_ server: TestServer, _ name: String) -> String? {
-        let out = try? server.run(["busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
-                                   "org.mpris.MediaPlayer2.Player", "PlaybackStatus"])
+        let out = try? server.run([
+            "busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
+            "org.mpris.MediaPlayer2.Player", "PlaybackStatus",
+        ])
         return out?.split(separator: "\"").dropFirst().first.map(String.init)
     }
 
     func press(_ server: TestServer, _ name: String, _ method: String) throws {
-        _ = try server.run(["busctl", "--user", "call", name, "/org/mpris/MediaPlayer2", "org.mpris.MediaPlayer2.Player", method])
+        _ = try server.run([
+            "busctl", "--user", "call", name, "/org/mpris/MediaPlayer2", "org.mpris.MediaPlayer2.Player", method,
+        ])
     }
 
     @Test("a second player takes the audio; the first is paused through MPRIS and stays paused; Play takes it back")
@@ -66,8 +74,11 @@ struct MediaPlayerTests {
         let (first, a) = try mpv(server, heardBy: d)
         #expect(status(server, a) == "Playing")
         let (second, b) = try mpv(server)
-        #expect(waitFor(10) { status(server, a) == "Paused" }, "first player not paused: \(String(describing: status(server, a)))")
-        #expect(waitFor(5) { server.playbackStream(pid: first.pid)?.corked == true }, "first player's stream not corked")
+        #expect(
+            waitFor(10) { status(server, a) == "Paused" },
+            "first player not paused: \(String(describing: status(server, a)))")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: first.pid)?.corked == true }, "first player's stream not corked")
         #expect(status(server, b) == "Playing")
         #expect(server.playbackStream(pid: second.pid)?.muted == false)
 
@@ -80,20 +91,24 @@ struct MediaPlayerTests {
         try press(server, b, "Play")
         // Let audiod see the second playing again before the user presses Play in the first (two presses within
         // a few milliseconds would race on the bus, as they would for a person).
-        #expect(waitFor(10) {
-            guard case .success(let out) = d.client.manager("GetSessionForProcess", [.uint32(UInt32(second.pid))]),
-                case .objectPath(let p)? = out.first
-            else { return false }
-            return d.client.property(p, API.session.name, "Active") == .bool(true)
-                && server.playbackStream(pid: second.pid)?.corked == false
-        }, "the second player's Play was not seen")
+        #expect(
+            waitFor(10) {
+                guard case .success(let out) = d.client.manager("GetSessionForProcess", [.uint32(UInt32(second.pid))]),
+                    case .objectPath(let p)? = out.first
+                else { return false }
+                return d.client.property(p, API.session.name, "Active") == .bool(true)
+                    && server.playbackStream(pid: second.pid)?.corked == false
+            }, "the second player's Play was not seen")
         // Its PlaybackStatus signal reaches audiod on the bus independently of the stream's uncork on the server;
         // audiod has no way to order two presses that arrive crossed, and the API shows no player status to wait
         // for, so give the bus a moment, as a person's second press would.
         usleep(500_000)
         #expect(status(server, a) == "Paused")
         try press(server, a, "Play")
-        #expect(waitFor(10) { status(server, b) == "Paused" }, "Play in the first did not take the audio back: \(server.file("audiod.log").components(separatedBy: "\n").filter { $0.contains("MPRIS") }.suffix(12).joined(separator: "\n"))")
+        #expect(
+            waitFor(10) { status(server, b) == "Paused" },
+            "Play in the first did not take the audio back: \(server.file("audiod.log").components(separatedBy: "\n").filter { $0.contains("MPRIS") }.suffix(12).joined(separator: "\n"))"
+        )
         #expect(waitFor(5) { status(server, a) == "Playing" })
         #expect(server.playbackStream(pid: first.pid)?.muted == false)
     }
@@ -110,7 +125,10 @@ struct MediaPlayerTests {
         let v = try d.client.makeSession(pid: video.pid, "playback", activate: true)
         #expect(waitFor(10) { status(server, a) == "Paused" }, "the player kept playing")
         _ = d.client.session(v, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
-        #expect(waitFor(10) { status(server, a) == "Playing" }, "not resumed through MPRIS Play: \(server.file("audiod.log").components(separatedBy: "\n").filter { $0.contains("MPRIS") || $0.contains("session") }.suffix(14).joined(separator: "\n"))")
+        #expect(
+            waitFor(10) { status(server, a) == "Playing" },
+            "not resumed through MPRIS Play: \(server.file("audiod.log").components(separatedBy: "\n").filter { $0.contains("MPRIS") || $0.contains("session") }.suffix(14).joined(separator: "\n"))"
+        )
     }
 
     @Test("an app without MPRIS is muted instead of paused")
@@ -123,7 +141,8 @@ struct MediaPlayerTests {
         _ = try server.waitForPlaybackStream(pid: plain.pid)
         let (_, b) = try mpv(server)
         #expect(status(server, b) == "Playing")
-        #expect(waitFor(10) { server.playbackStream(pid: plain.pid)?.muted == true }, "the app without MPRIS kept playing")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: plain.pid)?.muted == true }, "the app without MPRIS kept playing")
     }
 
     @Test("a phone-role stream interrupts a player and lets it resume when the call ends")
@@ -152,12 +171,17 @@ struct MediaPlayerTests {
         let (p, a) = try mpv(server, heardBy: d, device: "headphones")
         #expect(status(server, a) == "Playing")
         _ = try server.pactl(["unload-module", module])
-        #expect(waitFor(10) { status(server, a) == "Paused" }, "the player plays on after its device went away: \(server.file("audiod.log").suffix(3000))")
+        #expect(
+            waitFor(10) { status(server, a) == "Paused" },
+            "the player plays on after its device went away: \(server.file("audiod.log").suffix(3000))")
         let s = server.playbackStream(pid: p.pid)
-        #expect(s == nil || s?.muted == true || s?.corked == true, "sound moved to the speakers: \(String(describing: s))")
+        #expect(
+            s == nil || s?.muted == true || s?.corked == true, "sound moved to the speakers: \(String(describing: s))")
     }
 
-    @Test("route changes for explicit sessions: the lost device interrupts with route-disconnected; a new one interrupts nobody")
+    @Test(
+        "route changes for explicit sessions: the lost device interrupts with route-disconnected; a new one interrupts nobody"
+    )
     func explicitRouteChanges() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -175,7 +199,8 @@ struct MediaPlayerTests {
 
         // A new device: the session whose stream the user moves onto it hears new-device-available; nobody is
         // interrupted.
-        let spk = try server.pactl(["load-module", "module-null-sink", "sink_name=speakers2"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let spk = try server.pactl(["load-module", "module-null-sink", "sink_name=speakers2"]).trimmingCharacters(
+            in: .whitespacesAndNewlines)
         #expect(waitFor(10) { ((try? server.pactl(["list", "short", "sinks"])) ?? "").contains("speakers2") })
         _ = try server.pactl(["move-sink-input", "\(m.index)", "speakers2"])
         let routed = d.client.waitForSignal(s, "RouteChanged")
@@ -189,13 +214,17 @@ struct MediaPlayerTests {
         _ = try server.pactl(["unload-module", spk])
         let began = d.client.waitForSignal(s, "InterruptionBegan")
         #expect(began.first?.first == .string("route-disconnected"), "\(began)")
-        #expect(waitFor(5) {
-            d.client.received(s, "RouteChanged").contains {
-                $0.first == .string("old-device-unavailable") && $0.last?.propertyMap?["previous-device"] == .string("speakers2")
-            }
-        }, "no old-device-unavailable: \(d.client.received(s, "RouteChanged"))")
+        #expect(
+            waitFor(5) {
+                d.client.received(s, "RouteChanged").contains {
+                    $0.first == .string("old-device-unavailable")
+                        && $0.last?.propertyMap?["previous-device"] == .string("speakers2")
+                }
+            }, "no old-device-unavailable: \(d.client.received(s, "RouteChanged"))")
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "sound moved on to another device")
-        #expect(d.client.received(s, "InterruptionEnded").isEmpty, "route-disconnected must not be followed by InterruptionEnded")
+        #expect(
+            d.client.received(s, "InterruptionEnded").isEmpty,
+            "route-disconnected must not be followed by InterruptionEnded")
         // Its next SetActive(true) lifts that silencing.
         _ = d.client.session(s, "SetActive", [.bool(true), .strings([])])
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false })

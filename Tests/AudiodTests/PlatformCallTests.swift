@@ -33,10 +33,16 @@ struct PlatformCallTests {
             ["/usr/bin/python3", "-m", "dbusmock", system ? "--system" : "--session", "-m", name, path, name],
             environment: system ? ["DBUS_SYSTEM_BUS_ADDRESS": address] : [:], log: "\(name).log")
         let bus = try BusClient(address: address)
-        guard waitFor(10, {
-            if case .success = bus.callAny(destination: name, path, "org.freedesktop.DBus.Peer", "Ping", []) { return true }
-            return false
-        }) else {
+        guard
+            waitFor(
+                10,
+                {
+                    if case .success = bus.callAny(destination: name, path, "org.freedesktop.DBus.Peer", "Ping", []) {
+                        return true
+                    }
+                    return false
+                })
+        else {
             bus.close()
             child.kill()
             throw TestKitError("dbusmock did not serve \(name): \(server.file("\(name).log"))")
@@ -50,44 +56,59 @@ struct PlatformCallTests {
     static func callPath(_ n: Int) -> String { "/org/freedesktop/ModemManager1/Call/\(n)" }
 
     func modemManager(_ server: TestServer, _ system: TestBus) throws -> Mock {
-        let mm = try mock(server, name: "org.freedesktop.ModemManager1", path: "/org/freedesktop/ModemManager1",
-                          address: system.address, system: true)
-        mm.call("/org/freedesktop/ModemManager1", "org.freedesktop.DBus.Mock", "AddObject", [
-            .objectPath(Self.modem), .string("org.freedesktop.ModemManager1.Modem.Voice"),
-            .properties([("Calls", .array(element: "o", []))]), .array(element: "(ssss)", []),
-        ])
+        let mm = try mock(
+            server, name: "org.freedesktop.ModemManager1", path: "/org/freedesktop/ModemManager1",
+            address: system.address, system: true)
+        mm.call(
+            "/org/freedesktop/ModemManager1", "org.freedesktop.DBus.Mock", "AddObject",
+            [
+                .objectPath(Self.modem), .string("org.freedesktop.ModemManager1.Modem.Voice"),
+                .properties([("Calls", .array(element: "o", []))]), .array(element: "(ssss)", []),
+            ])
         return mm
     }
 
     /// A call appears as ModemManager announces one: the object, the modem's `Calls` (what a client that comes
     /// later reads), then `CallAdded` from the modem.
     func addModemCall(_ mm: Mock, _ n: Int, state: Int32) {
-        mm.call("/org/freedesktop/ModemManager1", "org.freedesktop.DBus.Mock", "AddObject", [
-            .objectPath(Self.callPath(n)), .string("org.freedesktop.ModemManager1.Call"),
-            .properties([("State", .int32(state)), ("Direction", .int32(1)), ("Number", .string(Self.number))]),
-            .array(element: "(ssss)", []),
-        ])
+        mm.call(
+            "/org/freedesktop/ModemManager1", "org.freedesktop.DBus.Mock", "AddObject",
+            [
+                .objectPath(Self.callPath(n)), .string("org.freedesktop.ModemManager1.Call"),
+                .properties([("State", .int32(state)), ("Direction", .int32(1)), ("Number", .string(Self.number))]),
+                .array(element: "(ssss)", []),
+            ])
         var calls: [DBusValue] = []
-        if case .success(let out) = mm.bus.callAny(destination: mm.name, Self.modem, "org.freedesktop.DBus.Properties", "Get", [
-            .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("Calls"),
-        ]), case .variant(.array(_, let items))? = out.first {
+        if case .success(let out) = mm.bus.callAny(
+            destination: mm.name, Self.modem, "org.freedesktop.DBus.Properties", "Get",
+            [
+                .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("Calls"),
+            ]), case .variant(.array(_, let items))? = out.first
+        {
             calls = items
         }
         calls.append(.objectPath(Self.callPath(n)))
-        mm.call(Self.modem, "org.freedesktop.DBus.Mock", "UpdateProperties", [
-            .string("org.freedesktop.ModemManager1.Modem.Voice"), .properties([("Calls", .array(element: "o", calls))]),
-        ])
-        mm.call(Self.modem, "org.freedesktop.DBus.Mock", "EmitSignal", [
-            .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("CallAdded"), .string("o"),
-            .array(element: "v", [.variant(.objectPath(Self.callPath(n)))]),
-        ])
+        mm.call(
+            Self.modem, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [
+                .string("org.freedesktop.ModemManager1.Modem.Voice"),
+                .properties([("Calls", .array(element: "o", calls))]),
+            ])
+        mm.call(
+            Self.modem, "org.freedesktop.DBus.Mock", "EmitSignal",
+            [
+                .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("CallAdded"), .string("o"),
+                .array(element: "v", [.variant(.objectPath(Self.callPath(n)))]),
+            ])
     }
 
     /// `State` changes as ModemManager changes it: the property, with `PropertiesChanged`.
     func setModemCall(_ mm: Mock, _ n: Int, state: Int32) {
-        mm.call(Self.callPath(n), "org.freedesktop.DBus.Mock", "UpdateProperties", [
-            .string("org.freedesktop.ModemManager1.Call"), .properties([("State", .int32(state))]),
-        ])
+        mm.call(
+            Self.callPath(n), "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [
+                .string("org.freedesktop.ModemManager1.Call"), .properties([("State", .int32(state))]),
+            ])
     }
 
     /// A sound server, a private system bus with ModemManager (a modem, no calls) and audiod told of that bus.
@@ -124,9 +145,13 @@ struct PlatformCallTests {
         }
     }
 
-    func callState(_ d: Daemon) -> String? { d.client.property(API.managerPath, API.manager.name, "CallState")?.stringValue }
+    func callState(_ d: Daemon) -> String? {
+        d.client.property(API.managerPath, API.manager.name, "CallState")?.stringValue
+    }
 
-    @Test("a modem call rings: the music pauses; answered, then hung up: the music plays again", arguments: ServerKind.tested)
+    @Test(
+        "a modem call rings: the music pauses; answered, then hung up: the music plays again",
+        arguments: ServerKind.tested)
     func modemCall(kind: ServerKind) throws {
         let rig = try ModemRig(kind, self)
         defer { rig.stop() }
@@ -134,7 +159,9 @@ struct PlatformCallTests {
         let (_, music) = try players.mpv(server, heardBy: d)
         #expect(callState(d) == "none")
         addModemCall(mm, 1, state: 3)  // ringing-in
-        #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the ring: \(server.file("audiod.log").suffix(2000))")
+        #expect(
+            waitFor(10) { players.status(server, music) == "Paused" },
+            "the music plays on through the ring: \(server.file("audiod.log").suffix(2000))")
         #expect(callState(d) == "ringing")
         let status = try server.runStatus([TestServer.builtProduct("audioctl"), "status"])
         #expect(status.output.contains("call:     ringing"), "\(status.output)")
@@ -142,7 +169,8 @@ struct PlatformCallTests {
         #expect(waitFor(5) { callState(d) == "active" })
         #expect(players.status(server, music) == "Paused")
         setModemCall(mm, 1, state: 7)  // terminated; ModemManager keeps the object until a client deletes it
-        #expect(waitFor(10) { players.status(server, music) == "Playing" }, "the music did not come back after the call")
+        #expect(
+            waitFor(10) { players.status(server, music) == "Playing" }, "the music did not come back after the call")
         #expect(callState(d) == "none")
         #expect(!server.file("audiod.log").contains(Self.number), "a call's number reached the log")
     }
@@ -163,10 +191,12 @@ struct PlatformCallTests {
         usleep(500_000)
         #expect(players.status(server, music) == "Paused", "the music came back while a call was still waiting")
         // A call announced and gone before audiod reads it (its object vanishes mid-read): no call, no crash.
-        mm.call(Self.modem, "org.freedesktop.DBus.Mock", "EmitSignal", [
-            .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("CallAdded"), .string("o"),
-            .array(element: "v", [.variant(.objectPath(Self.callPath(99)))]),
-        ])
+        mm.call(
+            Self.modem, "org.freedesktop.DBus.Mock", "EmitSignal",
+            [
+                .string("org.freedesktop.ModemManager1.Modem.Voice"), .string("CallAdded"), .string("o"),
+                .array(element: "v", [.variant(.objectPath(Self.callPath(99)))]),
+            ])
         setModemCall(mm, 2, state: 4)
         #expect(waitFor(5) { callState(d) == "active" })
         setModemCall(mm, 2, state: 7)
@@ -176,16 +206,20 @@ struct PlatformCallTests {
         #expect(added.count <= 2, "\(added.count) sessions were added")
     }
 
-    @Test("a recorder that prefers no interruptions from system alerts records through the ring; the answer interrupts it")
+    @Test(
+        "a recorder that prefers no interruptions from system alerts records through the ring; the answer interrupts it"
+    )
     func recorderThroughTheRing() throws {
         let rig = try ModemRig(.pulseaudio, self)
         defer { rig.stop() }
         let (server, mm, d) = (rig.server, rig.mm, rig.daemon)
         let recorder = try server.spawn(["parec", "--client-name=recorder", "/dev/null"])
         let s = try d.client.makeSession(pid: recorder.pid, "record")
-        let set = d.client.call(s, "org.freedesktop.DBus.Properties", "Set", [
-            .string(API.session.name), .string("PrefersNoInterruptionsFromSystemAlerts"), .variant(.bool(true)),
-        ])
+        let set = d.client.call(
+            s, "org.freedesktop.DBus.Properties", "Set",
+            [
+                .string(API.session.name), .string("PrefersNoInterruptionsFromSystemAlerts"), .variant(.bool(true)),
+            ])
         guard case .success = set else {
             Issue.record("Set: \(set)")
             return
@@ -208,40 +242,55 @@ struct PlatformCallTests {
 
     // MARK: GNOME Calls: an ObjectManager at /org/gnome/Calls, calls with State (u)
 
-    @Test("a GNOME Calls incoming call, declined: the music pauses while it rings and plays again", arguments: ServerKind.tested)
+    @Test(
+        "a GNOME Calls incoming call, declined: the music pauses while it rings and plays again",
+        arguments: ServerKind.tested)
     func gnomeCallsDeclined(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
-        let calls = try mock(server, name: "org.gnome.Calls", path: "/org/gnome/Calls",
-                             address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
+        let calls = try mock(
+            server, name: "org.gnome.Calls", path: "/org/gnome/Calls",
+            address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
         defer { calls.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
         let (_, music) = try players.mpv(server, heardBy: d)
         let call = "/org/gnome/Calls/Call/1"
         let props: [(String, DBusValue)] = [
-            ("State", .uint32(5)), ("Inbound", .bool(true)), ("Id", .string(Self.number)), ("DisplayName", .string("Alice")),
+            ("State", .uint32(5)), ("Inbound", .bool(true)), ("Id", .string(Self.number)),
+            ("DisplayName", .string("Alice")),
         ]
-        calls.call("/org/gnome/Calls", "org.freedesktop.DBus.Mock", "AddObject", [
-            .objectPath(call), .string("org.gnome.Calls.Call"), .properties(props), .array(element: "(ssss)", []),
-        ])
+        calls.call(
+            "/org/gnome/Calls", "org.freedesktop.DBus.Mock", "AddObject",
+            [
+                .objectPath(call), .string("org.gnome.Calls.Call"), .properties(props), .array(element: "(ssss)", []),
+            ])
         // As GNOME Calls announces a call (dbusmock leaves InterfacesAdded to its user).
-        calls.call("/org/gnome/Calls", "org.freedesktop.DBus.Mock", "EmitSignal", [
-            .string("org.freedesktop.DBus.ObjectManager"), .string("InterfacesAdded"), .string("oa{sa{sv}}"),
-            .array(element: "v", [
-                .variant(.objectPath(call)),
-                .variant(.dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties(props))])),
-            ]),
-        ])
+        calls.call(
+            "/org/gnome/Calls", "org.freedesktop.DBus.Mock", "EmitSignal",
+            [
+                .string("org.freedesktop.DBus.ObjectManager"), .string("InterfacesAdded"), .string("oa{sa{sv}}"),
+                .array(
+                    element: "v",
+                    [
+                        .variant(.objectPath(call)),
+                        .variant(
+                            .dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties(props))])),
+                    ]),
+            ])
         #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the ring")
         #expect(callState(d) == "ringing")
         // The platform call is a session object: implicit, identity source platform, named after the call app.
         let sessions = try server.runStatus([TestServer.builtProduct("audioctl"), "apps"]).output
         #expect(sessions.contains("org.gnome.Calls (platform)"), "\(sessions)")
-        calls.call(call, "org.freedesktop.DBus.Mock", "UpdateProperties", [
-            .string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]),  // disconnected: declined
-        ])
-        #expect(waitFor(10) { players.status(server, music) == "Playing" }, "the music did not come back after the declined call")
+        calls.call(
+            call, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [
+                .string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]),  // disconnected: declined
+            ])
+        #expect(
+            waitFor(10) { players.status(server, music) == "Playing" },
+            "the music did not come back after the declined call")
         #expect(callState(d) == "none")
         let log = server.file("audiod.log")
         #expect(!log.contains(Self.number) && !log.contains("Alice"), "a caller's number or name reached the log")
@@ -254,24 +303,34 @@ struct PlatformCallTests {
 
     /// The dialer, whose `fetchCalls` answers with `fetchedCallsChanged` listing `calls` (call id, state).
     func plasmaDialer(_ server: TestServer, calls: [(String, Int32)]) throws -> Mock {
-        let dialer = try mock(server, name: Self.dialerInterface, path: Self.dialerPath,
-                              address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
-        let list = calls.map { "('\($0.0)', 'tel', 'mm', 'acc', '\(Self.number)', (1,), (\($0.1),), (0,), 0, 0, 0)" }.joined(separator: ", ")
-        dialer.call(Self.dialerPath, "org.freedesktop.DBus.Mock", "AddMethod", [
-            .string(Self.dialerInterface), .string("fetchCalls"), .string(""), .string(""),
-            .string("self.EmitSignal('\(Self.dialerInterface)', 'fetchedCallsChanged', 'a(sssss(i)(i)(i)ixi)', [[\(list)]])"),
-        ])
+        let dialer = try mock(
+            server, name: Self.dialerInterface, path: Self.dialerPath,
+            address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
+        let list = calls.map { "('\($0.0)', 'tel', 'mm', 'acc', '\(Self.number)', (1,), (\($0.1),), (0,), 0, 0, 0)" }
+            .joined(separator: ", ")
+        dialer.call(
+            Self.dialerPath, "org.freedesktop.DBus.Mock", "AddMethod",
+            [
+                .string(Self.dialerInterface), .string("fetchCalls"), .string(""), .string(""),
+                .string(
+                    "self.EmitSignal('\(Self.dialerInterface)', 'fetchedCallsChanged', 'a(sssss(i)(i)(i)ixi)', [[\(list)]])"
+                ),
+            ])
         return dialer
     }
 
     func emit(_ dialer: Mock, _ member: String, _ signature: String, _ args: [DBusValue]) {
-        dialer.call(Self.dialerPath, "org.freedesktop.DBus.Mock", "EmitSignal", [
-            .string(Self.dialerInterface), .string(member), .string(signature), .array(element: "v", args.map { .variant($0) }),
-        ])
+        dialer.call(
+            Self.dialerPath, "org.freedesktop.DBus.Mock", "EmitSignal",
+            [
+                .string(Self.dialerInterface), .string(member), .string(signature),
+                .array(element: "v", args.map { .variant($0) }),
+            ])
     }
 
-    @Test("Plasma's dialer: a call added rings and pauses the music; hung up, the music plays; a call deleted ends too",
-          arguments: ServerKind.tested)
+    @Test(
+        "Plasma's dialer: a call added rings and pauses the music; hung up, the music plays; a call deleted ends too",
+        arguments: ServerKind.tested)
     func plasmaDialerCalls(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -282,14 +341,22 @@ struct PlatformCallTests {
         let (_, music) = try players.mpv(server, heardBy: d)
         let call = "/org/freedesktop/ModemManager1/Call/1"
         func state(_ n: Int32) -> DBusValue { .structure([.int32(n)]) }
-        emit(dialer, "callAdded", "ss(i)(i)(i)s", [.string("modem0"), .string(call), state(1), state(3), state(0), .string(Self.number)])
-        #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the dialer's ring")
+        emit(
+            dialer, "callAdded", "ss(i)(i)(i)s",
+            [.string("modem0"), .string(call), state(1), state(3), state(0), .string(Self.number)])
+        #expect(
+            waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the dialer's ring")
         #expect(callState(d) == "ringing")
-        emit(dialer, "callStateChanged", "ss(i)(i)(i)", [.string("modem0"), .string(call), state(1), state(4), state(0)])
+        emit(
+            dialer, "callStateChanged", "ss(i)(i)(i)", [.string("modem0"), .string(call), state(1), state(4), state(0)])
         #expect(waitFor(5) { callState(d) == "active" })
-        emit(dialer, "callStateChanged", "ss(i)(i)(i)", [.string("modem0"), .string(call), state(1), state(7), state(0)])
-        #expect(waitFor(10) { players.status(server, music) == "Playing" }, "the music did not come back after the call")
-        emit(dialer, "callAdded", "ss(i)(i)(i)s", [.string("modem0"), .string(call + "2"), state(1), state(3), state(0), .string(Self.number)])
+        emit(
+            dialer, "callStateChanged", "ss(i)(i)(i)", [.string("modem0"), .string(call), state(1), state(7), state(0)])
+        #expect(
+            waitFor(10) { players.status(server, music) == "Playing" }, "the music did not come back after the call")
+        emit(
+            dialer, "callAdded", "ss(i)(i)(i)s",
+            [.string("modem0"), .string(call + "2"), state(1), state(3), state(0), .string(Self.number)])
         #expect(waitFor(5) { callState(d) == "ringing" })
         emit(dialer, "callDeleted", "ss", [.string("modem0"), .string(call + "2")])
         #expect(waitFor(5) { callState(d) == "none" })
@@ -315,24 +382,35 @@ struct PlatformCallTests {
     func callaudiod() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
-        let path = "/org/mobian_project/CallAudio", name = "org.mobian_project.CallAudio"
-        let cad = try mock(server, name: name, path: path, address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false)
+        let path = "/org/mobian_project/CallAudio"
+        let name = "org.mobian_project.CallAudio"
+        let cad = try mock(
+            server, name: name, path: path, address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", system: false
+        )
         defer { cad.stop() }
-        cad.call(path, "org.freedesktop.DBus.Mock", "AddProperty", [.string(name), .string("AudioMode"), .variant(.uint32(0))])
+        cad.call(
+            path, "org.freedesktop.DBus.Mock", "AddProperty",
+            [.string(name), .string("AudioMode"), .variant(.uint32(0))])
         let d = try Daemon.start(server)
         defer { d.stop() }
         let (_, music) = try players.mpv(server, heardBy: d)
-        cad.call(path, "org.freedesktop.DBus.Mock", "UpdateProperties", [.string(name), .properties([("AudioMode", .uint32(1))])])
+        cad.call(
+            path, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [.string(name), .properties([("AudioMode", .uint32(1))])])
         #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the music plays on through the call")
         #expect(callState(d) == "active")
-        cad.call(path, "org.freedesktop.DBus.Mock", "UpdateProperties", [.string(name), .properties([("AudioMode", .uint32(0))])])
+        cad.call(
+            path, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [.string(name), .properties([("AudioMode", .uint32(0))])])
         #expect(waitFor(10) { players.status(server, music) == "Playing" })
         #expect(callState(d) == "none")
     }
 
     // MARK: Bad input and liars
 
-    @Test("a call forged by a connection that does not own org.gnome.Calls, a State of the wrong type, an unknown state and a flood: no call, no crash, no stall")
+    @Test(
+        "a call forged by a connection that does not own org.gnome.Calls, a State of the wrong type, an unknown state and a flood: no call, no crash, no stall"
+    )
     func liarsAndBadInput() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -346,10 +424,14 @@ struct PlatformCallTests {
         // 1. A liar announces a ringing call, as GNOME Calls would, broadcast and unicast to audiod.
         let audiod = try #require(d.client.callBus("GetNameOwner", [.string(API.busName)]).get().first?.stringValue)
         for destination in [nil, audiod] {
-            let m = try #require(DBusMessage.signal(path: "/org/gnome/Calls", interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded"))
+            let m = try #require(
+                DBusMessage.signal(
+                    path: "/org/gnome/Calls", interface: "org.freedesktop.DBus.ObjectManager", member: "InterfacesAdded"
+                ))
             m.append([
                 .objectPath("/org/gnome/Calls/Call/9"),
-                .dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties([("State", .uint32(5))]))]),
+                .dict(
+                    key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties([("State", .uint32(5))]))]),
             ])
             if let destination { _ = m.setDestination(destination) }
             liar.send(m)
@@ -357,13 +439,20 @@ struct PlatformCallTests {
         // 2. The real owner: a State of the wrong type, then an unknown state.
         let call = "/org/gnome/Calls/Call/1"
         func announce(_ state: DBusValue) {
-            calls.call("/org/gnome/Calls", "org.freedesktop.DBus.Mock", "EmitSignal", [
-                .string("org.freedesktop.DBus.ObjectManager"), .string("InterfacesAdded"), .string("oa{sa{sv}}"),
-                .array(element: "v", [
-                    .variant(.objectPath(call)),
-                    .variant(.dict(key: "s", value: "a{sv}", [(.string("org.gnome.Calls.Call"), .properties([("State", state)]))])),
-                ]),
-            ])
+            calls.call(
+                "/org/gnome/Calls", "org.freedesktop.DBus.Mock", "EmitSignal",
+                [
+                    .string("org.freedesktop.DBus.ObjectManager"), .string("InterfacesAdded"), .string("oa{sa{sv}}"),
+                    .array(
+                        element: "v",
+                        [
+                            .variant(.objectPath(call)),
+                            .variant(
+                                .dict(
+                                    key: "s", value: "a{sv}",
+                                    [(.string("org.gnome.Calls.Call"), .properties([("State", state)]))])),
+                        ]),
+                ])
         }
         announce(.string("incoming"))
         announce(.uint32(42))
@@ -371,16 +460,21 @@ struct PlatformCallTests {
         #expect(callState(d) == "none", "a liar's, a mistyped or an unknown call counted")
         // 3. A flood from the owner: 2,000 state changes of one call, ending disconnected. audiod keeps answering and
         //    ends with no call.
-        calls.call("/org/gnome/Calls", "org.freedesktop.DBus.Mock", "AddObject", [
-            .objectPath(call), .string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]), .array(element: "(ssss)", []),
-        ])
+        calls.call(
+            "/org/gnome/Calls", "org.freedesktop.DBus.Mock", "AddObject",
+            [
+                .objectPath(call), .string("org.gnome.Calls.Call"), .properties([("State", .uint32(7))]),
+                .array(element: "(ssss)", []),
+            ])
         let started = Date()
         for i in 0...2_000 {
             let state: UInt32 = i == 2_000 ? 7 : (i % 2 == 0 ? 5 : 1)
             // Sent as the owner sends it: from the mock's own connection, with PropertiesChanged.
-            calls.call(call, "org.freedesktop.DBus.Mock", "UpdateProperties", [
-                .string("org.gnome.Calls.Call"), .properties([("State", .uint32(state))]),
-            ])
+            calls.call(
+                call, "org.freedesktop.DBus.Mock", "UpdateProperties",
+                [
+                    .string("org.gnome.Calls.Call"), .properties([("State", .uint32(state))]),
+                ])
             if i % 100 == 0, case .failure = d.client.call(API.managerPath, API.peer.name, "Ping") {
                 Issue.record("audiod stopped answering during the flood")
             }
@@ -392,24 +486,29 @@ struct PlatformCallTests {
 
     // MARK: The microphone switch
 
-    @Test("the microphone muted and unmuted under a record session: interrupted, then ended without resume; a call is not interrupted",
-          arguments: ServerKind.tested)
+    @Test(
+        "the microphone muted and unmuted under a record session: interrupted, then ended without resume; a call is not interrupted",
+        arguments: ServerKind.tested)
     func microphoneSwitch(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
         // A microphone that is not a monitor, as the default source.
         // pipewire-pulse has no module-null-source: a null sink made a source (its media.class) is one.
-        _ = try server.pactl(kind == .pulseaudio
-            ? ["load-module", "module-null-source", "source_name=mic"]
-            : ["load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual"])
+        _ = try server.pactl(
+            kind == .pulseaudio
+                ? ["load-module", "module-null-source", "source_name=mic"]
+                : ["load-module", "module-null-sink", "sink_name=mic", "media.class=Audio/Source/Virtual"])
         _ = try server.pactl(["set-default-source", "mic"])
         let d = try Daemon.start(server)
         defer { d.stop() }
         let recorder = try server.spawn(["parec", "--client-name=recorder", "--device=mic", "/dev/null"])
         let s = try d.client.makeSession(pid: recorder.pid, "record", activate: true)
-        #expect(waitFor(5) {
-            (d.client.property(s, API.session.name, "RecordStreams").map { if case .array(_, let v) = $0 { !v.isEmpty } else { false } }) == true
-        })
+        #expect(
+            waitFor(5) {
+                (d.client.property(s, API.session.name, "RecordStreams").map {
+                    if case .array(_, let v) = $0 { !v.isEmpty } else { false }
+                }) == true
+            })
         _ = try server.pactl(["set-source-mute", "mic", "1"])
         let began = d.client.waitForSignal(s, "InterruptionBegan")
         #expect(began.first?.first == .string("builtin-mic-muted"), "\(began)")
@@ -427,7 +526,8 @@ struct PlatformCallTests {
         let call = try d.client.makeSession(pid: phone.pid, "play-and-record", mode: "voice-chat", activate: true)
         _ = try server.pactl(["set-source-mute", "mic", "1"])
         usleep(500_000)
-        #expect(d.client.received(call, "InterruptionBegan").isEmpty, "the call was interrupted by the microphone switch")
+        #expect(
+            d.client.received(call, "InterruptionBegan").isEmpty, "the call was interrupted by the microphone switch")
         #expect(d.client.property(call, API.session.name, "Active") == .bool(true))
     }
 }

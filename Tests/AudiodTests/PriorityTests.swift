@@ -49,7 +49,8 @@ struct PriorityTests {
     }
 
     static func row(_ d: Daemon) -> [String: DBusValue]? {
-        guard case .success(let out) = d.client.manager("ListPlatformSources"), case .array(_, let items)? = out.first else { return nil }
+        guard case .success(let out) = d.client.manager("ListPlatformSources"), case .array(_, let items)? = out.first
+        else { return nil }
         return items.compactMap(\.propertyMap).first { $0["name"]?.stringValue == "RealtimeKit" }
     }
 
@@ -59,15 +60,17 @@ struct PriorityTests {
         try text.write(toFile: dir + "/audiod.toml", atomically: true, encoding: .utf8)
     }
 
-    @Test("the loop thread runs at nice -11 by default, at the config's nice-level, and again after a reload; the main thread as started",
-          .enabled(if: PriorityTests.mayRenice, "needs CAP_SYS_NICE or an RLIMIT_NICE that allows -11"))
+    @Test(
+        "the loop thread runs at nice -11 by default, at the config's nice-level, and again after a reload; the main thread as started",
+        .enabled(if: PriorityTests.mayRenice, "needs CAP_SYS_NICE or an RLIMIT_NICE that allows -11"))
     func direct() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
         // Set before the name is claimed: by the time audiod answers, it is done.
-        let loop = try #require(Self.loopThread(d.child.pid), "no MainLoop thread among \(Self.threads(d.child.pid).map(\.name))")
+        let loop = try #require(
+            Self.loopThread(d.child.pid), "no MainLoop thread among \(Self.threads(d.child.pid).map(\.name))")
         #expect(loop.nice == -11)
         // Only the loop: the main thread, which waits for signals, stays as started.
         #expect(Self.threads(d.child.pid).first { $0.tid == d.child.pid }?.nice == 0, "\(Self.threads(d.child.pid))")
@@ -101,7 +104,8 @@ struct PriorityTests {
         let system = try TestBus()
         let started: PlatformCallTests.Mock
         do {
-            started = try PlatformCallTests().mock(server, name: Self.rtkit, path: Self.rtkitPath, address: system.address, system: true)
+            started = try PlatformCallTests().mock(
+                server, name: Self.rtkit, path: Self.rtkitPath, address: system.address, system: true)
         } catch {
             system.stop()
             throw error
@@ -119,17 +123,27 @@ struct PriorityTests {
                 + "os.setpriority(os.PRIO_PROCESS, \(thread), \(level))"
         }
         if withPID {
-            try call("AddMethod", [.string(Self.rtkit), .string("MakeThreadHighPriorityWithPID"), .string("tti"), .string(""),
-                                   .string(renice("args[1]", "args[2]"))])
+            try call(
+                "AddMethod",
+                [
+                    .string(Self.rtkit), .string("MakeThreadHighPriorityWithPID"), .string("tti"), .string(""),
+                    .string(renice("args[1]", "args[2]")),
+                ])
         }
-        try call("AddMethod", [.string(Self.rtkit), .string("MakeThreadHighPriority"), .string("ti"), .string(""),
-                               .string(renice("args[0]", "args[1]"))])
+        try call(
+            "AddMethod",
+            [
+                .string(Self.rtkit), .string("MakeThreadHighPriority"), .string("ti"), .string(""),
+                .string(renice("args[0]", "args[1]")),
+            ])
         return (system, child, bus)
     }
 
     /// The arguments of each call of `member` the mock received.
     func calls(_ bus: BusClient, _ member: String) -> [[DBusValue]] {
-        guard case .success(let out) = bus.callAny(destination: Self.rtkit, Self.rtkitPath, Self.mock, "GetMethodCalls", [.string(member)]),
+        guard
+            case .success(let out) = bus.callAny(
+                destination: Self.rtkit, Self.rtkitPath, Self.mock, "GetMethodCalls", [.string(member)]),
             case .array(_, let items)? = out.first
         else { return [] }
         return items.compactMap { item in
@@ -138,9 +152,10 @@ struct PriorityTests {
         }
     }
 
-    @Test("without the privilege, RealtimeKit is asked for the loop thread, at no lower than its MinNiceLevel (MakeThreadHighPriorityWithPID, or the older call)",
-          .enabled(if: PriorityTests.mayRenice, "the mock renices as RealtimeKit does: needs CAP_SYS_NICE"),
-          arguments: [true, false])
+    @Test(
+        "without the privilege, RealtimeKit is asked for the loop thread, at no lower than its MinNiceLevel (MakeThreadHighPriorityWithPID, or the older call)",
+        .enabled(if: PriorityTests.mayRenice, "the mock renices as RealtimeKit does: needs CAP_SYS_NICE"),
+        arguments: [true, false])
     func realtimeKitGrants(withPID: Bool) throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -150,44 +165,66 @@ struct PriorityTests {
             rtkit.kill()
             system.stop()
         }
-        let d = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], wrapper: Self.unprivileged)
+        let d = try Daemon.start(
+            server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], wrapper: Self.unprivileged)
         defer { d.stop() }
-        #expect(waitFor(10) { Self.loopThread(d.child.pid)?.nice == -9 }, "\(Self.threads(d.child.pid)); \(server.file("rtkit.log"))")
+        #expect(
+            waitFor(10) { Self.loopThread(d.child.pid)?.nice == -9 },
+            "\(Self.threads(d.child.pid)); \(server.file("rtkit.log"))")
         let tid = try #require(Self.loopThread(d.child.pid)?.tid)
         if withPID {
-            #expect(calls(bus, "MakeThreadHighPriorityWithPID").map { $0.map(\.description) }
+            #expect(
+                calls(bus, "MakeThreadHighPriorityWithPID").map { $0.map(\.description) }
                     == [[DBusValue.uint64(UInt64(d.child.pid)), .uint64(UInt64(tid)), .int32(-9)].map(\.description)])
             #expect(calls(bus, "MakeThreadHighPriority").isEmpty)
         } else {
-            #expect(calls(bus, "MakeThreadHighPriority").map { $0.map(\.description) }
+            #expect(
+                calls(bus, "MakeThreadHighPriority").map { $0.map(\.description) }
                     == [[DBusValue.uint64(UInt64(tid)), .int32(-9)].map(\.description)])
         }
-        #expect(waitFor(5) { Self.row(d)?["detail"]?.stringValue == "audiod decides at nice -9, granted by RealtimeKit" },
-                "\(String(describing: Self.row(d)))")
+        #expect(
+            waitFor(5) { Self.row(d)?["detail"]?.stringValue == "audiod decides at nice -9, granted by RealtimeKit" },
+            "\(String(describing: Self.row(d)))")
         #expect(Self.row(d)?["found"]?.boolValue == true)
         #expect(server.file("audiod.log").contains("audiod decides at nice -9, granted by RealtimeKit"))
     }
 
-    @Test("refused by the kernel and with no RealtimeKit, audiod serves on at the level it was started with and says why")
+    @Test(
+        "refused by the kernel and with no RealtimeKit, audiod serves on at the level it was started with and says why")
     func refusedEverywhere() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let system = try TestBus()
         defer { system.stop() }
-        let d = try Daemon.start(server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], wrapper: Self.unprivileged)
+        let d = try Daemon.start(
+            server, environment: ["DBUS_SYSTEM_BUS_ADDRESS": system.address], wrapper: Self.unprivileged)
         defer { d.stop() }
-        #expect(waitFor(10) { Self.row(d)?["found"]?.boolValue == false && Self.row(d)?["detail"]?.stringValue?.contains("RealtimeKit said") == true },
-                "\(String(describing: Self.row(d)))")
+        #expect(
+            waitFor(10) {
+                Self.row(d)?["found"]?.boolValue == false
+                    && Self.row(d)?["detail"]?.stringValue?.contains("RealtimeKit said") == true
+            },
+            "\(String(describing: Self.row(d)))")
         let detail = Self.row(d)?["detail"]?.stringValue ?? ""
-        #expect(detail.hasPrefix("audiod decides at nice 0, not -11: Permission denied, and RealtimeKit said: org.freedesktop.DBus.Error.ServiceUnknown"), "\(detail)")
+        #expect(
+            detail.hasPrefix(
+                "audiod decides at nice 0, not -11: Permission denied, and RealtimeKit said: org.freedesktop.DBus.Error.ServiceUnknown"
+            ), "\(detail)")
         #expect(Self.loopThread(d.child.pid)?.nice == 0)
         #expect(server.file("audiod.log").contains("a new call's first period may sound over the music it interrupts"))
         // It still enforces: silent mode silences an ambient app.
-        guard case .success = d.client.manager("SetApplicationCategory", [.string("noisy-game"), .string("ambient"), .string("default"), .strings([])])
-        else { Issue.record("the rule was refused"); return }
+        guard
+            case .success = d.client.manager(
+                "SetApplicationCategory", [.string("noisy-game"), .string("ambient"), .string("default"), .strings([])])
+        else {
+            Issue.record("the rule was refused")
+            return
+        }
         let game = try playback(server, name: "noisy-game")
         _ = try server.waitForPlaybackStream(pid: game.pid)
-        _ = d.client.call(API.managerPath, API.properties.name, "Set", [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        _ = d.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true })
     }
 }

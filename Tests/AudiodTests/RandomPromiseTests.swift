@@ -40,10 +40,13 @@ struct RandomPromiseTests {
         return FileManager.default.isExecutableFile(atPath: release) ? release : debug
     }
 
-    @Test("random sequences of apps, user actions, platform events and faults keep the promises", arguments: ServerKind.tested)
+    @Test(
+        "random sequences of apps, user actions, platform events and faults keep the promises",
+        arguments: ServerKind.tested)
     func promises(kind: ServerKind) throws {
         // `AUDIOD_PROMISE_SERVER=pulseaudio` (or `pipewire`) runs one server alone.
-        if let only = ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SERVER"], !only.isEmpty, only != kind.rawValue {
+        if let only = ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SERVER"], !only.isEmpty, only != kind.rawValue
+        {
             print("promises: \(kind): skipped (AUDIOD_PROMISE_SERVER=\(only))")
             return
         }
@@ -56,17 +59,22 @@ struct RandomPromiseTests {
             let (done, failure) = run.go()
             totalSteps += done
             reached.formUnion(run.reached)
-            print("promises: \(kind): seed \(seed): \(done) step(s), reached \(run.reached.sorted().joined(separator: " "))\(failure == nil ? "" : ", FAILED")")
+            print(
+                "promises: \(kind): seed \(seed): \(done) step(s), reached \(run.reached.sorted().joined(separator: " "))\(failure == nil ? "" : ", FAILED")"
+            )
             if let failure { failures.append(failure) }
         }
-        print("promises: \(kind): \(seeds.count) sequence(s), \(totalSteps) step(s), seeds \(seeds.map(String.init).joined(separator: ",")); "
-            + "reached \(reached.sorted().joined(separator: " ")); \(failures.count) failing")
+        print(
+            "promises: \(kind): \(seeds.count) sequence(s), \(totalSteps) step(s), seeds \(seeds.map(String.init).joined(separator: ",")); "
+                + "reached \(reached.sorted().joined(separator: " ")); \(failures.count) failing")
         for f in failures { Issue.record(Comment(rawValue: f)) }
         if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_SEEDS"] == nil && Self.steps >= 20 {
             // The fixed seeds are chosen to reach every fault and every kind of app.
-            let needed: Set<String> = ["sigterm", "kill+restore", "kill+restart", "server-restart", "role", "desktop-game",
-                                       "mpv", "explicit", "audioctl-run", "lock", "sleep", "call", "silent", "duck-level",
-                                       "user-mute", "user-volume"]
+            let needed: Set<String> = [
+                "sigterm", "kill+restore", "kill+restart", "server-restart", "role", "desktop-game",
+                "mpv", "explicit", "audioctl-run", "lock", "sleep", "call", "silent", "duck-level",
+                "user-mute", "user-volume",
+            ]
             #expect(needed.isSubset(of: reached), "not reached: \(needed.subtracting(reached).sorted())")
         }
     }
@@ -135,8 +143,9 @@ final class PromiseRun {
         // pacat of the run that game, since a desktop entry is matched by its program.
         let game = "\(server.directory)/random-game"
         try FileManager.default.copyItem(atPath: TestServer.which("pacat") ?? "/usr/bin/pacat", toPath: game)
-        entry = try DesktopIdentityTests().desktopEntry(server, id: "org.example.RandomGame", categories: "Game;",
-                                                         exec: "\(game) --playback /dev/zero --client-name=desktop-game")
+        entry = try DesktopIdentityTests().desktopEntry(
+            server, id: "org.example.RandomGame", categories: "Game;",
+            exec: "\(game) --playback /dev/zero --client-name=desktop-game")
         logind = try LockAndSleepTests().logind(server)
         modem = try PlatformCallTests().modemManager(server, logind.system)
         watcher = try StreamWatcher(server: server.pulseServer)
@@ -144,7 +153,10 @@ final class PromiseRun {
 
     deinit {
         daemon?.client.close()
-        daemon.map { $0.child.signal(SIGKILL); _ = $0.child.wait(timeout: 5) }
+        daemon.map {
+            $0.child.signal(SIGKILL)
+            _ = $0.child.wait(timeout: 5)
+        }
         for a in apps { _ = kill(a.pid, SIGKILL) }
         modem.stop()
         logind.stop()
@@ -159,8 +171,10 @@ final class PromiseRun {
         // restart is issue 46's.)
         for i in apps.indices where apps[i].label.hasPrefix("explicit-") { apps[i].game = false }
         runs += 1
-        daemon = try Daemon.start(server, arguments: ["--log-level", ProcessInfo.processInfo.environment["AUDIOD_PROMISE_LOG"] ?? "info"], log: "audiod-\(log.count).log",
-                                  environment: ["DBUS_SYSTEM_BUS_ADDRESS": logind.system.address], executable: audiod)
+        daemon = try Daemon.start(
+            server, arguments: ["--log-level", ProcessInfo.processInfo.environment["AUDIOD_PROMISE_LOG"] ?? "info"],
+            log: "audiod-\(log.count).log",
+            environment: ["DBUS_SYSTEM_BUS_ADDRESS": logind.system.address], executable: audiod)
     }
 
     /// Runs the sequence; returns the steps done and, on a violation, the report with the failing prefix.
@@ -171,13 +185,19 @@ final class PromiseRun {
             let before = stepStart()
             do { step = try randomStep() + busFault() } catch { step = "a step failed to run: \(error)" }
             log.append(step)
-            if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil { print("promises: \(kind): seed \(seed) step \(i + 1): \(step)") }
+            if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
+                print("promises: \(kind): seed \(seed) step \(i + 1): \(step)")
+            }
             watcher.settle()
             let v = violations() + heardDuringStep(before, step: lastKind)
             if !v.isEmpty {
-                return (i + 1, "promises broken on \(kind), seed \(seed) (replay: AUDIOD_PROMISE_SEEDS=\(seed) AUDIOD_PROMISE_STEPS=\(i + 1)); "
-                    + "the failing prefix, \(i + 1) step(s):\n  " + log.enumerated().map { "\($0.offset + 1). \($0.element)" }.joined(separator: "\n  ")
-                    + "\nviolated:\n  " + v.joined(separator: "\n  "))
+                return (
+                    i + 1,
+                    "promises broken on \(kind), seed \(seed) (replay: AUDIOD_PROMISE_SEEDS=\(seed) AUDIOD_PROMISE_STEPS=\(i + 1)); "
+                        + "the failing prefix, \(i + 1) step(s):\n  "
+                        + log.enumerated().map { "\($0.offset + 1). \($0.element)" }.joined(separator: "\n  ")
+                        + "\nviolated:\n  " + v.joined(separator: "\n  ")
+                )
             }
         }
         return (stepCount, nil)
@@ -199,7 +219,10 @@ final class PromiseRun {
         var n = pick(Self.totalWeight)
         var choice = ""
         for (name, w) in Self.weights {
-            if n < w { choice = name; break }
+            if n < w {
+                choice = name
+                break
+            }
             n -= w
         }
         // `AUDIOD_PROMISE_SCRIPT=mpv,desktop-game,audioctl-run` names the steps in order (their details stay random).
@@ -207,7 +230,9 @@ final class PromiseRun {
             let names = script.split(separator: ",").map(String.init)
             choice = names[log.count % names.count]
         }
-        lastKind = ["role", "desktop-game", "mpv", "explicit", "audioctl-run"].contains(choice) ? "start"
+        lastKind =
+            ["role", "desktop-game", "mpv", "explicit", "audioctl-run"].contains(choice)
+            ? "start"
             : choice == "duck-level" ? "duck-level" : "other"
         switch choice {
         case "role": return try startRole()
@@ -244,7 +269,8 @@ final class PromiseRun {
         let saved = lastUser[key] ?? (false, 65536)
         var mutes = userMutes[key] ?? [false]
         var volumes = userVolumes[key] ?? [65536]
-        var muted = saved.muted, volume = saved.volume
+        var muted = saved.muted
+        var volume = saved.volume
         var note = ""
         var muteInDoubt = false
         // The server's restore database gives a new stream the values its key last saved — from whichever stream of
@@ -253,8 +279,10 @@ final class PromiseRun {
         let initial = watcher.reports(ofPid: UInt32(pid)).first(where: linked) ?? s
         if daemon == nil {
             if !mutes.contains(initial.muted) || !volumes.contains(where: { close($0, initial.volume) }) {
-                pending.append("\(label) started while audiod was down at muted=\(initial.muted) volume=\(initial.volume), "
-                    + "not a value the user gave \(key) (mutes \(mutes.sorted { !$0 && $1 }), volumes \(volumes.sorted()))")
+                pending.append(
+                    "\(label) started while audiod was down at muted=\(initial.muted) volume=\(initial.volume), "
+                        + "not a value the user gave \(key) (mutes \(mutes.sorted { !$0 && $1 }), volumes \(volumes.sorted()))"
+                )
             }
             muted = initial.muted
             volume = initial.volume
@@ -279,9 +307,11 @@ final class PromiseRun {
         volumes.insert(volume)
         userMutes[key] = mutes
         userVolumes[key] = volumes
-        apps.append(App(label: label, pid: pid, key: key, name: s.name, game: game, userMuted: muted,
-                        userVolume: volume, child: child, muteInDoubt: muteInDoubt,
-                        linkedAt: DispatchTime.now().uptimeNanoseconds))
+        apps.append(
+            App(
+                label: label, pid: pid, key: key, name: s.name, game: game, userMuted: muted,
+                userVolume: volume, child: child, muteInDoubt: muteInDoubt,
+                linkedAt: DispatchTime.now().uptimeNanoseconds))
         return "\(label) (pid \(pid), key \(key)\(note))"
     }
 
@@ -304,7 +334,8 @@ final class PromiseRun {
         }
         guard let pid else { return "start the game from its desktop entry: no stream" }
         // audiod knows it for a game only once it has read the entries; the oracle counts it one from the start.
-        return "start the game from its desktop entry: " + adopt("desktop-game", pid: pid_t(pid), game: true, child: nil)
+        return "start the game from its desktop entry: "
+            + adopt("desktop-game", pid: pid_t(pid), game: true, child: nil)
     }
 
     func startMPV() throws -> String {
@@ -329,8 +360,10 @@ final class PromiseRun {
         let name = "explicit-\(counter)"
         let c = try playback(server, name: name)
         let activate = pick(4) != 0
-        let made = (try? d.client.makeSession(pid: c.pid, category, mode: mode, options: options, activate: activate)) != nil
-        return "an explicit \(category) \(mode) \(options) session\(activate ? ", activated" : "")\(made ? "" : " (refused)"): "
+        let made =
+            (try? d.client.makeSession(pid: c.pid, category, mode: mode, options: options, activate: activate)) != nil
+        return
+            "an explicit \(category) \(mode) \(options) session\(activate ? ", activated" : "")\(made ? "" : " (refused)"): "
             + adopt(name, pid: c.pid, game: category == "ambient", child: c)
     }
 
@@ -339,15 +372,21 @@ final class PromiseRun {
         counter += 1
         let name = "run-\(counter)"
         // As a real player: its session is active ~300 ms before its stream opens — a handover (POLICY §5).
-        let c = try server.spawn([TestServer.builtProduct("audioctl"), "run", "--category", "playback", "--",
-                                  "sh", "-c", "sleep 0.3; exec pacat --playback /dev/zero --client-name=\(name)"],
-                                 log: "run-\(counter).log")
+        let c = try server.spawn(
+            [
+                TestServer.builtProduct("audioctl"), "run", "--category", "playback", "--",
+                "sh", "-c", "sleep 0.3; exec pacat --playback /dev/zero --client-name=\(name)",
+            ],
+            log: "run-\(counter).log")
         var pid: UInt32?
         _ = waitFor(10) {
             pid = watcher.streams.values.first { $0.name == name }?.pid
             return pid != nil
         }
-        guard let pid else { c.kill(); return "audioctl run: no stream (\(server.file("run-\(counter).log").suffix(200)))" }
+        guard let pid else {
+            c.kill()
+            return "audioctl run: no stream (\(server.file("run-\(counter).log").suffix(200)))"
+        }
         var s = adopt(name, pid: pid_t(pid), game: false, child: nil)
         if let i = apps.indices.last, apps[i].name == name { apps[i].child = c }
         s = "audioctl run --category playback -- pacat: " + s
@@ -489,7 +528,8 @@ final class PromiseRun {
         watcher.settle()
         let v2 = stopped("while audiod is down")
         try startAudiod()
-        return "SIGTERM audiod" + more + "; audiod starts again" + ((v + v2).isEmpty ? "" : " [\((v + v2).joined(separator: "; "))]")
+        return "SIGTERM audiod" + more + "; audiod starts again"
+            + ((v + v2).isEmpty ? "" : " [\((v + v2).joined(separator: "; "))]")
     }
 
     func killThenRestore() throws -> String {
@@ -506,7 +546,8 @@ final class PromiseRun {
         watcher.settle()
         try startAudiod()
         let said = out.output.split(separator: "\n").suffix(3).joined(separator: " / ")
-        return "SIGKILL audiod, then audiod --restore (\(said))" + more + "; audiod starts again" + (v.isEmpty ? "" : " [\(v.joined(separator: "; "))]")
+        return "SIGKILL audiod, then audiod --restore (\(said))" + more + "; audiod starts again"
+            + (v.isEmpty ? "" : " [\(v.joined(separator: "; "))]")
     }
 
     func killThenRestart() throws -> String {
@@ -525,7 +566,8 @@ final class PromiseRun {
     /// a seed replays exactly); never in the fixed seeds, whose sequences are chosen for what they reach and which
     /// broken audiods they catch.
     func busFault() throws -> String {
-        guard ProcessInfo.processInfo.environment["AUDIOD_PROMISE_BUS"] != "0", !RandomPromiseTests.fixedSeeds.contains(seed),
+        guard ProcessInfo.processInfo.environment["AUDIOD_PROMISE_BUS"] != "0",
+            !RandomPromiseTests.fixedSeeds.contains(seed),
             busRng.int(30) == 0
         else { return "" }
         return "; then " + (try systemBusLost())
@@ -551,7 +593,10 @@ final class PromiseRun {
     func restartServer() throws -> String {
         reached.insert("server-restart")
         server.killServer()
-        for a in apps { _ = kill(a.pid, SIGKILL); a.child?.kill() }
+        for a in apps {
+            _ = kill(a.pid, SIGKILL)
+            a.child?.kill()
+        }
         apps = []
         try server.startServer()
         watcher = try StreamWatcher(server: server.pulseServer)
@@ -567,7 +612,9 @@ final class PromiseRun {
         for a in apps {
             guard let s = stream(of: a) else { continue }
             if (s.muted != a.userMuted && !a.muteInDoubt) || !close(s.volume, a.userVolume) {
-                v.append("\(when): \(a.label) muted=\(s.muted) volume=\(s.volume), the user's: muted=\(a.userMuted) volume=\(a.userVolume)")
+                v.append(
+                    "\(when): \(a.label) muted=\(s.muted) volume=\(s.volume), the user's: muted=\(a.userMuted) volume=\(a.userVolume)"
+                )
             }
         }
         pending += v
@@ -586,7 +633,9 @@ final class PromiseRun {
     }
 
     func primaryAudioSession() -> String {
-        guard case .objectPath(let path)? = daemon?.client.property(API.managerPath, API.manager.name, "PrimaryAudioSession")
+        guard
+            case .objectPath(let path)? = daemon?.client.property(
+                API.managerPath, API.manager.name, "PrimaryAudioSession")
         else { return "/" }
         return path
     }
@@ -605,16 +654,23 @@ final class PromiseRun {
     /// a handover, POLICY §5) or changes the duck level never lets a silenced game be heard, not even for one report.
     func heardDuringStep(_ start: StepStart, step: String) -> [String] {
         if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
-            print("promises: step began with primary \(start.primary), silenced games \(start.silencedGames.map(\.label)); "
-                + "ends with primary \(primaryAudioSession()); \(start.silencedGames.map { watcher.reports(of: $0.index, since: start.at).count }) report(s)")
+            print(
+                "promises: step began with primary \(start.primary), silenced games \(start.silencedGames.map(\.label)); "
+                    + "ends with primary \(primaryAudioSession()); \(start.silencedGames.map { watcher.reports(of: $0.index, since: start.at).count }) report(s)"
+            )
         }
-        guard step == "start" || step == "duck-level", daemon != nil, start.primary != "/", primaryAudioSession() != "/" else {
+        guard step == "start" || step == "duck-level", daemon != nil, start.primary != "/", primaryAudioSession() != "/"
+        else {
             return []
         }
         var v: [String] = []
         for (label, index) in start.silencedGames {
-            if let heard = watcher.reports(of: index, since: start.at).first(where: { !$0.muted && !$0.corked && $0.volume > 0 }) {
-                v.append("\(label) (a game, silenced as the step began) was heard during the step while primary audio held: \(heard)")
+            if let heard = watcher.reports(of: index, since: start.at).first(where: {
+                !$0.muted && !$0.corked && $0.volume > 0
+            }) {
+                v.append(
+                    "\(label) (a game, silenced as the step began) was heard during the step while primary audio held: \(heard)"
+                )
             }
         }
         return v
@@ -625,9 +681,10 @@ final class PromiseRun {
         pending = []
         guard let d = daemon else { return v }
         let primary = primaryAudioSession()
-        let duck = d.client.property(API.managerPath, API.manager.name, "DuckLevel").flatMap { x -> Double? in
-            if case .double(let x) = x { return x } else { return nil }
-        } ?? 0.2
+        let duck =
+            d.client.property(API.managerPath, API.manager.name, "DuckLevel").flatMap { x -> Double? in
+                if case .double(let x) = x { return x } else { return nil }
+            } ?? 0.2
         let factor = UInt32((cbrt(duck) * 65536).rounded())
         for a in apps {
             guard let s = stream(of: a) else { continue }

@@ -38,10 +38,13 @@ struct ReliabilityTests {
         _ = try d.client.makeSession(pid: holder.pid, "playback", options: ["duck-others"], activate: true)
         let half: UInt32 = 32768
         let duckedHalf = UInt32((Double(half) * Double(Self.duckedNorm) / 65536).rounded())
-        #expect(waitFor(10) {
-            server.playbackStream(pid: interrupted.pid)?.muted == true
-                && server.playbackStream(pid: ducked.pid).map { abs(Int($0.volume.max() ?? 0) - Int(duckedHalf)) <= 2 } == true
-        }, "audiod did not mute and duck: \(String(describing: try? server.playbackStreams()))")
+        #expect(
+            waitFor(10) {
+                server.playbackStream(pid: interrupted.pid)?.muted == true
+                    && server.playbackStream(pid: ducked.pid).map {
+                        abs(Int($0.volume.max() ?? 0) - Int(duckedHalf)) <= 2
+                    } == true
+            }, "audiod did not mute and duck: \(String(describing: try? server.playbackStreams()))")
         return Held(interrupted: interrupted, ducked: ducked, userMuted: userMuted)
     }
 
@@ -54,8 +57,9 @@ struct ReliabilityTests {
             && c.muted && (c.volume.max() ?? 0) == 65536
     }
 
-    @Test("audiod SIGKILLed while it holds mutes and ducks: the next start restores every stream within 1 s",
-          arguments: ServerKind.tested)
+    @Test(
+        "audiod SIGKILLed while it holds mutes and ducks: the next start restores every stream within 1 s",
+        arguments: ServerKind.tested)
     func killAudiodHoldingPolicy(kind: ServerKind) throws {
         let rounds = Self.setting("AUDIOD_RESTART_ROUNDS", 3)
         let server = try TestServer(kind)
@@ -77,12 +81,14 @@ struct ReliabilityTests {
             for c in [h.interrupted, h.ducked, h.userMuted] { c.kill() }
         }
         d.stop()
-        print("reliability: \(kind): SIGKILLed audiod \(rounds)× holding a mute and a duck (user volume 50 %, a user mute); "
-            + "worst restore after restart \(String(format: "%.0f", worst * 1000)) ms (target 1,000 ms)")
+        print(
+            "reliability: \(kind): SIGKILLed audiod \(rounds)× holding a mute and a duck (user volume 50 %, a user mute); "
+                + "worst restore after restart \(String(format: "%.0f", worst * 1000)) ms (target 1,000 ms)")
     }
 
-    @Test("the sound server restarted under load: audiod reconnects and re-applies the policy",
-          arguments: ServerKind.tested)
+    @Test(
+        "the sound server restarted under load: audiod reconnects and re-applies the policy",
+        arguments: ServerKind.tested)
     func serverRestartsUnderLoad(kind: ServerKind) throws {
         let rounds = Self.setting("AUDIOD_SERVER_RESTARTS", kind == .pulseaudio ? 10 : 3)
         let server = try TestServer(kind)
@@ -97,29 +103,36 @@ struct ReliabilityTests {
         let calls = Counter()
         let loaders = try (0..<4).map { _ in try BusClient(address: address, recordSignals: false) }
         let paths = try loaders.enumerated().map { i, c in
-            try c.makeSession(pid: holder.pid, i % 2 == 0 ? "ambient" : "playback", options: i % 2 == 0 ? [] : ["mix-with-others"])
+            try c.makeSession(
+                pid: holder.pid, i % 2 == 0 ? "ambient" : "playback", options: i % 2 == 0 ? [] : ["mix-with-others"])
         }
         toggleSessions(Array(zip(loaders, paths)), until: stop, counting: calls)
         defer {
             stop.set(true)
             usleep(200_000)
-            loaders.forEach { $0.close() }
+            for l in loaders { l.close() }
         }
 
         // The policy to re-apply: a session interrupted by another; its app's stream carries the session's tag.
         let victim = try d.client.makeSession(pid: holder.pid, "playback", activate: true)
         _ = try d.client.makeSession(pid: holder.pid, "playback", activate: true)
         let tag = "--property=audiod.session=\(victim.split(separator: "/").last ?? "")"
-        var reconnects: [Double] = [], reapplied: [Double] = []
+        var reconnects: [Double] = []
+        var reapplied: [Double] = []
         for round in 0..<rounds {
             let app = try playback(server, name: "music", extra: [tag])
-            #expect(waitFor(10) { server.playbackStream(pid: app.pid)?.muted == true }, "round \(round): not muted before the restart")
+            #expect(
+                waitFor(10) { server.playbackStream(pid: app.pid)?.muted == true },
+                "round \(round): not muted before the restart")
             server.killServer()
             app.kill()
-            #expect(waitFor(5) { d.client.property(API.managerPath, API.manager.name, "ServerConnected") == .bool(false) })
+            #expect(
+                waitFor(5) { d.client.property(API.managerPath, API.manager.name, "ServerConnected") == .bool(false) })
             let start = Date()
             try server.startServer()
-            let connected = waitFor(10) { d.client.property(API.managerPath, API.manager.name, "ServerConnected") == .bool(true) }
+            let connected = waitFor(10) {
+                d.client.property(API.managerPath, API.manager.name, "ServerConnected") == .bool(true)
+            }
             let took = Date().timeIntervalSince(start)
             reconnects.append(took)
             // The behaviour, with a generous timeout; how soon is the figure printed below, not a pass/fail line
@@ -127,16 +140,18 @@ struct ReliabilityTests {
             #expect(connected, "round \(round): not reconnected within 10 s of the server's start")
             let next = try playback(server, name: "music", extra: [tag])
             let s0 = Date()
-            #expect(waitFor(10) { server.playbackStream(pid: next.pid)?.muted == true },
-                    "round \(round): the policy was not re-applied: \(server.file("audiod.log").suffix(1500))")
+            #expect(
+                waitFor(10) { server.playbackStream(pid: next.pid)?.muted == true },
+                "round \(round): the policy was not re-applied: \(server.file("audiod.log").suffix(1500))")
             reapplied.append(Date().timeIntervalSince(s0))
             next.kill()
         }
         #expect(calls.value > 0, "the load clients made no calls")
         let fmt = { (xs: [Double]) in String(format: "%.0f ms", (xs.max() ?? 0) * 1000) }
-        print("reliability: \(kind): \(rounds) server restarts under load (\(calls.value) SetActive calls from 4 clients meanwhile); "
-            + "worst reconnect \(fmt(reconnects)) after the server answered (target 2 s); "
-            + "worst new stream → policy re-applied \(fmt(reapplied))")
+        print(
+            "reliability: \(kind): \(rounds) server restarts under load (\(calls.value) SetActive calls from 4 clients meanwhile); "
+                + "worst reconnect \(fmt(reconnects)) after the server answered (target 2 s); "
+                + "worst new stream → policy re-applied \(fmt(reapplied))")
     }
 }
 

@@ -18,8 +18,9 @@ struct RoleLoopbackTests {
             .filter { $0.contains("media.role = \"Loopback\"") && $0.contains("node.passive = \"true\"") }
     }
 
-    @Test("with WirePlumber's role loopbacks a call pauses mpv and gives it back, no WirePlumber app is listed, and a stream that only claims to be a loopback is an app",
-          arguments: servers)
+    @Test(
+        "with WirePlumber's role loopbacks a call pauses mpv and gives it back, no WirePlumber app is listed, and a stream that only claims to be a loopback is an app",
+        arguments: servers)
     func roleLoopbacks(kind: ServerKind) throws {
         let server = try TestServer(kind, roleLoopbacks: true)
         defer { server.stop() }
@@ -35,16 +36,19 @@ struct RoleLoopbackTests {
         #expect(!apps.contains("pid 0 "), "a loopback stream became an app: \(apps)")
 
         // A stream that says what a loopback's says (the role, passive, a loopback's link group) is an app.
-        let group = try #require(loopbackStreams(server).first.flatMap { block in
-            block.split(separator: "\n").first { $0.contains("node.link-group = ") }?.split(separator: "\"").dropFirst().first
-        }.map(String.init))
+        let group = try #require(
+            loopbackStreams(server).first.flatMap { block in
+                block.split(separator: "\n").first { $0.contains("node.link-group = ") }?.split(separator: "\"")
+                    .dropFirst().first
+            }.map(String.init))
         let liar = try server.spawn([
             "pacat", "--playback", "/dev/zero", "--client-name=liar", "--property=media.role=Loopback",
             "--property=node.passive=true", "--property=node.link-group=\(group)",
         ])
         _ = try server.waitForPlaybackStream(pid: liar.pid)
-        #expect(waitFor(10) { ((try? server.run([audioctl, "apps"])) ?? "").contains("liar") },
-                "a stream claiming to be a loopback escaped arbitration")
+        #expect(
+            waitFor(10) { ((try? server.run([audioctl, "apps"])) ?? "").contains("liar") },
+            "a stream claiming to be a loopback escaped arbitration")
         liar.kill()
 
         // A call on the communication role sink pauses the music and gives it back, as without loopbacks.
@@ -52,7 +56,9 @@ struct RoleLoopbackTests {
         _ = try server.waitForPlaybackStream(pid: call.pid)
         #expect(waitFor(10) { players.status(server, player) == "Paused" }, "the call did not pause mpv")
         // audiod never writes a loopback's stream.
-        for block in loopbackStreams(server) { #expect(block.contains("Mute: no"), "a loopback stream was muted: \(block)") }
+        for block in loopbackStreams(server) {
+            #expect(block.contains("Mute: no"), "a loopback stream was muted: \(block)")
+        }
         call.kill()
         #expect(waitFor(10) { players.status(server, player) == "Playing" }, "mpv did not resume after the call")
         let after = try server.run([audioctl, "apps"])

@@ -12,7 +12,9 @@ struct SandboxTests {
 
     /// `argv` in a sandbox with a pid namespace of its own (the whole host file system otherwise), optionally with
     /// a `.flatpak-info` naming `flatpakApp` bound at its root, as Flatpak does.
-    func sandboxed(_ server: TestServer, _ argv: [String], flatpakApp: String? = nil, instance: String = "1") throws -> Child {
+    func sandboxed(_ server: TestServer, _ argv: [String], flatpakApp: String? = nil, instance: String = "1") throws
+        -> Child
+    {
         // A root of its own (bwrap's tmpfs) with the host's programs read-only: binding the host's / writable
         // would let bwrap create the /.flatpak-info mount point on the host, and then every host process looks
         // like a broken Flatpak to PipeWire. /tmp holds the run's sockets.
@@ -23,7 +25,8 @@ struct SandboxTests {
         ]
         if let flatpakApp {
             let info = "\(server.directory)/flatpak-info-\(flatpakApp)-\(instance)"
-            try "[Application]\nname=\(flatpakApp)\nruntime=runtime/org.freedesktop.Platform/x86_64/23.08\n\n[Instance]\ninstance-id=\(instance)\n"
+            try
+                "[Application]\nname=\(flatpakApp)\nruntime=runtime/org.freedesktop.Platform/x86_64/23.08\n\n[Instance]\ninstance-id=\(instance)\n"
                 .write(toFile: info, atomically: true, encoding: .utf8)
             wrap += ["--ro-bind", info, "/.flatpak-info"]
         }
@@ -40,15 +43,18 @@ struct SandboxTests {
     }
 
     func sessionOf(_ d: Daemon, index: UInt32) -> String? {
-        guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else { return nil }
+        guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else {
+            return nil
+        }
         for case let s? in items.map(\.propertyMap) where s["index"]?.uint32Value == index {
             if case .objectPath(let p)? = s["session"], p != "/" { return p }
         }
         return nil
     }
 
-    @Test("two sandboxed apps, music and a call, are two sessions: the call silences the music and gives it back",
-          arguments: servers)
+    @Test(
+        "two sandboxed apps, music and a call, are two sessions: the call silences the music and gives it back",
+        arguments: servers)
     func twoSandboxes(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -57,38 +63,50 @@ struct SandboxTests {
         _ = try sandboxed(server, pacat("sandboxed-music", role: "music"))
         #expect(waitFor(10) { stream(server, named: "sandboxed-music") != nil })
         let music = try #require(stream(server, named: "sandboxed-music"))
-        print("sandbox: \(kind) reports pid \(music.properties["application.process.id"] ?? "-"), sec.pid \(music.properties["pipewire.sec.pid"] ?? "-")")
+        print(
+            "sandbox: \(kind) reports pid \(music.properties["application.process.id"] ?? "-"), sec.pid \(music.properties["pipewire.sec.pid"] ?? "-")"
+        )
         let phone = try sandboxed(server, pacat("sandboxed-phone", role: "phone"))
         #expect(waitFor(10) { stream(server, named: "sandboxed-phone") != nil })
         let call = try #require(stream(server, named: "sandboxed-phone"))
         #expect(waitFor(5) { sessionOf(d, index: music.index) != nil && sessionOf(d, index: call.index) != nil })
         let (m, c) = (sessionOf(d, index: music.index), sessionOf(d, index: call.index))
         #expect(m != c, "both sandboxed apps landed in one session \(String(describing: m))")
-        #expect(waitFor(10) { stream(server, named: "sandboxed-music")?.muted == true },
-                "the sandboxed call did not silence the sandboxed music: \(server.file("audiod.log").suffix(1500))")
+        #expect(
+            waitFor(10) { stream(server, named: "sandboxed-music")?.muted == true },
+            "the sandboxed call did not silence the sandboxed music: \(server.file("audiod.log").suffix(1500))")
         #expect(stream(server, named: "sandboxed-phone")?.muted == false)
         phone.kill()
-        #expect(waitFor(10) { stream(server, named: "sandboxed-music")?.muted == false }, "the music did not come back after the call")
+        #expect(
+            waitFor(10) { stream(server, named: "sandboxed-music")?.muted == false },
+            "the music did not come back after the call")
     }
 
-    @Test("a Flatpak-looking sandboxed app is known by its app id: a rule for that id applies to its streams",
-          arguments: servers)
+    @Test(
+        "a Flatpak-looking sandboxed app is known by its app id: a rule for that id applies to its streams",
+        arguments: servers)
     func flatpakAppRule(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        _ = d.client.manager("SetApplicationCategory", [.string("org.example.Game"), .string("ambient"), .string("default"), .strings([])])
-        _ = d.client.call(API.managerPath, API.properties.name, "Set", [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        _ = d.client.manager(
+            "SetApplicationCategory",
+            [.string("org.example.Game"), .string("ambient"), .string("default"), .strings([])])
+        _ = d.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
         _ = try sandboxed(server, pacat("game", role: "music"), flatpakApp: "org.example.Game")
         #expect(waitFor(10) { stream(server, named: "game") != nil })
         #expect(!FileManager.default.fileExists(atPath: "/.flatpak-info"), "the sandbox wrote to the host's root")
-        #expect(waitFor(10) { stream(server, named: "game")?.muted == true },
-                "the app-id rule (ambient, silent mode on) did not apply: \(server.file("audiod.log").suffix(1500))")
+        #expect(
+            waitFor(10) { stream(server, named: "game")?.muted == true },
+            "the app-id rule (ambient, silent mode on) did not apply: \(server.file("audiod.log").suffix(1500))")
     }
 
-    @Test("a sandboxed app that makes its own session over the bus owns its own streams and no one else's",
-          arguments: servers)
+    @Test(
+        "a sandboxed app that makes its own session over the bus owns its own streams and no one else's",
+        arguments: servers)
     func explicitSessionFromSandbox(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -97,10 +115,14 @@ struct SandboxTests {
         let bus = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         // Inside its sandbox the app is pid 2: it asks for a session for "pid 2" (its own number for itself), then
         // becomes the player.
-        _ = try sandboxed(server, ["sh", "-c",
-            "busctl --address=\(bus) call \(API.busName) \(API.managerPath) \(API.manager.name) CreateSession a{sv} 3 "
-                + "pid u 2 lifetime s process application-name s sandboxed-app > /dev/null "
-                + "&& exec pacat --playback /dev/zero --client-name=sandboxed-app"])
+        _ = try sandboxed(
+            server,
+            [
+                "sh", "-c",
+                "busctl --address=\(bus) call \(API.busName) \(API.managerPath) \(API.manager.name) CreateSession a{sv} 3 "
+                    + "pid u 2 lifetime s process application-name s sandboxed-app > /dev/null "
+                    + "&& exec pacat --playback /dev/zero --client-name=sandboxed-app",
+            ])
         #expect(waitFor(10) { stream(server, named: "sandboxed-app") != nil })
         let own = try #require(stream(server, named: "sandboxed-app"))
         guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
@@ -114,8 +136,9 @@ struct SandboxTests {
             return p
         }.first
         let session = try #require(made, "no explicit session named sandboxed-app: \(objects.map(\.0))")
-        #expect(waitFor(5) { sessionOf(d, index: own.index) == session },
-                "the app's stream is not its session's: \(String(describing: sessionOf(d, index: own.index)))")
+        #expect(
+            waitFor(5) { sessionOf(d, index: own.index) == session },
+            "the app's stream is not its session's: \(String(describing: sessionOf(d, index: own.index)))")
         // Another sandboxed app's stream (pid 2 in its own sandbox too) is not that session's.
         _ = try sandboxed(server, pacat("other-app", role: "music"))
         #expect(waitFor(10) { stream(server, named: "other-app") != nil })
@@ -125,7 +148,9 @@ struct SandboxTests {
         #expect(sessionOf(d, index: own.index) == session)
     }
 
-    @Test("a Flatpak-looking sandboxed mpv is paused over MPRIS by an activation and played again on notify", arguments: ServerKind.testedPipeWires)
+    @Test(
+        "a Flatpak-looking sandboxed mpv is paused over MPRIS by an activation and played again on notify",
+        arguments: ServerKind.testedPipeWires)
     func sandboxedPlayer(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -133,21 +158,31 @@ struct SandboxTests {
         defer { d.stop() }
         let tone = "\(server.directory)/tone.ogg"
         _ = try server.run(["sox", "-n", "-r", "22050", "-c", "2", tone, "synth", "20", "sine", "440", "vol", "0.3"])
-        _ = try sandboxed(server, ["mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf",
-                                   "--audio-client-name=sandboxed-mpv", tone], flatpakApp: "io.mpv.Mpv")
+        _ = try sandboxed(
+            server,
+            [
+                "mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf",
+                "--audio-client-name=sandboxed-mpv", tone,
+            ], flatpakApp: "io.mpv.Mpv")
         #expect(waitFor(10) { stream(server, named: "sandboxed-mpv") != nil }, "the sandboxed mpv did not play")
         var player: String?
-        #expect(waitFor(10) {
-            let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
-            player = out.split(separator: "\n").compactMap { line in
-                line.split(separator: " ").first.map(String.init).flatMap { $0.hasPrefix("org.mpris.MediaPlayer2.mpv") ? $0 : nil }
-            }.first
-            return player != nil
-        }, "the sandboxed mpv has no MPRIS name")
+        #expect(
+            waitFor(10) {
+                let out = (try? server.run(["busctl", "--user", "list", "--no-legend"])) ?? ""
+                player =
+                    out.split(separator: "\n").compactMap { line in
+                        line.split(separator: " ").first.map(String.init).flatMap {
+                            $0.hasPrefix("org.mpris.MediaPlayer2.mpv") ? $0 : nil
+                        }
+                    }.first
+                return player != nil
+            }, "the sandboxed mpv has no MPRIS name")
         let name = try #require(player)
         func status() -> String? {
-            let out = try? server.run(["busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
-                                       "org.mpris.MediaPlayer2.Player", "PlaybackStatus"])
+            let out = try? server.run([
+                "busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
+                "org.mpris.MediaPlayer2.Player", "PlaybackStatus",
+            ])
             return out?.split(separator: "\"").dropFirst().first.map(String.init)
         }
         #expect(waitFor(10) { status() == "Playing" })
@@ -155,8 +190,9 @@ struct SandboxTests {
         let other = try playback(server, name: "video")
         _ = try server.waitForPlaybackStream(pid: other.pid)
         let s = try d.client.makeSession(pid: other.pid, "playback", activate: true)
-        #expect(waitFor(10) { status() == "Paused" },
-                "the sandboxed player was not paused: \(status() ?? "?"); \(server.file("audiod.log").suffix(1500))")
+        #expect(
+            waitFor(10) { status() == "Paused" },
+            "the sandboxed player was not paused: \(status() ?? "?"); \(server.file("audiod.log").suffix(1500))")
         _ = d.client.session(s, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
         #expect(waitFor(10) { status() == "Playing" }, "the sandboxed player was not played again: \(status() ?? "?")")
     }

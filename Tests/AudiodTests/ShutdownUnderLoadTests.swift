@@ -23,22 +23,29 @@ struct ShutdownUnderLoadTests {
     }
 
     static func describe(_ streams: [ObservedStream]) -> String {
-        streams.map { "#\($0.index) \($0.applicationName) muted=\($0.muted) volume=\($0.volume)" }.joined(separator: "; ")
+        streams.map { "#\($0.index) \($0.applicationName) muted=\($0.muted) volume=\($0.volume)" }.joined(
+            separator: "; ")
     }
 
-    @Test("SIGTERM under load: audiod exits 0 and leaves every stream, later streams and the restore database at the user's values",
-          arguments: ServerKind.tested)
+    @Test(
+        "SIGTERM under load: audiod exits 0 and leaves every stream, later streams and the restore database at the user's values",
+        arguments: ServerKind.tested)
     func sigtermUnderLoad(kind: ServerKind) throws {
         let rounds = ReliabilityTests.setting("AUDIOD_SIGTERM_ROUNDS", 3)
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
         let holder = try server.spawn(["sleep", "3600"])
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
-        var leftovers = 0, crashes = 0, streamsSeen = 0
+        var leftovers = 0
+        var crashes = 0
+        var streamsSeen = 0
         var stopTimes: [Double] = []
         for round in 0..<rounds {
             let log = "audiod-sigterm-\(round).log"
-            let d = try Daemon.start(server, arguments: ["--log-level", ProcessInfo.processInfo.environment["AUDIOD_SIGTERM_LOG"] ?? "info"], log: log)
+            let d = try Daemon.start(
+                server,
+                arguments: ["--log-level", ProcessInfo.processInfo.environment["AUDIOD_SIGTERM_LOG"] ?? "info"],
+                log: log)
             // The four clients of the issue, each with its own connection and session.
             let shapes: [(String, String, [String])] = [
                 ("playback", "default", []),
@@ -47,7 +54,9 @@ struct ShutdownUnderLoadTests {
                 ("ambient", "default", []),
             ]
             let clients = try shapes.map { _ in try BusClient(address: address, recordSignals: false) }
-            let paths = try zip(clients, shapes).map { c, s in try c.makeSession(pid: holder.pid, s.0, mode: s.1, options: s.2) }
+            let paths = try zip(clients, shapes).map { c, s in
+                try c.makeSession(pid: holder.pid, s.0, mode: s.1, options: s.2)
+            }
             let stop = Switch()
             let calls = Counter()
             toggleSessions(Array(zip(clients, paths)), until: stop, counting: calls)
@@ -71,14 +80,19 @@ struct ShutdownUnderLoadTests {
             d.client.close()
             let exitedCleanly = status.map { ($0 & 0x7f) == 0 && ($0 >> 8) & 0xff == 0 } ?? false
             if !exitedCleanly { crashes += 1 }
-            #expect(exitedCleanly, "round \(round): audiod ended with status \(String(describing: status)): \(server.file(log).suffix(2000))")
+            #expect(
+                exitedCleanly,
+                "round \(round): audiod ended with status \(String(describing: status)): \(server.file(log).suffix(2000))"
+            )
             // Streams that started during or after the stop, and one more of every kind now that audiod is gone.
             for role in Self.roles { streams.append(try loaderStream(server, role)) }
             let all = streams.count
             streamsSeen += all
             // Every stream listed (PipeWire takes a moment to link each), then WirePlumber's restore applied (it
             // sets a new stream's saved values a moment after the stream appears).
-            _ = waitFor(10) { ((try? server.playbackStreams()) ?? []).filter { $0.applicationName.hasPrefix("loader-") }.count >= all }
+            _ = waitFor(10) {
+                ((try? server.playbackStreams()) ?? []).filter { $0.applicationName.hasPrefix("loader-") }.count >= all
+            }
             usleep(kind.isPipeWire ? 500_000 : 100_000)
             let seen = ((try? server.playbackStreams()) ?? []).filter { $0.applicationName.hasPrefix("loader-") }
             let wrong = seen.filter { !Self.atUserValues($0) }
@@ -89,10 +103,15 @@ struct ShutdownUnderLoadTests {
                 kept = "/tmp/audiod-sigterm-\(kind)-\(round)-\(getpid()).log"
                 try? server.file(log).write(toFile: kept, atomically: true, encoding: .utf8)
             }
-            #expect(wrong.count == 0, "round \(round): \(wrong.count) of \(seen.count) streams not at the user's values: \(Self.describe(wrong)); audiod's log: \(kept)")
+            #expect(
+                wrong.count == 0,
+                "round \(round): \(wrong.count) of \(seen.count) streams not at the user's values: \(Self.describe(wrong)); audiod's log: \(kept)"
+            )
             #expect(calls.value > 0, "round \(round): the clients made no calls")
             for s in streams { s.kill() }
-            _ = waitFor(5) { ((try? server.playbackStreams()) ?? []).allSatisfy { !$0.applicationName.hasPrefix("loader-") } }
+            _ = waitFor(5) {
+                ((try? server.playbackStreams()) ?? []).allSatisfy { !$0.applicationName.hasPrefix("loader-") }
+            }
         }
         if kind.isPipeWire {
             // WirePlumber writes its state a second after the last change: none of it may hold a policy value.
@@ -107,7 +126,8 @@ struct ShutdownUnderLoadTests {
             }
             #expect(bad.isEmpty, "WirePlumber's restore database holds policy values: \(bad)")
         }
-        print("reliability: \(kind): SIGTERM under load \(rounds)×: \(streamsSeen) streams checked, \(leftovers) left changed, "
-            + "\(crashes) unclean exits; slowest stop \(String(format: "%.0f", (stopTimes.max() ?? 0) * 1000)) ms")
+        print(
+            "reliability: \(kind): SIGTERM under load \(rounds)×: \(streamsSeen) streams checked, \(leftovers) left changed, "
+                + "\(crashes) unclean exits; slowest stop \(String(format: "%.0f", (stopTimes.max() ?? 0) * 1000)) ms")
     }
 }

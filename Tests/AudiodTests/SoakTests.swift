@@ -53,13 +53,17 @@ struct SoakTests {
                 let d = props(pairs)
                 var s = Session()
                 if case .string(let x)? = d["Category"] { s.category = x }
-                if case .array(_, let xs)? = d["Options"] { s.options = xs.compactMap { if case .string(let o) = $0 { o } else { nil } } }
+                if case .array(_, let xs)? = d["Options"] {
+                    s.options = xs.compactMap { if case .string(let o) = $0 { o } else { nil } }
+                }
                 s.active = d["Active"] == .bool(true)
                 s.interrupted = d["Interrupted"] == .bool(true)
                 s.mixable = d["Mixable"] == .bool(true)
                 s.handlesSecondary = d["HandlesSecondaryAudio"] == .bool(true)
                 s.implicit = d["Implicit"] == .bool(true)
-                if case .array(_, let xs)? = d["Streams"] { s.streams = xs.compactMap { if case .uint32(let i) = $0 { i } else { nil } } }
+                if case .array(_, let xs)? = d["Streams"] {
+                    s.streams = xs.compactMap { if case .uint32(let i) = $0 { i } else { nil } }
+                }
                 snap.sessions[p] = s
             }
         }
@@ -75,7 +79,9 @@ struct SoakTests {
             if snap.silent, ["ambient", "solo-ambient"].contains(session.category), !s.muted, !s.corked {
                 out.append("2: silent mode, \(session.category) stream \(s.index) of \(path) audible")
             }
-            if snap.primary != "/", snap.primary != path, session.category == "ambient", !session.handlesSecondary, !s.muted, !s.corked {
+            if snap.primary != "/", snap.primary != path, session.category == "ambient", !session.handlesSecondary,
+                !s.muted, !s.corked
+            {
                 out.append("3: primary audio \(snap.primary), ambient stream \(s.index) of \(path) audible")
             }
         }
@@ -83,7 +89,9 @@ struct SoakTests {
         let ownDucker = owner.map { duckers.contains($0.0) } ?? false
         let expected: UInt32 = duckers.isEmpty || ownDucker ? 65536 : ReliabilityTests.duckedNorm
         if abs(Int(volume) - Int(expected)) > 2 {
-            out.append("4: stream \(s.index) of \(owner?.0 ?? "no session") at volume \(volume), expected \(expected) with duckers \(duckers.sorted())")
+            out.append(
+                "4: stream \(s.index) of \(owner?.0 ?? "no session") at volume \(volume), expected \(expected) with duckers \(duckers.sorted())"
+            )
         }
         return out
     }
@@ -118,8 +126,10 @@ struct SoakTests {
         let holder = try server.spawn(["sleep", "3600"])
 
         let observerBus = d.client  // records every signal audiod sends
-        let stop = Switch(), paused = Switch()
-        let ops = Counter(), errors = Counter()
+        let stop = Switch()
+        let paused = Switch()
+        let ops = Counter()
+        let errors = Counter()
         var threads: [Thread] = []
         let clients = try (0..<clientCount).map { _ in try BusClient(address: address, recordSignals: false) }
         for (i, c) in clients.enumerated() {
@@ -135,31 +145,43 @@ struct SoakTests {
                         switch r.int(10) {
                         case 0...2:
                             let (cat, opts) = r.pick(Self.categories)
-                            result = c.session(s, "SetCategory", [.string(cat), .string("default"), .strings(r.pick(opts))])
+                            result = c.session(
+                                s, "SetCategory", [.string(cat), .string("default"), .strings(r.pick(opts))])
                         case 3...5: result = c.session(s, "SetActive", [.bool(true), .strings([])])
                         case 6...7:
-                            result = c.session(s, "SetActive", [.bool(false), .strings(r.int(2) == 0 ? ["notify-others-on-deactivation"] : [])])
+                            result = c.session(
+                                s, "SetActive",
+                                [.bool(false), .strings(r.int(2) == 0 ? ["notify-others-on-deactivation"] : [])])
                         case 8:
                             result = c.session(s, "Release")
                             session = nil
                         default:
                             if i == 0 {
-                                result = c.call(API.managerPath, API.properties.name, "Set",
-                                                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(r.int(2) == 0))])
+                                result = c.call(
+                                    API.managerPath, API.properties.name, "Set",
+                                    [.string(API.manager.name), .string("SilentMode"), .variant(.bool(r.int(2) == 0))])
                             } else {
-                                result = c.call(s, API.properties.name, "Set",
-                                                [.string(API.session.name), .string("HandlesSecondaryAudio"), .variant(.bool(r.int(2) == 0))])
+                                result = c.call(
+                                    s, API.properties.name, "Set",
+                                    [
+                                        .string(API.session.name), .string("HandlesSecondaryAudio"),
+                                        .variant(.bool(r.int(2) == 0)),
+                                    ])
                             }
                         }
-                    } else if case .success(let out) = c.manager("CreateSession", [.properties([("pid", .uint32(UInt32(pid)))])]),
+                    } else if case .success(let out) = c.manager(
+                        "CreateSession", [.properties([("pid", .uint32(UInt32(pid)))])]),
                         case .objectPath(let p)? = out.first
                     {
                         session = p
                         let (cat, opts) = r.pick(Self.categories)
-                        result = c.session(p, "SetCategory", [.string(cat), .string("default"), .strings(r.pick(opts))])
+                        result = c.session(
+                            p, "SetCategory", [.string(cat), .string("default"), .strings(r.pick(opts))])
                     }
                     ops.add()
-                    if case .failure(let e)? = result, !e.name.hasPrefix("org.audiod.AudioSession1.Error.") { errors.add() }
+                    if case .failure(let e)? = result, !e.name.hasPrefix("org.audiod.AudioSession1.Error.") {
+                        errors.add()
+                    }
                 }
             }
             t.start()
@@ -169,7 +191,10 @@ struct SoakTests {
         // The observer. Invariant 1 on every snapshot; rules 2–4 in quiet moments: every so often the clients hold
         // still (an operation in flight finishes), audiod gets 200 ms, and every stream is judged strictly against
         // a session state that did not change while the streams were read.
-        var checks = 0, inv1 = 0, quiet = 0, streamChecks = 0
+        var checks = 0
+        var inv1 = 0
+        var quiet = 0
+        var streamChecks = 0
         var violations: [String] = []
         var r = FuzzTests.Rng(state: 4242)
         let deadline = Date().addingTimeInterval(seconds)
@@ -177,12 +202,17 @@ struct SoakTests {
             let churn = Date().addingTimeInterval(0.3 + Double(r.int(700)) / 1000)
             while Date() < churn {
                 usleep(50_000)
-                guard let snap = Self.snapshot(observerBus) else { violations.append("audiod did not answer GetManagedObjects"); break }
+                guard let snap = Self.snapshot(observerBus) else {
+                    violations.append("audiod did not answer GetManagedObjects")
+                    break
+                }
                 checks += 1
                 let exclusive = snap.sessions.filter { $0.value.active && !$0.value.interrupted && !$0.value.mixable }
                 if exclusive.count > 1 {
                     inv1 += 1
-                    violations.append("1: \(exclusive.count) non-mixable sessions active and uninterrupted: \(exclusive.keys.sorted())")
+                    violations.append(
+                        "1: \(exclusive.count) non-mixable sessions active and uninterrupted: \(exclusive.keys.sorted())"
+                    )
                 }
             }
             paused.set(true)
@@ -190,7 +220,10 @@ struct SoakTests {
             for _ in 0..<3 {
                 guard let before = Self.snapshot(observerBus), let streams = try? server.playbackStreams(),
                     let after = Self.snapshot(observerBus), before == after
-                else { usleep(100_000); continue }
+                else {
+                    usleep(100_000)
+                    continue
+                }
                 quiet += 1
                 streamChecks += streams.count
                 for st in streams { violations += Self.broken(st, before) }
@@ -202,10 +235,14 @@ struct SoakTests {
         for _ in 0..<100 where threads.contains(where: { $0.isExecuting }) { usleep(20_000) }
 
         // 6: InterruptionEnded only after InterruptionBegan, at most once per begin.
-        var began = 0, ended = 0
+        var began = 0
+        var ended = 0
         var open: [String: Bool] = [:]
         for (path, member, _) in observerBus.allSignals() {
-            if member == "InterruptionBegan" { began += 1; open[path] = true }
+            if member == "InterruptionBegan" {
+                began += 1
+                open[path] = true
+            }
             if member == "InterruptionEnded" {
                 ended += 1
                 if open[path] != true { violations.append("6: InterruptionEnded on \(path) without a begin") }
@@ -214,20 +251,30 @@ struct SoakTests {
         }
 
         // 5: the clients go; every stream is back at the user's values (unmuted, 100 %), and after audiod exits too.
-        clients.forEach { $0.close() }
+        for c in clients { c.close() }
         let released = waitFor(10) {
             (try? server.playbackStreams())?.allSatisfy { !$0.muted && ($0.volume.max() ?? 0) == 65536 } == true
         }
-        if !released { violations.append("5: streams not restored after every client left: \(String(describing: try? server.playbackStreams()))") }
-        let alive = { if case .success = d.client.call(API.managerPath, API.peer.name, "Ping") { return true } else { return false } }()
+        if !released {
+            violations.append(
+                "5: streams not restored after every client left: \(String(describing: try? server.playbackStreams()))")
+        }
+        let alive = {
+            if case .success = d.client.call(API.managerPath, API.peer.name, "Ping") {
+                return true
+            } else {
+                return false
+            }
+        }()
         d.stop()
         let clean = (try? server.playbackStreams())?.allSatisfy { !$0.muted && ($0.volume.max() ?? 0) == 65536 } == true
         if !clean { violations.append("5: streams not restored after audiod exited") }
 
-        print("reliability: soak \(Int(seconds)) s, \(clientCount) clients, \(apps.count) app streams: \(ops.value) operations "
-            + "(\(errors.value) unexpected errors), \(began) interruptions began / \(ended) ended; observer: \(checks) snapshots, "
-            + "\(inv1) broke invariant 1; \(quiet) quiet moments, \(streamChecks) stream states judged against rules 2–4; "
-            + "violations: \(violations.count)")
+        print(
+            "reliability: soak \(Int(seconds)) s, \(clientCount) clients, \(apps.count) app streams: \(ops.value) operations "
+                + "(\(errors.value) unexpected errors), \(began) interruptions began / \(ended) ended; observer: \(checks) snapshots, "
+                + "\(inv1) broke invariant 1; \(quiet) quiet moments, \(streamChecks) stream states judged against rules 2–4; "
+                + "violations: \(violations.count)")
         #expect(alive, "audiod stopped answering")
         #expect(ops.value > Int(seconds) * clientCount, "the clients made only \(ops.value) operations")
         #expect(errors.value == 0, "calls answered with errors that are not audiod's: \(errors.value)")

@@ -13,8 +13,9 @@ struct SystemBusTests {
     let calls = PlatformCallTests()
     let players = MediaPlayerTests()
 
-    @Test("the system bus killed while locked and in a modem call: within a second nothing is locked or in a call, the game plays, mpv stays paused; back, both are followed again",
-          arguments: ServerKind.tested)
+    @Test(
+        "the system bus killed while locked and in a modem call: within a second nothing is locked or in a call, the game plays, mpv stays paused; back, both are followed again",
+        arguments: ServerKind.tested)
     func systemBusLostAndBack(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -24,7 +25,9 @@ struct SystemBusTests {
         defer { mm.stop() }
         let d = try lock.daemon(server, l)
         defer { d.stop() }
-        #expect(waitFor(10) { lock.platform(d, "logind").contains("session c1, from User.Display") }, "\(lock.platform(d, "logind"))")
+        #expect(
+            waitFor(10) { lock.platform(d, "logind").contains("session c1, from User.Display") },
+            "\(lock.platform(d, "logind"))")
         let g = try lock.game(server, d)
         defer { g.kill() }
         let (_, music) = try players.mpv(server, heardBy: d)
@@ -43,17 +46,23 @@ struct SystemBusTests {
         }
         let ms = (DispatchTime.now().uptimeNanoseconds - lostAt) / 1_000_000
         print("system bus: \(kind): lost → unlocked, no call, the game audible after \(ms) ms")
-        #expect(clear, "locked \(String(describing: lock.screenLocked(d))), call \(String(describing: calls.callState(d))), game muted \(String(describing: lock.muted(server, g))): \(server.file("audiod.log").suffix(2000))")
+        #expect(
+            clear,
+            "locked \(String(describing: lock.screenLocked(d))), call \(String(describing: calls.callState(d))), game muted \(String(describing: lock.muted(server, g))): \(server.file("audiod.log").suffix(2000))"
+        )
         #expect(ms < 1_000, "it took \(ms) ms")
         #expect(lock.platform(d, "logind") == "system bus lost; reconnecting")
         #expect(lock.platform(d, "ModemManager") == "system bus lost; reconnecting")
         // The call may still be going on: nothing was told it may resume, and mpv was not played.
         usleep(300_000)
         #expect(players.status(server, music) == "Paused", "mpv was played when the calls' bus was lost")
-        let resumed = d.client.allSignals().filter { $0.member == "InterruptionEnded" && $0.args.first?.boolValue == true }
+        let resumed = d.client.allSignals().filter {
+            $0.member == "InterruptionEnded" && $0.args.first?.boolValue == true
+        }
         #expect(resumed.isEmpty, "\(resumed.count) session(s) were told they may resume")
-        #expect(server.file("audiod.log").components(separatedBy: "system bus connection was lost").count == 2,
-                "the loss is logged once")
+        #expect(
+            server.file("audiod.log").components(separatedBy: "system bus connection was lost").count == 2,
+            "the loss is logged once")
 
         // The bus comes back with logind (still locked) and the modem's call: audiod follows both again.
         try l.system.start()
@@ -63,8 +72,10 @@ struct SystemBusTests {
         mm.stop()
         mm = try calls.modemManager(server, l.system)
         calls.addModemCall(mm, 1, state: 4)
-        #expect(waitFor(15) { lock.screenLocked(d) == true && calls.callState(d) == "active" },
-                "locked \(String(describing: lock.screenLocked(d))), call \(String(describing: calls.callState(d))): \(server.file("audiod.log").suffix(2000))")
+        #expect(
+            waitFor(15) { lock.screenLocked(d) == true && calls.callState(d) == "active" },
+            "locked \(String(describing: lock.screenLocked(d))), call \(String(describing: calls.callState(d))): \(server.file("audiod.log").suffix(2000))"
+        )
         #expect(waitFor(10) { lock.muted(server, g) == true }, "the game plays behind the lock and the call")
         #expect(waitFor(5) { lock.platform(d, "logind").contains("session c1") }, "\(lock.platform(d, "logind"))")
     }
@@ -82,26 +93,34 @@ struct SystemBusTests {
         return n
     }
 
-    @Test("audiod follows names, never every client: no NameOwnerChanged match without arg0 or arg0namespace, and 500 unrelated clients coming and going do not wake it")
+    @Test(
+        "audiod follows names, never every client: no NameOwnerChanged match without arg0 or arg0namespace, and 500 unrelated clients coming and going do not wake it"
+    )
     func matchRulesFollowNames() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
         let address = "unix:path=\(server.directory)/bus"
-        guard case .success(let owner) = d.client.callAny(destination: "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                                           "org.freedesktop.DBus", "GetNameOwner", [.string(API.busName)]),
+        guard
+            case .success(let owner) = d.client.callAny(
+                destination: "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                "org.freedesktop.DBus", "GetNameOwner", [.string(API.busName)]),
             let unique = owner.first?.stringValue
         else { throw TestKitError("audiod does not own its name") }
-        guard case .success(let out) = d.client.callAny(destination: "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                                                         "org.freedesktop.DBus.Debug.Stats", "GetAllMatchRules", []),
+        guard
+            case .success(let out) = d.client.callAny(
+                destination: "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                "org.freedesktop.DBus.Debug.Stats", "GetAllMatchRules", []),
             case .dict(_, _, let entries)? = out.first
         else { throw TestKitError("the bus daemon has no Debug.Stats") }
         let rules = entries.first { $0.0.stringValue == unique }?.1.stringArray ?? []
         #expect(!rules.isEmpty, "no rules for \(unique) in \(entries.count) connections")
         let catchAll = rules.filter { $0.contains("NameOwnerChanged") && !$0.contains("arg0") }
         #expect(catchAll.isEmpty, "\(catchAll)")
-        print("match rules: audiod holds \(rules.count) on the session bus, \(rules.filter { $0.contains("NameOwnerChanged") }.count) of them on NameOwnerChanged, each for one name or namespace")
+        print(
+            "match rules: audiod holds \(rules.count) on the session bus, \(rules.filter { $0.contains("NameOwnerChanged") }.count) of them on NameOwnerChanged, each for one name or namespace"
+        )
 
         usleep(500_000)
         let before = Self.wakeups(d.child.pid)

@@ -1,5 +1,5 @@
-import AudiodClient
 import AudioPolicy
+import AudiodClient
 import AudiodTestKit
 import DBusService
 import Foundation
@@ -21,14 +21,18 @@ struct TrustTests {
     }
 
     func nameOwnerChanged(_ name: String, old: String, new: String, to destination: String?) -> DBusMessage? {
-        guard let m = DBusMessage.signal(path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged")
+        guard
+            let m = DBusMessage.signal(
+                path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged")
         else { return nil }
         m.append([.string(name), .string(old), .string(new)])
         if let destination { m.setDestination(destination) }
         return m
     }
 
-    @Test("a forged NameOwnerChanged (unicast or broadcast) releases nobody's session and resumes nobody", arguments: servers)
+    @Test(
+        "a forged NameOwnerChanged (unicast or broadcast) releases nobody's session and resumes nobody",
+        arguments: servers)
     func forgedNameOwnerChanged(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -54,14 +58,18 @@ struct TrustTests {
         let audiod = try #require(uniqueName(of: liar))
         // "The video app's connection is gone": to audiod alone, then to everyone.
         for destination in [audiod, nil] {
-            let forged = try #require(nameOwnerChanged(videoApp.uniqueName, old: videoApp.uniqueName, new: "", to: destination))
+            let forged = try #require(
+                nameOwnerChanged(videoApp.uniqueName, old: videoApp.uniqueName, new: "", to: destination))
             liar.send(forged)
         }
         // A later, real call from the liar is answered after audiod read the forgeries (one connection, in order).
         _ = liar.call(API.managerPath, API.peer.name, "Ping")
         usleep(200_000)
-        #expect(videoApp.property(v, API.session.name, "Active") == .bool(true), "the forged signal released the video session")
-        #expect(musicApp.received(m, "InterruptionEnded").isEmpty, "the interrupted app was told to resume by a forgery")
+        #expect(
+            videoApp.property(v, API.session.name, "Active") == .bool(true),
+            "the forged signal released the video session")
+        #expect(
+            musicApp.received(m, "InterruptionEnded").isEmpty, "the interrupted app was told to resume by a forgery")
         #expect(server.playbackStream(pid: music.pid)?.muted == true, "the music was unmuted by a forgery")
 
         // The real thing still works: the video app leaves, the music app is told it may resume.
@@ -90,10 +98,14 @@ struct TrustTests {
         let before = openDescriptors(d.child.pid)
 
         func propertiesChanged(unicast: Bool) -> DBusMessage? {
-            guard let s = DBusMessage.signal(
-                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
+            guard
+                let s = DBusMessage.signal(
+                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
+                    member: "PropertiesChanged")
             else { return nil }
-            s.append([.string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .unixFD(fd))]), .strings([])])
+            s.append([
+                .string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .unixFD(fd))]), .strings([]),
+            ])
             if unicast { s.setDestination(audiod) }
             return s
         }
@@ -119,14 +131,17 @@ struct TrustTests {
         }
         let invalid = answers.filter { if case .failure(let e) = $0 { e.name.hasSuffix("InvalidArgs") } else { false } }
         #expect(invalid.count == 500, "calls with a descriptor for a pid: \(answers.prefix(3))")
-        #expect(waitFor(5) { if case .success = liar.call(API.managerPath, API.peer.name, "Ping") { true } else { false } })
+        #expect(
+            waitFor(5) { if case .success = liar.call(API.managerPath, API.peer.name, "Ping") { true } else { false } })
         let after = openDescriptors(d.child.pid)
         print("trust: 2,000 descriptor-bearing messages on \(kind): audiod's descriptors \(before) → \(after)")
-        #expect(after - before <= 20, "audiod holds \(after - before) more descriptors after 2,000 messages carrying one")
+        #expect(
+            after - before <= 20, "audiod holds \(after - before) more descriptors after 2,000 messages carrying one")
     }
 
-    @Test("a 20,000-session flood is refused with LimitExceeded; other clients stay under 40 ms; memory comes back",
-          arguments: servers)
+    @Test(
+        "a 20,000-session flood is refused with LimitExceeded; other clients stay under 40 ms; memory comes back",
+        arguments: servers)
     func sessionFlood(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -161,18 +176,24 @@ struct TrustTests {
         }
         observer.start()
         usleep(1_000_000)
-        let quiet = worst.withLock { v in defer { v = 0 }; return v }
+        let quiet = worst.withLock { v in
+            defer { v = 0 }
+            return v
+        }
 
         let flood = try BusClient(address: address, recordSignals: false)
         let floodStart = DispatchTime.now().uptimeNanoseconds
-        var made = 0, refused = 0, otherErrors: [String] = []
+        var made = 0
+        var refused = 0
+        var otherErrors: [String] = []
         // 32 calls in flight at a time: as fast as one client can push (20,000 calls in about a second here). With
         // a hundred in flight the flooder, dbus-daemon and audiod saturate both cores and any client's worst call
         // is set by the scheduler (11–24 ms measured), not by audiod.
         for batch in 0..<625 {
             let answers = flood.callPipelined(32) { i in
                 let m = DBusMessage.methodCall(
-                    destination: API.busName, path: API.managerPath, interface: API.manager.name, member: "CreateSession")
+                    destination: API.busName, path: API.managerPath, interface: API.manager.name,
+                    member: "CreateSession")
                 m?.append([.properties([("application-name", .string("flood-\(batch)-\(i)"))])])
                 return m
             }
@@ -196,9 +217,12 @@ struct TrustTests {
         #expect(waitFor(5) { (try? self.sessionCount(other)) == 1 }, "the flood's sessions were not all released")
         usleep(500_000)
         let after = processMemory(d.child.pid).rss
-        print("trust: flood of 20,000 CreateSession on \(kind) in \(String(format: "%.1f", floodSeconds)) s: \(made) made, \(refused) refused; another client's SetActive worst "
-            + String(format: "%.1f ms alone, %.1f ms during the flood, %.1f ms during the release", quiet, duringFlood, duringRelease)
-            + "; RSS \(before) → \(after) kB")
+        print(
+            "trust: flood of 20,000 CreateSession on \(kind) in \(String(format: "%.1f", floodSeconds)) s: \(made) made, \(refused) refused; another client's SetActive worst "
+                + String(
+                    format: "%.1f ms alone, %.1f ms during the flood, %.1f ms during the release", quiet, duringFlood,
+                    duringRelease)
+                + "; RSS \(before) → \(after) kB")
         #expect(made == 64, "sessions one connection could make: \(made)")
         #expect(refused == 20_000 - 64)
         #expect(otherErrors.isEmpty, "\(otherErrors.prefix(3))")
@@ -207,7 +231,9 @@ struct TrustTests {
         // replies built by libdbus (so that the loop never waits for the bus) a refused call costs more CPU, and the worst call measured 26 ms once
         // (it was 11–19 ms with the hand-written writer).
         #expect(duringFlood < 40, "another client's SetActive took \(duringFlood) ms during the flood")
-        #expect(duringRelease < 40, "another client's SetActive took \(duringRelease) ms while the flood's sessions were released")
+        #expect(
+            duringRelease < 40,
+            "another client's SetActive took \(duringRelease) ms while the flood's sessions were released")
         #expect(after - before < 2048, "audiod kept \(after - before) kB after the flood")
     }
 
@@ -225,17 +251,31 @@ struct TrustTests {
         let d = try Daemon.start(server, arguments: ["--log-level", "info"])
         defer { d.stop() }
         let long = String(repeating: "x", count: 1_000_000)
-        let rule = d.client.manager("SetApplicationCategory", [.string(long), .string("ambient"), .string("default"), .strings([])])
-        guard case .failure(let e) = rule else { Issue.record("a 1 MB rule name was accepted"); return }
+        let rule = d.client.manager(
+            "SetApplicationCategory", [.string(long), .string("ambient"), .string("default"), .strings([])])
+        guard case .failure(let e) = rule else {
+            Issue.record("a 1 MB rule name was accepted")
+            return
+        }
         #expect(e.name == API.errorPrefix + "LimitExceeded" && e.message.contains("255"), "\(e)")
         let hint = d.client.manager("CreateSession", [.properties([("application-name", .string(long))])])
-        guard case .failure(let h) = hint else { Issue.record("a 1 MB application name was accepted"); return }
+        guard case .failure(let h) = hint else {
+            Issue.record("a 1 MB application name was accepted")
+            return
+        }
         #expect(h.name == API.errorPrefix + "LimitExceeded", "\(h)")
         let s = try d.client.makeSession(pid: try server.spawn(["sleep", "60"]).pid, "playback")
-        let many = d.client.session(s, "SetCategory", [.string("playback"), .string("default"), .strings(Array(repeating: "mix-with-others", count: 1_000))])
-        guard case .failure(let o) = many else { Issue.record("1,000 options were accepted"); return }
+        let many = d.client.session(
+            s, "SetCategory",
+            [.string("playback"), .string("default"), .strings(Array(repeating: "mix-with-others", count: 1_000))])
+        guard case .failure(let o) = many else {
+            Issue.record("1,000 options were accepted")
+            return
+        }
         #expect(o.name == API.errorPrefix + "LimitExceeded", "\(o)")
-        guard case .success(let rules) = d.client.manager("ListApplicationCategories"), case .array(_, let items)? = rules.first else {
+        guard case .success(let rules) = d.client.manager("ListApplicationCategories"),
+            case .array(_, let items)? = rules.first
+        else {
             Issue.record("ListApplicationCategories failed")
             return
         }
@@ -243,18 +283,23 @@ struct TrustTests {
         // Rules are bounded in all: the 257th new one is refused, a change to an existing one is not.
         let answers = d.client.callPipelined(257) { i in
             let m = DBusMessage.methodCall(
-                destination: API.busName, path: API.managerPath, interface: API.manager.name, member: "SetApplicationCategory")
+                destination: API.busName, path: API.managerPath, interface: API.manager.name,
+                member: "SetApplicationCategory")
             m?.append([.string("app-\(i)"), .string("ambient"), .string("default"), .strings([])])
             return m
         }
-        let refused = answers.filter { if case .failure(let e) = $0 { e.name.hasSuffix("LimitExceeded") } else { false } }
+        let refused = answers.filter {
+            if case .failure(let e) = $0 { e.name.hasSuffix("LimitExceeded") } else { false }
+        }
         #expect(refused.count == 1, "\(refused.count) of 257 rules refused")
-        let change = d.client.manager("SetApplicationCategory", [.string("app-3"), .string("playback"), .string("default"), .strings([])])
+        let change = d.client.manager(
+            "SetApplicationCategory", [.string("app-3"), .string("playback"), .string("default"), .strings([])])
         #expect((try? change.get()) != nil, "changing an existing rule at the limit: \(change)")
     }
 
-    @Test("another uid on the bus may read, but gets AccessDenied for audiod-wide writes",
-          .enabled(if: getuid() == 0, "needs root to run a client as another uid"))
+    @Test(
+        "another uid on the bus may read, but gets AccessDenied for audiod-wide writes",
+        .enabled(if: getuid() == 0, "needs root to run a client as another uid"))
     func otherUserIsDenied() throws {
         let server = try TestServer(.pulseaudio, admitOtherUsers: true)
         defer { server.stop() }
@@ -264,8 +309,10 @@ struct TrustTests {
         // dbus-send prints the error's name and audiod's message, so the refusal is seen to be audiod's.
         func asNobody(_ path: String, _ member: String, _ args: [String]) throws -> (status: Int32, output: String) {
             try server.runStatus(
-                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "dbus-send", "--bus=\(bus)",
-                 "--print-reply", "--dest=\(API.busName)", path, member] + args)
+                [
+                    "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "dbus-send", "--bus=\(bus)",
+                    "--print-reply", "--dest=\(API.busName)", path, member,
+                ] + args)
         }
         let props = API.properties.name
         let read = try asNobody(API.managerPath, "\(props).Get", ["string:\(API.manager.name)", "string:SilentMode"])
@@ -273,20 +320,26 @@ struct TrustTests {
         let writes: [(String, [String])] = [
             ("\(props).Set", ["string:\(API.manager.name)", "string:SilentMode", "variant:boolean:true"]),
             ("\(props).Set", ["string:\(API.manager.name)", "string:DuckLevel", "variant:double:0.5"]),
-            ("\(API.manager.name).SetApplicationCategory",
-             ["string:mpv", "string:ambient", "string:default", "array:string:mix-with-others"]),
+            (
+                "\(API.manager.name).SetApplicationCategory",
+                ["string:mpv", "string:ambient", "string:default", "array:string:mix-with-others"]
+            ),
             ("\(API.manager.name).RemoveApplicationCategory", ["string:mpv"]),
         ]
         for (member, args) in writes {
             let r = try asNobody(API.managerPath, member, args)
-            #expect(r.status != 0 && r.output.contains("org.freedesktop.DBus.Error.AccessDenied")
+            #expect(
+                r.status != 0 && r.output.contains("org.freedesktop.DBus.Error.AccessDenied")
                     && r.output.contains("uid 65534 may not"), "\(member) \(args): \(r)")
         }
         #expect(d.client.property(API.managerPath, API.manager.name, "SilentMode") == .bool(false))
         #expect(d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.2))
         // audiod's own user still may.
-        #expect((try? d.client.call(API.managerPath, API.properties.name, "Set",
-                                     [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]).get()) != nil)
+        #expect(
+            (try? d.client.call(
+                API.managerPath, API.properties.name, "Set",
+                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))]
+            ).get()) != nil)
     }
 }
 
@@ -299,7 +352,8 @@ struct StopAndRecoveryTests {
 
     /// The user unit's `ExecStopPost=` command, with the built audiod in place of `@bindir@/audiod`.
     func unitStopPost() throws -> [String] {
-        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
         let unit = try String(contentsOf: repo.appendingPathComponent("systemd/audiod.service.in"), encoding: .utf8)
         guard let line = unit.split(separator: "\n").first(where: { $0.hasPrefix("ExecStopPost=") }) else {
             throw TestKitError("the user unit has no ExecStopPost=")
@@ -309,8 +363,9 @@ struct StopAndRecoveryTests {
         return [audiod] + argv.dropFirst()
     }
 
-    @Test("SIGTERM in the middle of a burst of activations and new streams leaves every stream at the user's values",
-          arguments: servers)
+    @Test(
+        "SIGTERM in the middle of a burst of activations and new streams leaves every stream at the user's values",
+        arguments: servers)
     func sigtermDuringBurst(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -322,7 +377,8 @@ struct StopAndRecoveryTests {
         _ = try server.pactl(["set-sink-input-mute", "\(streams[1].index)", "1"])
         _ = try server.pactl(["set-sink-input-volume", "\(streams[2].index)", "32768"])
         #expect(waitFor(5) { server.playbackStream(pid: players[2].pid)?.volume.allSatisfy { $0 == 32768 } == true })
-        #expect(waitFor(5) { server.playbackStream(pid: players[1].pid)?.muted == true }, "the user's mute did not take")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: players[1].pid)?.muted == true }, "the user's mute did not take")
         let d = try Daemon.start(server, arguments: ["--log-level", "debug"])
 
         let stop = Atomic<Bool>(false)
@@ -352,24 +408,29 @@ struct StopAndRecoveryTests {
         let status = d.child.wait(timeout: 15)
         stop.store(true, ordering: .relaxed)
         while !burst.isFinished { usleep(10_000) }
-        #expect(status == 0, "audiod exit status \(String(describing: status)): \(server.file("audiod.log").suffix(1500))")
+        #expect(
+            status == 0, "audiod exit status \(String(describing: status)): \(server.file("audiod.log").suffix(1500))")
         usleep(300_000)
 
         streams = try players.map { try server.waitForPlaybackStream(pid: $0.pid) }
         func log(_ index: UInt32) -> String {
-            return server.file("audiod.log").split(separator: "\n").filter { $0.contains("\(index)") }.suffix(12).joined(separator: "\n")
+            return server.file("audiod.log").split(separator: "\n").filter { $0.contains("\(index)") }.suffix(12)
+                .joined(separator: "\n")
         }
         for (i, s) in streams.enumerated() {
             let wantMuted = i == 1
             let wantVolume: UInt32 = i == 2 ? 32768 : 65536
-            #expect(s.muted == wantMuted, "stream \(i) (\(s.applicationName)) muted \(s.muted) after the stop: \(log(s.index))")
+            #expect(
+                s.muted == wantMuted,
+                "stream \(i) (\(s.applicationName)) muted \(s.muted) after the stop: \(log(s.index))")
             #expect(s.volume.allSatisfy { $0 == wantVolume }, "stream \(i) (\(s.applicationName)) volume \(s.volume)")
         }
         #expect(server.playbackStream(pid: call.pid)?.muted == false)
     }
 
-    @Test("a lifted duck stays in the journal until the server has acknowledged the write that lifts it",
-          arguments: servers)
+    @Test(
+        "a lifted duck stays in the journal until the server has acknowledged the write that lifts it",
+        arguments: servers)
     func liftJournaledAfterItsWrite(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -392,8 +453,9 @@ struct StopAndRecoveryTests {
         #expect(waitFor(5) { !journaled() }, "the lift was not journaled once acknowledged")
     }
 
-    @Test("`audiod --restore` judges a stream's volume with the config file's volume-tolerance, as the daemon did",
-          arguments: [true, false])
+    @Test(
+        "`audiod --restore` judges a stream's volume with the config file's volume-tolerance, as the daemon did",
+        arguments: [true, false])
     func restoreUsesConfiguredTolerance(configured: Bool) throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
@@ -417,14 +479,19 @@ struct StopAndRecoveryTests {
         #expect(r.status == 0, "audiod --restore: \(r)")
         let after = server.playbackStream(pid: music.pid)?.volume
         if configured {
-            #expect(after == m.volume, "the duck was not undone with the configured tolerance: \(String(describing: after)); \(r.output)")
+            #expect(
+                after == m.volume,
+                "the duck was not undone with the configured tolerance: \(String(describing: after)); \(r.output)")
         } else {
-            #expect(after == shown, "a volume 1,000 steps from the duck was taken for audiod's: \(String(describing: after))")
+            #expect(
+                after == shown,
+                "a volume 1,000 steps from the duck was taken for audiod's: \(String(describing: after))")
         }
     }
 
-    @Test("SIGKILL, then `audiod --restore` (the unit's ExecStopPost=) leaves nothing muted, without starting audiod",
-          arguments: servers)
+    @Test(
+        "SIGKILL, then `audiod --restore` (the unit's ExecStopPost=) leaves nothing muted, without starting audiod",
+        arguments: servers)
     func restoreAfterKill(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -472,8 +539,9 @@ struct StopAndRecoveryTests {
         return (d, phone)
     }
 
-    @Test("a policy mute left in the restore database is repaired when audiod stops, and by `audiod --restore` after a kill",
-          arguments: servers, ["SIGTERM", "SIGKILL + --restore"])
+    @Test(
+        "a policy mute left in the restore database is repaired when audiod stops, and by `audiod --restore` after a kill",
+        arguments: servers, ["SIGTERM", "SIGKILL + --restore"])
     func restoreRepairsDatabase(kind: ServerKind, stop: String) throws {
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
@@ -501,7 +569,9 @@ struct StopAndRecoveryTests {
                 // a loaded machine, never in a run of this test alone): the leak must stay in the journal for the
                 // next start to repair.
                 let kept = try? Journal.load(from: "\(server.directory)/audiod/journal")
-                #expect(kept?.leaks["sink-input-by-media-role:music"] != nil, "an unconfirmed repair left the journal: \(r)")
+                #expect(
+                    kept?.leaks["sink-input-by-media-role:music"] != nil, "an unconfirmed repair left the journal: \(r)"
+                )
             } else {
                 #expect(r.output.contains("1 restore-database entry repaired"), "audiod --restore: \(r)")
             }
@@ -511,12 +581,14 @@ struct StopAndRecoveryTests {
         let next = try playback(server, name: "music-player", role: "music")
         let stream = try server.waitForPlaybackStream(pid: next.pid)
         usleep(500_000)
-        #expect(stream.muted == false && server.playbackStream(pid: next.pid)?.muted == false,
-                "the next music stream started with audiod's mute, though no audiod runs: \(output.suffix(1500))")
+        #expect(
+            stream.muted == false && server.playbackStream(pid: next.pid)?.muted == false,
+            "the next music stream started with audiod's mute, though no audiod runs: \(output.suffix(1500))")
     }
 
-    @Test("a stream that started with a leaked mute while no audiod ran is put back by `audiod --restore`",
-          arguments: servers)
+    @Test(
+        "a stream that started with a leaked mute while no audiod ran is put back by `audiod --restore`",
+        arguments: servers)
     func restoreCorrectsLiveLeakedStream(kind: ServerKind) throws {
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
@@ -532,14 +604,17 @@ struct StopAndRecoveryTests {
         _ = try server.waitForPlaybackStream(pid: leaked.pid)
         _ = try server.waitForPlaybackStream(pid: second.pid)
         let shows = waitFor(3) {
-            server.playbackStream(pid: leaked.pid)?.muted == true && server.playbackStream(pid: second.pid)?.muted == true
+            server.playbackStream(pid: leaked.pid)?.muted == true
+                && server.playbackStream(pid: second.pid)?.muted == true
         }
         #expect(shows == (kind.isPipeWire), "on \(kind) the leaked mute \(shows ? "showed" : "did not show")")
         let r = try server.runStatus(try unitStopPost())
         #expect(r.status == 0, "audiod --restore: \(r)")
-        #expect(waitFor(5) {
-            server.playbackStream(pid: leaked.pid)?.muted == false && server.playbackStream(pid: second.pid)?.muted == false
-        }, "--restore left a live stream with the leaked mute: \(r.output.suffix(1500))")
+        #expect(
+            waitFor(5) {
+                server.playbackStream(pid: leaked.pid)?.muted == false
+                    && server.playbackStream(pid: second.pid)?.muted == false
+            }, "--restore left a live stream with the leaked mute: \(r.output.suffix(1500))")
         // And the database holds the user's values again: a stream started now plays.
         leaked.kill()
         second.kill()
@@ -547,7 +622,9 @@ struct StopAndRecoveryTests {
         let next = try playback(server, name: "music-player", role: "music")
         _ = try server.waitForPlaybackStream(pid: next.pid)
         usleep(500_000)
-        #expect(server.playbackStream(pid: next.pid)?.muted == false, "the next music stream started muted: \(r.output.suffix(1500))")
+        #expect(
+            server.playbackStream(pid: next.pid)?.muted == false,
+            "the next music stream started muted: \(r.output.suffix(1500))")
     }
 
     @Test("a call app that exits gives the music back within 200 ms", arguments: servers)
@@ -560,7 +637,8 @@ struct StopAndRecoveryTests {
         _ = try server.waitForPlaybackStream(pid: music.pid)
         // Its stream goes with it; without following the process, the call would end only after the linger (2 s).
         let phone = try playback(server, name: "softphone", role: "phone")
-        #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the call did not silence the music")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true }, "the call did not silence the music")
         let started = Date()
         phone.kill()
         let back = waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }
@@ -569,7 +647,8 @@ struct StopAndRecoveryTests {
         #expect(back && took < 0.2, "music back after \(took) s")
     }
 
-    @Test("a player that changes its status while audiod looks it up is seen with its latest status", arguments: servers)
+    @Test(
+        "a player that changes its status while audiod looks it up is seen with its latest status", arguments: servers)
     func playerStatusDuringLookup(kind: ServerKind) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
@@ -592,8 +671,10 @@ struct StopAndRecoveryTests {
         let music = try playback(server, name: "other")
         _ = try server.waitForPlaybackStream(pid: music.pid)
         _ = try d.client.makeSession(pid: music.pid, "playback", activate: true)
-        #expect(waitFor(5) { player.receivedCalls.contains("Pause") },
-                "audiod did not pause a player it should believe Playing: \(player.receivedCalls); \(server.file("audiod.log").suffix(1500))")
+        #expect(
+            waitFor(5) { player.receivedCalls.contains("Pause") },
+            "audiod did not pause a player it should believe Playing: \(player.receivedCalls); \(server.file("audiod.log").suffix(1500))"
+        )
     }
 }
 
@@ -613,20 +694,25 @@ struct ClientTrustTests {
         defer { liar.close() }
         let signals = client.signals()
         for unicast in [true, false] {
-            let s = try #require(DBusMessage.signal(
-                path: "/org/audiod/AudioSession1/session/1", interface: API.session.name, member: "InterruptionEnded"))
+            let s = try #require(
+                DBusMessage.signal(
+                    path: "/org/audiod/AudioSession1/session/1", interface: API.session.name,
+                    member: "InterruptionEnded"))
             s.append([.bool(true), .properties([])])
             if unicast { s.setDestination(client.uniqueName) }
             liar.send(s)
         }
         // Then audiod itself says something: the first signal the client sees must be that one.
-        _ = d.client.call(API.managerPath, API.properties.name, "Set",
-                          [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        _ = d.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
         var first: AudiodSignal?
         for await s in signals {
             first = s
             break
         }
-        #expect(first?.member == "PropertiesChanged" && first?.path == API.managerPath, "first signal seen: \(String(describing: first))")
+        #expect(
+            first?.member == "PropertiesChanged" && first?.path == API.managerPath,
+            "first signal seen: \(String(describing: first))")
     }
 }

@@ -38,18 +38,24 @@ import Testing
                             }
                         case "EchoReply":
                             // …and `reply(to:)`, which the daemon uses for every reply.
-                            if !s.reply(to: m, m.arguments) { s.replyError(to: m, name: "org.audiod.Test.Refused", message: "not encodable") }
+                            if !s.reply(to: m, m.arguments) {
+                                s.replyError(to: m, name: "org.audiod.Test.Refused", message: "not encodable")
+                            }
                         case "Burst":
                             // `count` signals of `bytes` each, then the reply: one loop turn's worth of messages.
                             let a = m.arguments
                             guard case .uint32(let count)? = a.first, case .uint32(let bytes)? = a.last else { return }
                             let filler = String(repeating: "x", count: Int(bytes))
                             for i in 0..<count {
-                                s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+                                s.emit(
+                                    path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick",
+                                    [.uint32(i), .string(filler)])
                             }
                             s.reply(to: m, [.uint32(count)])
                         default:
-                            s.replyError(to: m, name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no \(m.member ?? "")")
+                            s.replyError(
+                                to: m, name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no \(m.member ?? "")"
+                            )
                         }
                     }
                     let c = try DBusConnection(address: address, loop: loop)
@@ -68,8 +74,10 @@ import Testing
             let done = DispatchSemaphore(value: 0)
             let box = ReplyHolder()
             loop.execute {
-                guard let c = c?.value, let m = DBusMessage.methodCall(
-                    destination: "org.audiod.Test", path: "/org/audiod/Test", interface: "org.audiod.Test", member: member)
+                guard let c = c?.value,
+                    let m = DBusMessage.methodCall(
+                        destination: "org.audiod.Test", path: "/org/audiod/Test", interface: "org.audiod.Test",
+                        member: member)
                 else {
                     done.signal()
                     return
@@ -99,8 +107,9 @@ import Testing
 
     final class ReplyHolder: @unchecked Sendable { var message: DBusMessage? }
 
-    @Test("every value shape of the API round-trips, sent as a built message (Echo) and as a reply (EchoReply)",
-          arguments: ["Echo", "EchoReply"])
+    @Test(
+        "every value shape of the API round-trips, sent as a built message (Echo) and as a reply (EchoReply)",
+        arguments: ["Echo", "EchoReply"])
     func roundTrip(_ member: String) throws {
         let pair = try Pair()
         defer { pair.close() }
@@ -109,7 +118,9 @@ import Testing
             .strings(["mix-with-others", "duck-others"]),
             .strings([]),
             .array(element: "a{sv}", [.properties([("index", .uint32(7)), ("kind", .string("playback"))])]),
-            .array(element: "(sssas)", [.structure([.string("mpv"), .string("playback"), .string("default"), .strings([])])]),
+            .array(
+                element: "(sssas)",
+                [.structure([.string("mpv"), .string("playback"), .string("default"), .strings([])])]),
             .objectPath("/org/audiod/AudioSession1/session/12"),
             .bool(true), .int64(-5), .uint64(1 << 40), .byte(255), .int16(-3), .uint16(9), .int32(-7),
             .byte(1), .array(element: "x", [.int64(-1)]), .variant(.structure([.byte(3), .int64(4)])),
@@ -131,7 +142,8 @@ import Testing
         #expect(refused.errorName == "org.audiod.Test.Refused")
     }
 
-    @Test("a turn's queued signals and reply arrive whole and in order, and a Ping sent after them comes back after them")
+    @Test(
+        "a turn's queued signals and reply arrive whole and in order, and a Ping sent after them comes back after them")
     func burstInOrder() throws {
         let pair = try Pair()
         defer { pair.close() }
@@ -147,15 +159,22 @@ import Testing
             c.onMessage = { m in
                 if m.member == "Tick", case .uint32(let i)? = m.arguments.first { log.events.append("tick \(i)") }
             }
-            guard let burst = DBusMessage.methodCall(destination: "org.audiod.Test", path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Burst"),
-                let ping = DBusMessage.methodCall(destination: "org.audiod.Test", path: "/", interface: "org.freedesktop.DBus.Peer", member: "Ping")
+            guard
+                let burst = DBusMessage.methodCall(
+                    destination: "org.audiod.Test", path: "/org/audiod/Test", interface: "org.audiod.Test",
+                    member: "Burst"),
+                let ping = DBusMessage.methodCall(
+                    destination: "org.audiod.Test", path: "/", interface: "org.freedesktop.DBus.Peer", member: "Ping")
             else {
                 done.signal()
                 return
             }
             burst.append([.uint32(count), .uint32(300)])
             // Both calls leave before either is answered.
-            c.call(burst) { r in log.events.append(r?.kind == .methodReturn ? "reply \(r?.arguments.first?.description ?? "")" : "no reply") }
+            c.call(burst) { r in
+                log.events.append(
+                    r?.kind == .methodReturn ? "reply \(r?.arguments.first?.description ?? "")" : "no reply")
+            }
             c.call(ping) { r in
                 log.events.append(r?.kind == .methodReturn ? "ping" : "no ping")
                 done.signal()
@@ -167,11 +186,14 @@ import Testing
         #expect(events.count == expected.count)
         // The first place they differ, not the whole lists (thousands of lines).
         let difference = zip(events, expected).enumerated().first { $0.element.0 != $0.element.1 }
-        #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
+        #expect(
+            difference == nil,
+            "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
     }
 
-    @Test("signals queued while dbus-daemon reads nothing all arrive, in order, once it reads again; the loop runs on meanwhile",
-          arguments: [false, true])
+    @Test(
+        "signals queued while dbus-daemon reads nothing all arrive, in order, once it reads again; the loop runs on meanwhile",
+        arguments: [false, true])
     func stalledBus(bigFirst: Bool) throws {
         let pair = try Pair()
         defer { pair.close() }
@@ -182,7 +204,9 @@ import Testing
             let c = bc.value
             c.addMatch("type='signal',interface='org.audiod.Test'")
             c.onMessage = { m in
-                if m.kind == .signal, let name = m.member, case .uint32(let i)? = m.arguments.first { log.events.append("\(name) \(i)") }
+                if m.kind == .signal, let name = m.member, case .uint32(let i)? = m.arguments.first {
+                    log.events.append("\(name) \(i)")
+                }
             }
         }
         #expect(pair.call("EchoReply", [])?.kind == .methodReturn)  // the match rule is in place
@@ -202,13 +226,18 @@ import Testing
             if bigFirst {
                 let big = String(repeating: "y", count: 4000)
                 for i in 0..<UInt32(300) {
-                    guard let m = DBusMessage.signal(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Big") else { continue }
+                    guard
+                        let m = DBusMessage.signal(
+                            path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Big")
+                    else { continue }
                     m.append([.uint32(i), .string(big)])
                     s.send(m)
                 }
             }
             for i in 0..<count {
-                s.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+                s.emit(
+                    path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick",
+                    [.uint32(i), .string(filler)])
             }
         }
         // Everything is queued, the daemon still stopped: the loop answers other work at once, and holds the rest.
@@ -224,16 +253,20 @@ import Testing
         let events = pair.loop.sync { log.events }
         // The first place they differ, not the whole lists (thousands of lines).
         let difference = zip(events, expected).enumerated().first { $0.element.0 != $0.element.1 }
-        #expect(difference == nil, "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
+        #expect(
+            difference == nil,
+            "at \(difference?.offset ?? 0): \(difference?.element.0 ?? "") instead of \(difference?.element.1 ?? "")")
         // The connection still works afterwards.
         #expect(pair.call("EchoReply", [.string("after")])?.arguments == [.string("after")])
         #expect(pair.loop.sync { bs.value.queuedBytes } == 0)
     }
 
-    @Test("a bus daemon that reads nothing past the bound is reported once, and a queue past its size at once",
-          arguments: [false, true])
+    @Test(
+        "a bus daemon that reads nothing past the bound is reported once, and a queue past its size at once",
+        arguments: [false, true])
     func stallBound(bySize: Bool) throws {
-        let bounds = bySize
+        let bounds =
+            bySize
             ? DBusConnection.Bounds(withoutProgressNanoseconds: 60_000_000_000, queuedBytes: 400_000)
             : DBusConnection.Bounds(withoutProgressNanoseconds: 1_000_000_000, queuedBytes: 64 << 20)
         let pair = try Pair(bounds: bounds)
@@ -250,13 +283,18 @@ import Testing
         let filler = String(repeating: "x", count: 1000)
         pair.loop.sync {
             for i in 0..<UInt32(800) {
-                bs.value.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(i), .string(filler)])
+                bs.value.emit(
+                    path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick",
+                    [.uint32(i), .string(filler)])
             }
         }
         #expect(waitFor(10) { pair.loop.sync { !reports.why.isEmpty } })
         let after = DispatchTime.now().uptimeNanoseconds - t0
         // Queue a little more: no second report.
-        _ = pair.loop.sync { bs.value.emit(path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(0), .string(filler)]) }
+        _ = pair.loop.sync {
+            bs.value.emit(
+                path: "/org/audiod/Test", interface: "org.audiod.Test", member: "Tick", [.uint32(0), .string(filler)])
+        }
         Thread.sleep(forTimeInterval: 0.2)
         let why = pair.loop.sync { reports.why }
         #expect(why.count == 1, "\(why)")

@@ -1,7 +1,8 @@
 import AudioPolicy
-@testable import DBusService
 import DBusTransport
 import Testing
+
+@testable import DBusService
 
 /// The interface tables are the only list of the API's members: these hold them to the engine's own list of what a
 /// session and the manager show, and to the types the values really have on the bus.
@@ -9,7 +10,8 @@ import Testing
     /// A session as the engine publishes it, and its values as the service stores them.
     static func publishedSession() throws -> SessionView {
         var engine = Engine()
-        let effects = engine.handle(.createSession(RequestID(1), NewSession(pid: 4242, applicationName: "player")), at: .zero)
+        let effects = engine.handle(
+            .createSession(RequestID(1), NewSession(pid: 4242, applicationName: "player")), at: .zero)
         let added = effects.compactMap { e -> SessionView? in if case .sessionAdded(let v) = e { v } else { nil } }
         return try #require(added.first, "no session was published: \(effects)")
     }
@@ -30,7 +32,9 @@ import Testing
         for p in view.properties {
             let (name, value) = AudioSessionService.value(p)
             let declared = try #require(table.property(name), "\(name) is not in the table")
-            #expect(declared.type == value.signature, "\(name) is declared \(declared.type) but carried as \(value.signature)")
+            #expect(
+                declared.type == value.signature,
+                "\(name) is declared \(declared.type) but carried as \(value.signature)")
         }
         #expect(table.property("Implicit")?.type == "b")
     }
@@ -38,10 +42,12 @@ import Testing
     @Test("each manager property the engine decides is in the table with the type it is carried as")
     func managerTypesMatchTheValues() throws {
         let table = AudioSessionService.managerTable
-        let values: [ManagerProperty] = Engine().managerProperties + [
-            .silentMode(true), .otherAudioPlaying(false), .primaryAudioSession(SessionID(3)), .primaryAudioSession(nil),
-            .duckLevel(0.3), .callState(.ringing), .screenLocked(true),
-        ]
+        let values: [ManagerProperty] =
+            Engine().managerProperties + [
+                .silentMode(true), .otherAudioPlaying(false), .primaryAudioSession(SessionID(3)),
+                .primaryAudioSession(nil),
+                .duckLevel(0.3), .callState(.ringing), .screenLocked(true),
+            ]
         // The engine's list, in its order, is the table's but for what the service itself knows.
         let decided = Engine().managerProperties.map { AudioSessionService.value($0).0 }
         let own: Set<String> = ["ServerName", "ServerConnected", "Version"]
@@ -49,7 +55,9 @@ import Testing
         for p in values {
             let (name, value) = AudioSessionService.value(p)
             let declared = try #require(table.property(name), "\(name) is not in the table")
-            #expect(declared.type == value.signature, "\(name) is declared \(declared.type) but carried as \(value.signature)")
+            #expect(
+                declared.type == value.signature,
+                "\(name) is declared \(declared.type) but carried as \(value.signature)")
         }
     }
 
@@ -59,17 +67,21 @@ import Testing
             Dictionary(uniqueKeysWithValues: t.properties.compactMap { p in p.set.map { (p.name, $0.access) } })
         }
         #expect(writable(AudioSessionService.managerTable) == ["SilentMode": .user, "DuckLevel": .user])
-        #expect(writable(AudioSessionService.sessionTable) == [
-            "HandlesSecondaryAudio": .owner, "PrefersNoInterruptionsFromSystemAlerts": .owner,
-        ])
+        #expect(
+            writable(AudioSessionService.sessionTable) == [
+                "HandlesSecondaryAudio": .owner, "PrefersNoInterruptionsFromSystemAlerts": .owner,
+            ])
     }
 
     @Test("introspection marks the properties that never change const and announces every other change")
     func changeFlags() {
         let xml = API.introspection(interfaces: [API.manager, API.session], children: [])
         for name in ["Version", "Implicit"] {
-            #expect(xml.contains("<property name=\"\(name)\" type=\"\(name == "Version" ? "s" : "b")\" access=\"read\">\n      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"const\"/>"),
-                    "\(name) is not marked const")
+            #expect(
+                xml.contains(
+                    "<property name=\"\(name)\" type=\"\(name == "Version" ? "s" : "b")\" access=\"read\">\n      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"const\"/>"
+                ),
+                "\(name) is not marked const")
         }
         let constCount = xml.components(separatedBy: "value=\"const\"").count - 1
         let trueCount = xml.components(separatedBy: "EmitsChangedSignal\" value=\"true\"").count - 1
@@ -84,7 +96,10 @@ import Testing
             #expect(refused, "\(t.name)")
         }
         #expect(AudioSessionService.propertiesTable.methods.filter(\.decides).map(\.name) == ["Set"])
-        for t in [AudioSessionService.objectManagerTable, AudioSessionService.introspectableTable, AudioSessionService.peerTable] {
+        for t in [
+            AudioSessionService.objectManagerTable, AudioSessionService.introspectableTable,
+            AudioSessionService.peerTable,
+        ] {
             let refused = t.methods.contains { $0.decides }
             #expect(!refused, "\(t.name)")
         }

@@ -1,6 +1,7 @@
 import AudioPolicy
-@testable import DBusService
 import Testing
+
+@testable import DBusService
 
 /// Every call to a session starts by reading the session's number from the object path: only the form audiod
 /// itself writes names a session.
@@ -14,11 +15,13 @@ import Testing
         #expect(AudioSessionService.sessionID(path: path) == SessionID(n))
     }
 
-    @Test("any other spelling names no session", arguments: [
-        "", "/", prefix, prefix + "007", prefix + "00", prefix + "+1", prefix + "-1", prefix + "1x", prefix + "x1",
-        prefix + "1 ", prefix + "12/extra", prefix + "18446744073709551616", prefix + "99999999999999999999",
-        "/org/audiod/AudioSession1/sessions/1", "/org/audiod/AudioSession1/session1", prefix + "١٢",
-    ])
+    @Test(
+        "any other spelling names no session",
+        arguments: [
+            "", "/", prefix, prefix + "007", prefix + "00", prefix + "+1", prefix + "-1", prefix + "1x", prefix + "x1",
+            prefix + "1 ", prefix + "12/extra", prefix + "18446744073709551616", prefix + "99999999999999999999",
+            "/org/audiod/AudioSession1/sessions/1", "/org/audiod/AudioSession1/session1", prefix + "١٢",
+        ])
     func other(_ path: String) {
         #expect(AudioSessionService.sessionID(path: path) == nil)
     }

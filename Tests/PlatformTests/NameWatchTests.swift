@@ -18,7 +18,11 @@ struct NameWatchTests {
         var answers = 0
         var signals: [String] = []
         var held: DBusMessage?
-        func with<T>(_ body: (Seen) -> T) -> T { lock.lock(); defer { lock.unlock() }; return body(self) }
+        func with<T>(_ body: (Seen) -> T) -> T {
+            lock.lock()
+            defer { lock.unlock() }
+            return body(self)
+        }
     }
 
     final class Objects {
@@ -56,7 +60,9 @@ struct NameWatchTests {
         return condition()
     }
 
-    @Test("a name's owner changes: the answer the earlier owner sends afterwards is dropped, and only the new owner's signals are believed")
+    @Test(
+        "a name's owner changes: the answer the earlier owner sends afterwards is dropped, and only the new owner's signals are believed"
+    )
     func ownerChange() throws {
         let (daemon, address) = try privateBus()
         defer {
@@ -96,7 +102,9 @@ struct NameWatchTests {
         #expect(started)
         #expect(waitFor(5) { seen.with { $0.appeared.count } == 1 })
         loop.sync {
-            objects.value.watch?.call("/org/example/Thing", "org.example.Thing", "Ask") { _ in seen.with { $0.answers += 1 } }
+            objects.value.watch?.call("/org/example/Thing", "org.example.Thing", "Ask") { _ in
+                seen.with { $0.answers += 1 }
+            }
         }
         #expect(waitFor(5) { seen.with { $0.held != nil } })
         // The name moves to a second connection.
@@ -106,11 +114,14 @@ struct NameWatchTests {
             o.second = try? DBusConnection(address: address, loop: loop)
             try? o.second?.requestName(Self.name)
         }
-        #expect(waitFor(5) { seen.with { $0.appeared.count == 2 && $0.vanished == 1 } }, "\(seen.with { ($0.appeared, $0.vanished) })")
+        #expect(
+            waitFor(5) { seen.with { $0.appeared.count == 2 && $0.vanished == 1 } },
+            "\(seen.with { ($0.appeared, $0.vanished) })")
         loop.sync {
             let o = objects.value
             if let held = seen.with({ $0.held }) { _ = o.first?.reply(to: held, [.string("stale")]) }
-            _ = o.first?.emit(path: "/org/example/Thing", interface: "org.example.Thing", member: "FromTheEarlierOwner", [])
+            _ = o.first?.emit(
+                path: "/org/example/Thing", interface: "org.example.Thing", member: "FromTheEarlierOwner", [])
             _ = o.second?.emit(path: "/org/example/Thing", interface: "org.example.Thing", member: "FromTheOwner", [])
         }
         #expect(waitFor(5) { seen.with { $0.signals.contains("FromTheOwner") } })

@@ -22,15 +22,19 @@ final class RecordingHost: PlatformHost {
 struct CallRuleTests {
     @Test("each source's states map to SPEC §10's phases, unknown and terminated ones to no call")
     func phases() {
-        #expect([1, 2, 3, 4, 5, 6, 7, 0, 99].map(CallPhase.modemManager)
-            == [.dialing, .dialing, .ringing, .active, .held, .ringing, nil, nil, nil])
-        #expect([1, 2, 3, 4, 5, 6, 7, 0].map(CallPhase.gnomeCalls)
-            == [.active, .held, .dialing, .dialing, .ringing, .ringing, nil, nil])
+        #expect(
+            [1, 2, 3, 4, 5, 6, 7, 0, 99].map(CallPhase.modemManager)
+                == [.dialing, .dialing, .ringing, .active, .held, .ringing, nil, nil, nil])
+        #expect(
+            [1, 2, 3, 4, 5, 6, 7, 0].map(CallPhase.gnomeCalls)
+                == [.active, .held, .dialing, .dialing, .ringing, .ringing, nil, nil])
     }
 
     @Test("CallState is the first that applies: ringing, dialing, active, held — over every source")
     func precedence() {
-        func state(_ calls: [String: [String: CallPhase]]) -> CallState? { PlatformCalls.merge(calls, apps: [:])?.state }
+        func state(_ calls: [String: [String: CallPhase]]) -> CallState? {
+            PlatformCalls.merge(calls, apps: [:])?.state
+        }
         #expect(state([:]) == nil)
         #expect(state(["mm": ["a": .held]]) == .held)
         #expect(state(["mm": ["a": .held, "b": .active]]) == .active)
@@ -46,7 +50,10 @@ struct CallRuleTests {
 
     @Test("the call app is a source's with calls, chosen in a fixed order so that two sources never flip it")
     func callApp() {
-        let apps = ["GNOME Calls": (id: "org.gnome.Calls", name: "Calls"), "Plasma's dialer": (id: "org.kde.phone.dialer", name: "Phone")]
+        let apps = [
+            "GNOME Calls": (id: "org.gnome.Calls", name: "Calls"),
+            "Plasma's dialer": (id: "org.kde.phone.dialer", name: "Phone"),
+        ]
         let both = PlatformCalls.merge(["Plasma's dialer": ["x": .active], "GNOME Calls": ["y": .active]], apps: apps)
         #expect(both?.appID == "org.gnome.Calls")
         #expect(PlatformCalls.merge(["ModemManager": ["x": .active]], apps: apps)?.appID == nil)
@@ -140,15 +147,20 @@ struct SleepGateTests {
 
     @Test("the inhibitor is released within 150 ms even if a player never answers Pause")
     func releaseWithoutAnswer() throws {
-        final class Times: @unchecked Sendable { var start: UInt64 = 0; var end: UInt64 = 0 }
+        final class Times: @unchecked Sendable {
+            var start: UInt64 = 0
+            var end: UInt64 = 0
+        }
         let t = Times()
         let ran = try onLoop(2) { loop, done in
             let host = RecordingHost()
-            host.handle(.playerAppeared(PlayerInfo(id: PlayerID("org.mpris.MediaPlayer2.x"), pid: 42, status: .playing)))
+            host.handle(
+                .playerAppeared(PlayerInfo(id: PlayerID("org.mpris.MediaPlayer2.x"), pid: 42, status: .playing)))
             let gate = SleepGate(loop: loop, host: host)
             gate.pauseSent()
             t.start = DispatchTime.now().uptimeNanoseconds
-            gate.afterPauses(of: [PlayerID("org.mpris.MediaPlayer2.x")], within: LockAndSleep.releaseWithinNanoseconds) {
+            gate.afterPauses(of: [PlayerID("org.mpris.MediaPlayer2.x")], within: LockAndSleep.releaseWithinNanoseconds)
+            {
                 t.end = DispatchTime.now().uptimeNanoseconds
                 withExtendedLifetime((gate, host)) { done() }
             }
@@ -158,7 +170,9 @@ struct SleepGateTests {
         #expect(ms >= 140 && ms < 400, "released after \(ms) ms")
     }
 
-    @Test("the inhibitor is released as soon as the Pause is answered (the player, with no running stream, no longer plays)")
+    @Test(
+        "the inhibitor is released as soon as the Pause is answered (the player, with no running stream, no longer plays)"
+    )
     func releaseOnPause() throws {
         final class Times: @unchecked Sendable { var ms: UInt64 = .max }
         let t = Times()

@@ -1,6 +1,7 @@
 import Foundation
-@testable import PulseBackend
 import Testing
+
+@testable import PulseBackend
 
 /// The journal as an appended log: every state written must read back as itself, however it got there.
 struct JournalLogTests {
@@ -9,10 +10,13 @@ struct JournalLogTests {
         return dir + "/audiod/journal"
     }
 
-    func entry(_ i: UInt32, name: String = "player", key: String? = "sink-input-by-media-role:music", mute: Bool = true,
-               volume: [UInt32]? = nil) -> Journal.Entry {
-        Journal.Entry(record: i % 5 == 0, index: i, applicationName: name, restoreKey: key, unmute: mute,
-                      appliedVolume: volume, restoreVolume: volume.map { $0.map { $0 * 2 } })
+    func entry(
+        _ i: UInt32, name: String = "player", key: String? = "sink-input-by-media-role:music", mute: Bool = true,
+        volume: [UInt32]? = nil
+    ) -> Journal.Entry {
+        Journal.Entry(
+            record: i % 5 == 0, index: i, applicationName: name, restoreKey: key, unmute: mute,
+            appliedVolume: volume, restoreVolume: volume.map { $0.map { $0 * 2 } })
     }
 
     @Test func everyStateReadsBackAsItself() throws {
@@ -30,11 +34,13 @@ struct JournalLogTests {
             }
             if step % 7 == 0 {
                 j.leaks["key \(step % 4)"] = Journal.Leak(
-                    unmute: true, appliedVolume: nil, restoreVolume: nil, existedBefore: step % 2 == 0 ? UInt32(step) : nil)
+                    unmute: true, appliedVolume: nil, restoreVolume: nil,
+                    existedBefore: step % 2 == 0 ? UInt32(step) : nil)
             }
             if step % 13 == 0 {
                 j.leaks["duck \(step % 3)"] = Journal.Leak(
-                    unmute: false, appliedVolume: [13_107, 13_107], restoreVolume: [65_536, 65_536], userMuted: step % 2 == 0)
+                    unmute: false, appliedVolume: [13_107, 13_107], restoreVolume: [65_536, 65_536],
+                    userMuted: step % 2 == 0)
             }
             if step % 11 == 0 { j.leaks["key \(step % 4)"] = nil }
             j.entries.sort { $0.index < $1.index }
@@ -84,7 +90,8 @@ struct JournalLogTests {
         let p = path()
         let log = JournalLog(path: p)
         for round in 0..<40 {
-            let i = UInt32(round + 1), e = entry(i)
+            let i = UInt32(round + 1)
+            let e = entry(i)
             try log.update(cookie: 9, streams: [(record: e.record, index: i, entry: e)])
             #expect(try Journal.load(from: p)?.entries == [e], "round \(round)")
             try log.update(cookie: 9, streams: [(record: e.record, index: i, entry: nil)])
@@ -93,7 +100,9 @@ struct JournalLogTests {
         }
         // Compacted as any journal is: 40 rounds did not leave 80 lines.
         #expect((try String(contentsOfFile: p, encoding: .utf8)).split(separator: "\n").count <= 34)
-        try log.update(cookie: 9, leak: "sink-input-by-media-role:game", Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil))
+        try log.update(
+            cookie: 9, leak: "sink-input-by-media-role:game",
+            Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil))
         #expect(try Journal.load(from: p)?.leaks.keys.sorted() == ["sink-input-by-media-role:game"])
         try log.update(cookie: 9, leak: "sink-input-by-media-role:game", nil)
         try log.write(Journal(serverCookie: 9))
@@ -102,15 +111,19 @@ struct JournalLogTests {
 
     @Test func aJournalOfTheEarlierJSONFormatIsStillRead() throws {
         let p = path()
-        try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        let old = Journal(serverCookie: 9, entries: [entry(4)], leaks: ["k": Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)])
+        try FileManager.default.createDirectory(
+            atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        let old = Journal(
+            serverCookie: 9, entries: [entry(4)],
+            leaks: ["k": Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)])
         try JSONEncoder().encode(old).write(to: URL(fileURLWithPath: p))
         #expect(try Journal.load(from: p) == old)
     }
 
     @Test func aDamagedLineIsAnErrorThatSaysWhere() throws {
         let p = path()
-        try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try "audiod-journal 1 5\n+ p 3 1 - - - player\n? what\n".write(toFile: p, atomically: true, encoding: .utf8)
         #expect { try Journal.load(from: p) } throws: { "\($0)".contains("line 3") }
     }
@@ -118,7 +131,8 @@ struct JournalLogTests {
     @Test("a damaged journal names its line and what is wrong, and never quotes the file's bytes")
     func damagedJournalIsDescribed() throws {
         let p = path()
-        try FileManager.default.createDirectory(atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: (p as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         var bytes = Array("audiod-journal 1 7\n+ p 3 1 - - sink-input-by-media-role:music mpv\n".utf8)
         bytes += [0x2B, 0x20, 0x70, 0x20, 0xFF, 0x00, 0x1B, 0x5B, 0x33, 0x31, 0x6D, 0x0A]  // "+ p \xff\0 ESC[31m"
         try Data(bytes).write(to: URL(fileURLWithPath: p))
@@ -140,14 +154,22 @@ struct JournalLogTests {
             #expect(!error.description.contains("secret"), "\(error)")
         }
         // Journals written before the user-mute field still read.
-        try Data(Array("audiod-journal 1 7\nL sink-input-by-media-role:music 0 100,100 200,200\n".utf8)).write(to: URL(fileURLWithPath: p))
+        try Data(Array("audiod-journal 1 7\nL sink-input-by-media-role:music 0 100,100 200,200\n".utf8)).write(
+            to: URL(fileURLWithPath: p))
         let old = try #require(try Journal.load(from: p))
-        #expect(old.leaks["sink-input-by-media-role:music"] == Journal.Leak(unmute: false, appliedVolume: [100, 100], restoreVolume: [200, 200]))
+        #expect(
+            old.leaks["sink-input-by-media-role:music"]
+                == Journal.Leak(unmute: false, appliedVolume: [100, 100], restoreVolume: [200, 200]))
         // A seventh field, the highest index seen, needs the sixth: "-" when the user's mute is not known.
-        try Data(Array("audiod-journal 1 7\nL k 1 - - - 41\nL d 0 1,1 2,2 1 9\n".utf8)).write(to: URL(fileURLWithPath: p))
+        try Data(Array("audiod-journal 1 7\nL k 1 - - - 41\nL d 0 1,1 2,2 1 9\n".utf8)).write(
+            to: URL(fileURLWithPath: p))
         let newer = try #require(try Journal.load(from: p))
-        #expect(newer.leaks["k"] == Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil, existedBefore: 41))
-        #expect(newer.leaks["d"] == Journal.Leak(unmute: false, appliedVolume: [1, 1], restoreVolume: [2, 2], userMuted: true, existedBefore: 9))
+        #expect(
+            newer.leaks["k"] == Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil, existedBefore: 41))
+        #expect(
+            newer.leaks["d"]
+                == Journal.Leak(
+                    unmute: false, appliedVolume: [1, 1], restoreVolume: [2, 2], userMuted: true, existedBefore: 9))
         for bad in ["L k 1 - - x", "L k 1 - - - -", "L k 1 - - 1 2 3", "L k 1 - - - -5"] {
             try Data(Array("audiod-journal 1 7\n\(bad)\n".utf8)).write(to: URL(fileURLWithPath: p))
             #expect(throws: JournalError.self, "\(bad)") { try Journal.load(from: p) }

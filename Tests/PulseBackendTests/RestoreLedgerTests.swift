@@ -1,6 +1,7 @@
 import AudioPolicy
-@testable import PulseBackend
 import Testing
+
+@testable import PulseBackend
 
 /// The restore database's rules, scripted: no server, no clock. Each test is one thing a real server does to an
 /// entry (module-stream-restore saving at once, WirePlumber saving late) and what audiod must answer.
@@ -12,7 +13,8 @@ struct RestoreLedgerTests {
     static let ducked: [UInt32] = [16384, 16384]
 
     static func ledger(savesLate: Bool = false) -> RestoreLedger {
-        var l = RestoreLedger(volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms)
+        var l = RestoreLedger(
+            volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms)
         l.savesLate = savesLate
         return l
     }
@@ -38,7 +40,8 @@ struct RestoreLedgerTests {
 
     @Test func aStreamThatEndsMutedLeavesTheMuteForTheAppsNextStream() {
         var l = Self.ledger()
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         #expect(Self.appear(&l, a) == nil)
         #expect(l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0) == [a])
         // The server saved audiod's mute into the entry; the stream ends with it.
@@ -53,7 +56,9 @@ struct RestoreLedgerTests {
         #expect(Self.appear(&l, StreamID.playback(3), key: Self.other, muted: true, now: 30 * Self.ms) == nil)
     }
 
-    static func withKey(_ l: inout RestoreLedger, _ id: StreamID, muted: Bool = false, volume: [UInt32] = full, now: UInt64)
+    static func withKey(
+        _ l: inout RestoreLedger, _ id: StreamID, muted: Bool = false, volume: [UInt32] = full, now: UInt64
+    )
         -> (values: PolicyValues?, journal: [String])
     {
         l.keyed(id, key)
@@ -62,7 +67,8 @@ struct RestoreLedgerTests {
 
     @Test func aDuckLeftBehindIsHandedOverWithTheUsersVolume() {
         var l = Self.ledger()
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         _ = Self.appear(&l, a)
         _ = l.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
         _ = l.removed(a, muted: false, now: Self.ms)
@@ -81,7 +87,8 @@ struct RestoreLedgerTests {
 
     @Test func aSiblingsMuteMayBeInTheEntryANewStreamReads() {
         var l = Self.ledger()
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         _ = Self.appear(&l, a)
         _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
         // `a` still plays, muted by audiod; the server saved that into the entry `b` starts from.
@@ -96,7 +103,8 @@ struct RestoreLedgerTests {
     }
 
     @Test func aValueLiftedLatelyCanStillBeSavedByAServerThatSavesLate() {
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         // Lifted 1 s before the stream ends (within the settle time): the server may save it after the lift.
         var l = Self.ledger()
         _ = Self.appear(&l, a)
@@ -115,7 +123,8 @@ struct RestoreLedgerTests {
     }
 
     @Test func aServerThatAppliesSavedValuesLateIsWatchedForTheLeakWindow() {
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         for savesLate in [false, true] {
             var l = Self.ledger(savesLate: savesLate)
             _ = Self.appear(&l, a)
@@ -134,23 +143,30 @@ struct RestoreLedgerTests {
         _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
         _ = l.removed(a, muted: true, now: Self.ms)
         _ = Self.appear(&l, b, now: 10 * Self.ms)
-        #expect(l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 2_100 * Self.ms).values == nil)
+        #expect(
+            l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 2_100 * Self.ms).values
+                == nil)
         #expect(!l.watching(b, now: 2_100 * Self.ms))
     }
 
     @Test func audiodsOwnWriteEndsTheWatch() {
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         var l = Self.ledger(savesLate: true)
         _ = Self.appear(&l, a)
         _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
         _ = l.removed(a, muted: true, now: Self.ms)
         _ = Self.appear(&l, b, now: 10 * Self.ms)
         l.wrote(b)
-        #expect(l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 20 * Self.ms).values == nil)
+        #expect(
+            l.shown(b, first: false, preexisting: false, muted: true, volume: Self.full, now: 20 * Self.ms).values
+                == nil)
     }
 
     @Test func theUsersChangeMakesTheEntryTheUsersAgain() {
-        let a = StreamID.playback(1), b = StreamID.playback(2), c = StreamID.playback(3)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
+        let c = StreamID.playback(3)
         var l = Self.ledger()
         _ = Self.appear(&l, a)
         _ = Self.appear(&l, b)
@@ -178,7 +194,8 @@ struct RestoreLedgerTests {
     }
 
     @Test func streamsFoundAtConnectionAllShowTheLeakUntilTheListIsReported() {
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         // A crashed run left a mute in the entry; two of the app's streams still play, both showing it.
         var l = RestoreLedger(
             leaks: [Self.key: Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)], volumeTolerance: 64,
@@ -196,12 +213,16 @@ struct RestoreLedgerTests {
         // audiod mutes stream 1 of the role (a call interrupts it); then the user mutes stream 2 of the same role:
         // the entry holds the user's mute, saved last. The role's next stream starts muted: the user's doing.
         var l = Self.ledger()
-        let held = StreamID.playback(1), user = StreamID.playback(2), next = StreamID.playback(3)
+        let held = StreamID.playback(1)
+        let user = StreamID.playback(2)
+        let next = StreamID.playback(3)
         _ = Self.appear(&l, held)
         _ = Self.appear(&l, user)
         _ = l.update([(held, Self.muted(held))], muted: { _ in true }, now: 0)
         #expect(l.changed(user, byAudiod: false) == [])
-        #expect(Self.appear(&l, next, muted: true, now: 10 * Self.ms) == nil, "the user's saved mute was taken for audiod's")
+        #expect(
+            Self.appear(&l, next, muted: true, now: 10 * Self.ms) == nil, "the user's saved mute was taken for audiod's"
+        )
         // Nor does the sibling leave audiod's mute in the entry when it ends: the user's change was saved after it.
         var ended = l
         #expect(ended.removed(held, muted: true, now: 15 * Self.ms) == [])
@@ -217,7 +238,9 @@ struct RestoreLedgerTests {
         // unmuted). The role's next stream starts muted: the user's last value of the key, not a leak to undo
         // (random test, seeds 107032 and 668651: it was unmuted, and the user's mute was lost).
         var l = Self.ledger(savesLate: true)
-        let user = StreamID.playback(1), held = StreamID.playback(2), next = StreamID.playback(3)
+        let user = StreamID.playback(1)
+        let held = StreamID.playback(2)
+        let next = StreamID.playback(3)
         _ = Self.appear(&l, user)
         _ = Self.appear(&l, held)
         #expect(l.changed(user, byAudiod: false, userMuted: true) == [])
@@ -284,9 +307,12 @@ struct RestoreLedgerTests {
         _ = saved.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
         _ = saved.shown(a, first: false, preexisting: false, muted: false, volume: Self.ducked, now: 1_500 * Self.ms)
         _ = saved.update([(a, later)], muted: { _ in false }, now: 3_000 * Self.ms)
-        _ = saved.shown(a, first: false, preexisting: false, muted: false, volume: [52016, 52016], now: 3_500 * Self.ms)
+        _ = saved.shown(
+            a, first: false, preexisting: false, muted: false, volume: [52016, 52016], now: 3_500 * Self.ms)
         saved.connectionDropped()
-        #expect(Self.appear(&saved, StreamID.playback(2), volume: Self.ducked, now: 10_000 * Self.ms)?.volume == Volume(channels: Self.ducked))
+        #expect(
+            Self.appear(&saved, StreamID.playback(2), volume: Self.ducked, now: 10_000 * Self.ms)?.volume
+                == Volume(channels: Self.ducked))
         // After a quiet second the server had saved the newer duck, and nothing of audiod's was held after it: the
         // older one is no longer suspect.
         var q = Self.ledger(savesLate: true)
@@ -302,7 +328,8 @@ struct RestoreLedgerTests {
         // The user turns stream 1 of the key down to 30 %; audiod ducks stream 2 of it (at 100 %). The key's next
         // stream starts ducked: audiod's, and what goes back is the key's last volume of the user's, 30 %.
         var l = Self.ledger(savesLate: true)
-        let user = StreamID.playback(1), held = StreamID.playback(2)
+        let user = StreamID.playback(1)
+        let held = StreamID.playback(2)
         _ = Self.appear(&l, user)
         _ = Self.appear(&l, held)
         #expect(l.changed(user, byAudiod: false, userMuted: false, userVolume: [19661, 19661]) == [])
@@ -317,13 +344,17 @@ struct RestoreLedgerTests {
         _ = m.update([(user, Self.muted(user))], muted: { _ in true }, now: 0)
         #expect(m.changed(user, byAudiod: false, userVolume: [19661, 19661]) == [])
         _ = m.update([(held, Self.duck(held))], muted: { _ in false }, now: 10 * Self.ms)
-        #expect(Self.appear(&m, StreamID.playback(3), volume: Self.ducked, now: 20 * Self.ms)?.userVolume == Volume(channels: [19661, 19661]))
+        #expect(
+            Self.appear(&m, StreamID.playback(3), volume: Self.ducked, now: 20 * Self.ms)?.userVolume
+                == Volume(channels: [19661, 19661]))
     }
 
     @Test func aStreamOlderThanTheLeakKeepsTheUsersMuteAtARestart() {
         // One run: the user muted stream 1 of the app; stream 2 of it ended while audiod muted it, leaving the mute in
         // the entry. Stream 1 existed before and never got the entry's value: its mute is the user's.
-        let user = StreamID.playback(1), gone = StreamID.playback(2), later = StreamID.playback(3)
+        let user = StreamID.playback(1)
+        let gone = StreamID.playback(2)
+        let later = StreamID.playback(3)
         var run = Self.ledger()
         run.connected(serverCookie: 7)
         _ = Self.appear(&run, user, muted: true)
@@ -367,7 +398,8 @@ struct RestoreLedgerTests {
     }
 
     @Test func aDroppedConnectionForgetsItsStreamsButNotWhatAudiodAppliedOrLeft() {
-        let a = StreamID.playback(1), b = StreamID.playback(2)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
         var l = Self.ledger()
         _ = Self.appear(&l, a)
         _ = Self.appear(&l, b)
@@ -403,9 +435,13 @@ struct RestoreLedgerTests {
         #expect(l.repair(after: a, own, now: Self.ms)?.volume == [30000, 30000])
         // audiod's mute is taken out.
         _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 2 * Self.ms)
-        #expect(l.repair(after: a, RestoreLedger.Entry(key: Self.key, muted: true, volume: Self.full), now: 3 * Self.ms)?.muted == false)
+        #expect(
+            l.repair(after: a, RestoreLedger.Entry(key: Self.key, muted: true, volume: Self.full), now: 3 * Self.ms)?
+                .muted == false)
         // Another key's entry is not this stream's.
-        #expect(l.repair(after: a, RestoreLedger.Entry(key: Self.other, muted: true, volume: Self.full), now: 3 * Self.ms) == nil)
+        #expect(
+            l.repair(after: a, RestoreLedger.Entry(key: Self.other, muted: true, volume: Self.full), now: 3 * Self.ms)
+                == nil)
     }
 
     @Test func repairingRecordedLeaksForgetsKeysTheServerHasNoEntryFor() {
@@ -418,10 +454,14 @@ struct RestoreLedgerTests {
         let none = l.repairRecorded(nil, now: 0)
         #expect(none.isEmpty)
         #expect(l.leaks.count == 2)
-        let repairs = l.repairRecorded([RestoreLedger.Entry(key: Self.other, muted: false, volume: Self.ducked)], now: 0)
-        #expect(repairs == [RestoreLedger.Repair(
-            key: Self.other, muted: false, volume: Self.full,
-            because: "the journal records a policy value audiod left in the entry")])
+        let repairs = l.repairRecorded(
+            [RestoreLedger.Entry(key: Self.other, muted: false, volume: Self.ducked)], now: 0)
+        #expect(
+            repairs == [
+                RestoreLedger.Repair(
+                    key: Self.other, muted: false, volume: Self.full,
+                    because: "the journal records a policy value audiod left in the entry")
+            ])
         #expect(l.leaks.isEmpty, "the key written and the key the server has no entry for are both forgotten")
     }
 
@@ -429,7 +469,8 @@ struct RestoreLedgerTests {
         var l = RestoreLedger(
             leaks: [
                 Self.key: Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil),
-                Self.other: Journal.Leak(unmute: false, appliedVolume: Self.ducked, restoreVolume: Self.full, userMuted: true),
+                Self.other: Journal.Leak(
+                    unmute: false, appliedVolume: Self.ducked, restoreVolume: Self.full, userMuted: true),
             ], volumeTolerance: 64, leakWindowNanoseconds: 0, restoreSettleNanoseconds: 0)
         let writes = l.blindRepairs
         #expect(writes.map(\.key) == [Self.other, Self.key])
@@ -452,9 +493,14 @@ struct RestoreLedgerTests {
                 Self.other: Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil),
             ], volumeTolerance: 64, leakWindowNanoseconds: 0, restoreSettleNanoseconds: 0)
         let writes = l.blindRepairs
-        let both = [RestoreLedger.Entry(key: Self.key, muted: false, volume: []), RestoreLedger.Entry(key: Self.other, muted: false, volume: [])]
+        let both = [
+            RestoreLedger.Entry(key: Self.key, muted: false, volume: []),
+            RestoreLedger.Entry(key: Self.other, muted: false, volume: []),
+        ]
         let first = l.blindRound(writes, listed: both, attempt: 1)
-        #expect(first.done && first.confirmed == [Self.key, Self.other] && first.rewrite.isEmpty, "both shown at the first read")
+        #expect(
+            first.done && first.confirmed == [Self.key, Self.other] && first.rewrite.isEmpty,
+            "both shown at the first read")
         let one = Array(both.prefix(1))
         var rewritten: [Int: [String]] = [:]
         var stoppedAt: Int?

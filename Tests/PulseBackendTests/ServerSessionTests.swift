@@ -1,6 +1,7 @@
 import AudioPolicy
-@testable import PulseBackend
 import Testing
+
+@testable import PulseBackend
 
 /// The connection's life, scripted: no server, no clock.
 struct ServerSessionTests {
@@ -20,13 +21,15 @@ struct ServerSessionTests {
     static func session() -> Session {
         Session(
             tracker: StreamTracker(volumeTolerance: 64),
-            ledger: RestoreLedger(volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms),
+            ledger: RestoreLedger(
+                volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms),
             initialBackoffNanoseconds: 50 * ms, maximumBackoffNanoseconds: 1_000 * ms)
     }
 
     /// Connects and answers every first read but `except`, in the order given.
     static func enumerate(
-        _ s: inout Session, name: String?, restoreDatabase: Bool, order: [Session.FirstRead] = Session.FirstRead.allCases
+        _ s: inout Session, name: String?, restoreDatabase: Bool,
+        order: [Session.FirstRead] = Session.FirstRead.allCases
     ) -> Session.Enumerated {
         let connecting = s.connecting()
         #expect(connecting)
@@ -44,7 +47,8 @@ struct ServerSessionTests {
     @Test func reportsWaitForEveryFirstReadInWhateverOrderTheyAnswer() {
         var s = Self.session()
         let reversed = Array(Session.FirstRead.allCases.reversed())
-        #expect(Self.enumerate(&s, name: "pulseaudio 16.1", restoreDatabase: true, order: reversed) == .ready(.pulseAudio))
+        #expect(
+            Self.enumerate(&s, name: "pulseaudio 16.1", restoreDatabase: true, order: reversed) == .ready(.pulseAudio))
         #expect(s.isReady && s.hasRestoreDatabase && !s.onPipeWire)
         #expect(!s.tracker.holdsUnconfirmed)
         #expect(!s.ledger.savesLate)
@@ -66,13 +70,16 @@ struct ServerSessionTests {
         #expect(f.listsUnlinkedStreams && f.confirmsLate && f.savesLate && !f.listsRestoreEntries)
         let p = Session.Flavor(serverName: "pulseaudio 16.1")
         #expect(p == .pulseAudio && !p.listsUnlinkedStreams && p.listsRestoreEntries)
-        #expect(f.settlesBeforeRepairNanoseconds == 300 * Self.ms, "WirePlumber saves a change once the node reports it")
+        #expect(
+            f.settlesBeforeRepairNanoseconds == 300 * Self.ms, "WirePlumber saves a change once the node reports it")
         #expect(p.settlesBeforeRepairNanoseconds == 0, "module-stream-restore saves at once")
     }
 
     @Test func aServerThatNeverDescribesItselfIsDropped() {
         var s = Self.session()
-        #expect(Self.enumerate(&s, name: nil, restoreDatabase: false) == .drop(reason: "the server did not describe itself"))
+        #expect(
+            Self.enumerate(&s, name: nil, restoreDatabase: false) == .drop(reason: "the server did not describe itself")
+        )
         #expect(!s.isReady)
         let delay = s.dropped()
         #expect(delay == 50 * Self.ms)
@@ -101,7 +108,8 @@ struct ServerSessionTests {
 
     @Test func stoppingEndsEveryAttemptUntilStartedAgain() {
         var s = Self.session()
-        let first = s.connecting(), second = s.connecting()
+        let first = s.connecting()
+        let second = s.connecting()
         #expect(first)
         #expect(!second, "a second attempt while one is under way")
         _ = s.dropped()

@@ -1,7 +1,8 @@
 import AppIdentity
 import AudioPolicy
-@testable import PulseBackend
 import Testing
+
+@testable import PulseBackend
 
 /// What the engine hears of each stream, and when the journal may drop a lift: `ServerSession`'s stream table,
 /// scripted with made-up streams and processes — no server, no clock, no /proc.
@@ -29,7 +30,8 @@ struct StreamReportTests {
     static func session(_ server: String, processes: Processes = Processes()) -> Session {
         var s = Session(
             tracker: StreamTracker(volumeTolerance: 64),
-            ledger: RestoreLedger(volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms),
+            ledger: RestoreLedger(
+                volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms, restoreSettleNanoseconds: 2_000 * ms),
             initialBackoffNanoseconds: 50 * ms, maximumBackoffNanoseconds: 1_000 * ms,
             identifier: StreamIdentifier(processes: processes.table))
         _ = s.connecting()
@@ -130,7 +132,8 @@ struct StreamReportTests {
     @Test func theFirstListingIsReportedOnlyOnceTheFirstStateIsIn() {
         var s = Session(
             tracker: StreamTracker(volumeTolerance: 64),
-            ledger: RestoreLedger(volumeTolerance: 64, leakWindowNanoseconds: 2_000 * Self.ms, restoreSettleNanoseconds: 2_000 * Self.ms),
+            ledger: RestoreLedger(
+                volumeTolerance: 64, leakWindowNanoseconds: 2_000 * Self.ms, restoreSettleNanoseconds: 2_000 * Self.ms),
             initialBackoffNanoseconds: 50 * Self.ms, maximumBackoffNanoseconds: 1_000 * Self.ms)
         _ = s.connecting()
         _ = s.connected()
@@ -259,7 +262,8 @@ struct StreamReportTests {
         var s = Self.session(Self.pulseAudio)
         let id = StreamID.playback(51)
         // Read through the tracker, as the backend does: a refusal re-reads only a stream the tracker has a value of.
-        guard let read = s.tracker.noticed(id), let believed = s.tracker.replied(read, Self.stream(51), now: 0).believe else {
+        guard let read = s.tracker.noticed(id), let believed = s.tracker.replied(read, Self.stream(51), now: 0).believe
+        else {
             Issue.record("the tracker did not believe the first read")
             return
         }
@@ -318,16 +322,25 @@ struct StreamReportTests {
     @Test func theJournalOfTheSameServerRunGoesWithTheStreamsFirstReportAndTheRestBecomesLeaks() throws {
         var s = Self.session(Self.pulseAudio)
         _ = s.accepted(Self.stream(70, muted: true))
-        let journal = Journal(serverCookie: 77, entries: [
-            .init(record: false, index: 70, applicationName: "Softphone", restoreKey: "k70", unmute: true, appliedVolume: nil, restoreVolume: nil),
-            .init(record: false, index: 71, applicationName: "Gone", restoreKey: "k71", unmute: true, appliedVolume: nil, restoreVolume: nil),
-            .init(record: false, index: 70, applicationName: "Not the same app", restoreKey: nil, unmute: true, appliedVolume: nil, restoreVolume: nil),
-        ])
+        let journal = Journal(
+            serverCookie: 77,
+            entries: [
+                .init(
+                    record: false, index: 70, applicationName: "Softphone", restoreKey: "k70", unmute: true,
+                    appliedVolume: nil, restoreVolume: nil),
+                .init(
+                    record: false, index: 71, applicationName: "Gone", restoreKey: "k71", unmute: true,
+                    appliedVolume: nil, restoreVolume: nil),
+                .init(
+                    record: false, index: 70, applicationName: "Not the same app", restoreKey: nil, unmute: true,
+                    appliedVolume: nil, restoreVolume: nil),
+            ])
         let r18 = s.recover(journal, serverCookie: 77)
         #expect(r18 == 1)
         #expect(s.ledger.leaks["k71"] != nil)
         let r = s.report(.playback(70), now: 0)
-        let info = try #require(r.events.compactMap { e -> StreamInfo? in if case .streamAppeared(let i) = e { i } else { nil } }.first)
+        let info = try #require(
+            r.events.compactMap { e -> StreamInfo? in if case .streamAppeared(let i) = e { i } else { nil } }.first)
         #expect(info.leftByPolicy?.mute == true)
         var other = Self.session(Self.pulseAudio)
         _ = other.accepted(Self.stream(70, muted: true))
@@ -349,7 +362,8 @@ struct StreamReportTests {
     @Test func aStopWaitsForANewUnlinkedStreamOnPipeWireWhileItIsWatchedForALeakedValue() {
         var s = Self.session(Self.pipeWire)
         let id = StreamID.playback(90)
-        s.ledger.recorded(Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil), for: "sink-input-by-media-role:phone")
+        s.ledger.recorded(
+            Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil), for: "sink-input-by-media-role:phone")
         _ = s.accepted(Self.stream(90, device: .max))
         for n in 0..<40 { _ = s.report(id, now: UInt64(n) * Self.ms) }
         #expect(!s.hasUnlinkedNewStreams(now: 40 * Self.ms), "not yet keyed: WirePlumber has not given it its values")
@@ -359,7 +373,8 @@ struct StreamReportTests {
         #expect(s.hasUnlinkedNewStreams(now: 41 * Self.ms))
         #expect(!s.hasUnlinkedNewStreams(now: 40 * Self.ms + 2_001 * Self.ms), "the leak window is over")
         var pa = Self.session(Self.pulseAudio)
-        pa.ledger.recorded(Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil), for: "sink-input-by-media-role:phone")
+        pa.ledger.recorded(
+            Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil), for: "sink-input-by-media-role:phone")
         _ = pa.accepted(Self.stream(91, device: .max))
         _ = pa.report(.playback(91), now: 0)
         #expect(!pa.hasUnlinkedNewStreams(now: 0), "PulseAudio saves and restores at once")

@@ -1,6 +1,7 @@
 import AudioPolicy
-@testable import PulseBackend
 import Testing
+
+@testable import PulseBackend
 
 /// The tracker's races, scripted: no server, no clock, every interleaving written down.
 struct StreamTrackerTests {
@@ -87,7 +88,8 @@ struct StreamTrackerTests {
         // Nothing confirmed it: at the deadline the stream is read, and the reply is the truth.
         let reads = t.tick(now: 1_000 * Self.ms)
         #expect(reads.map(\.stream) == [Self.a])
-        #expect(t.replied(reads[0], Value(volume: [65536, 65536]), now: 1_001 * Self.ms).believe?.volume == [65536, 65536])
+        #expect(
+            t.replied(reads[0], Value(volume: [65536, 65536]), now: 1_001 * Self.ms).believe?.volume == [65536, 65536])
     }
 
     @Test func withoutLateConfirmationTheReplyIsTheTruth() {
