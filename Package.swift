@@ -64,8 +64,8 @@ let package = Package(
             dependencies: ["AudioPolicy", "DBusTransport", .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
-        // The API server: org.audiod.AudioSession1's objects on the session bus, routing, authorization and who
-        // owns which session; it hands the platform its bus and the engine's effects.
+        // The API server: org.audiod.AudioSession1's objects on the session bus, routing, authorization and
+        // publishing; it hands the platform (which follows who owns which session) its bus and the engine's effects.
         .target(
             name: "DBusService",
             dependencies: [

@@ -37,8 +37,9 @@ public enum ConfigReload: Equatable, Sendable {
 }
 
 /// org.audiod.AudioSession1 on a bus connection: every method, property and signal of docs/API.md, served from the
-/// interface tables (ServiceTables.swift), and who owns which session. What the platform says (players, calls, the
-/// lock screen, sleep…) is `platform`'s. Confined to the loop thread, like the connection and the engine.
+/// interface tables (ServiceTables.swift). Who owns which session is `owners`' (in the platform target); what the
+/// platform says (players, calls, the lock screen, sleep…) is `platform`'s. Confined to the loop thread, like the
+/// connection and the engine.
 public final class AudioSessionService {
     public static let version = Release.version
 
@@ -49,39 +50,10 @@ public final class AudioSessionService {
     /// The uid audiod runs as: audiod-wide writes belong to it (`Access.user`).
     private let ownUID = getuid()
 
-    private struct Caller {
-        var pid: UInt32
-        var uid: UInt32
-    }
-    private struct Owner {
-        var busName: String
-        var uid: UInt32
-        var lifetime: NewSession.Lifetime
-        var pid: UInt32
-    }
-
-    /// Calls waiting for the engine's reply, numbered in the order their requests were made.
-    private var pending: [RequestID: (message: DBusMessage, encode: (Reply) -> [DBusValue]?, order: UInt64)] = [:]
-    /// The orders of `pending`, ascending.
-    private var pendingOrders: [UInt64] = []
-    private var requestsMade: UInt64 = 0
-    /// Answers that may not leave yet because a request made before them is still waiting for the engine (its reply
-    /// leaves once the step's stream operations have): sorted by `key`, sent in that order (`deliver`).
-    private var held: [(key: UInt64, send: () -> Void)] = []
-    private var owners: [SessionID: Owner] = [:]
-    private var sessionsByBusName: [String: Set<SessionID>] = [:]
-    /// Each session owner's connection, followed while it owns a session: its going ends its `connection` sessions.
-    private var ownerWatches: [String: NameWatch] = [:]
-    /// Callers' credentials by unique name (never reused while the bus runs), the oldest forgotten past the bound
-    /// unless it owns a session.
-    private var credentials: [String: Caller] = [:]
-    private var credentialsOrder: [String] = []
-    static let maximumCachedCallers = 512
-    /// Exit watches by pid, and which sessions care.
-    private var exitWatches: [UInt32: AnyObject] = [:]
-    private var sessionsByPid: [UInt32: Set<SessionID>] = [:]
-    /// Implicit sessions by the pid they were made for: their process's exit ends them at once (POLICY §7).
-    private var implicitPids: [SessionID: UInt32] = [:]
+    /// Calls waiting for the engine's reply, and answers held behind them (ReplyOrder.swift).
+    private var order = ReplyOrder()
+    /// Who owns which session, followed to its going (in the platform target: the API server keeps none of it).
+    let owners: SessionOwners
     private var lastServerName: String?
     /// Every session's properties as the bus last saw them (`InterfacesAdded`, `PropertiesChanged`), and the
     /// manager's: what `Get` and `GetAll` answer, and which session objects exist on the bus.
@@ -103,6 +75,9 @@ public final class AudioSessionService {
         publishedManager["ServerConnected"] = .bool(host.connectedServerName != nil)
         lastServerName = host.connectedServerName
         platform = Platform(session: bus, host: host, logger: logger)
+        owners = SessionOwners(link: platform.sessionLink, host: host, logger: logger) { [weak host] pid, exited in
+            host?.watchExit(of: pid, exited)
+        }
         platform.sessionLink.onMethodCall = { [weak self] m in self?.methodCall(m) }
     }
 
@@ -134,31 +109,9 @@ public final class AudioSessionService {
     /// writing anything more.
     public func close() {
         platform.close()
-        ownerWatches.removeAll()
-        exitWatches.removeAll()
+        owners.close()
         bus.onMessage = nil
         bus.close()
-    }
-
-    static func sessionPath(_ id: SessionID) -> String { API.sessionPathPrefix + "\(id.rawValue)" }
-
-    /// The session a path names: the prefix and a number written as `sessionPath` writes it (no sign, no leading
-    /// zero). Read byte by byte: every call to a session parses its path.
-    static func sessionID(path: String) -> SessionID? {
-        let prefix = API.sessionPathPrefix
-        guard path.hasPrefix(prefix) else { return nil }
-        let digits = path.utf8.dropFirst(prefix.utf8.count)
-        guard !digits.isEmpty else { return nil }
-        guard digits.first != UInt8(ascii: "0") || digits.count == 1 else { return nil }
-        var n: UInt64 = 0
-        for c in digits {
-            guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
-            let (times10, o1) = n.multipliedReportingOverflow(by: 10)
-            let (sum, o2) = times10.addingReportingOverflow(UInt64(c - UInt8(ascii: "0")))
-            guard !o1, !o2 else { return nil }
-            n = sum
-        }
-        return SessionID(n)
     }
 
     // MARK: Incoming
@@ -184,34 +137,11 @@ public final class AudioSessionService {
     /// shows what they announced — not before, while the step's stream operations are still on their way.
     /// `request`: the order of the engine request this answers (nil: an answer made now, after every request so far).
     private func deliver(_ request: UInt64?, _ send: @escaping () -> Void) {
-        // Ranks: an engine request's answer just after the calls made before it, another answer after every request
-        // made before it.
-        let key = request.map { $0 * 2 + 1 } ?? requestsMade * 2
-        if held.isEmpty, !blocked(key) { return send() }
-        let at = held.firstIndex { $0.key > key } ?? held.endIndex
-        held.insert((key, send), at: at)
-        releaseHeld()
+        for s in order.deliver(request, send) { s() }
     }
-
-    /// A request made before an answer of this rank is still waiting for the engine.
-    private func blocked(_ key: UInt64) -> Bool { pendingOrders.first.map { $0 * 2 + 1 < key } ?? false }
 
     private func releaseHeld() {
-        while let first = held.first, !blocked(first.key) {
-            held.removeFirst()
-            first.send()
-        }
-    }
-
-    private func takePending(_ r: RequestID) -> (message: DBusMessage, encode: (Reply) -> [DBusValue]?, order: UInt64)?
-    {
-        guard let p = pending.removeValue(forKey: r) else { return nil }
-        if pendingOrders.first == p.order {
-            pendingOrders.removeFirst()
-        } else if let i = pendingOrders.firstIndex(of: p.order) {
-            pendingOrders.remove(at: i)
-        }
-        return p
+        for s in order.released() { s() }
     }
 
     /// Answers a call whose arguments passed the signature check but did not decode (the tables' guards): every
@@ -307,25 +237,9 @@ public final class AudioSessionService {
         case .anyone: return true
         case .owner:
             guard let session else { return true }
-            guard let owner = owners[session], let sender = m.sender else { return false }
+            guard let owner = owners.owner(of: session), let sender = m.sender else { return false }
             return sender == owner.busName
         case .user: return false
-        }
-    }
-
-    private func objectPaths() -> [String] {
-        [API.managerPath] + publishedSessions.keys.map(Self.sessionPath)
-    }
-
-    func children(of path: String) -> [String] {
-        let prefix = path == "/" ? "/" : path + "/"
-        var names = Set<String>()
-        for p in objectPaths() where p.hasPrefix(prefix) {
-            if let first = p.dropFirst(prefix.count).split(separator: "/").first { names.insert(String(first)) }
-        }
-        return names.sorted { a, b in
-            if let x = UInt64(a), let y = UInt64(b) { return x < y }
-            return a < b
         }
     }
 
@@ -342,14 +256,12 @@ public final class AudioSessionService {
             return []
         }
         let r = host.makeRequestID()
-        pending[r] = (m, encode, requestsMade)
-        pendingOrders.append(requestsMade)
-        requestsMade += 1
+        order.expect(r, m, encode: encode)
         let effects = host.handle(make(r))
         // A request the engine did not answer would hang the caller: never let that happen silently. (The answer
         // itself may be published a little later, after the step's stream operations have left.)
         let answered = effects.contains { if case .reply(r, _) = $0 { return true } else { return false } }
-        if !answered, let p = takePending(r) {
+        if !answered, let p = order.take(r) {
             fail(m, .failed("audiod did not decide this request"), request: p.order)
         }
         return effects
@@ -362,7 +274,7 @@ public final class AudioSessionService {
         for e in effects {
             switch e {
             case .reply(let r, let answer):
-                guard let p = takePending(r) else { continue }
+                guard let p = order.take(r) else { continue }
                 if case .error(let pe) = answer {
                     fail(p.message, Self.dbusError(pe), request: p.order)
                 } else if let args = p.encode(answer) {
@@ -370,7 +282,7 @@ public final class AudioSessionService {
                 }
                 releaseHeld()
             case .sessionAdded(let view):
-                if view.isImplicit { watchImplicit(view.id, pid: view.processID) }
+                if view.isImplicit { owners.watchImplicit(view.id, pid: view.processID) }
                 if sessionPropertySlots.isEmpty {
                     for (i, p) in view.properties.enumerated() { sessionPropertySlots[p.name] = i }
                 }
@@ -381,7 +293,7 @@ public final class AudioSessionService {
                         .objectPath(Self.sessionPath(view.id)), sessionInterfaces(view.id),
                     ])
             case .sessionRemoved(let id):
-                forget(id)
+                owners.forget(id)
                 publishedSessions[id] = nil
                 emit(
                     API.managerPath, API.objectManager.name, "InterfacesRemoved",
@@ -416,16 +328,6 @@ public final class AudioSessionService {
     /// `level` (the config's `nice-level`). Call after `followPlatform`, and again after a reload.
     public func setLoopPriority(nice level: Int32) { platform.setLoopPriority(nice: level) }
 
-    /// What audiod follows of the platform (`ListPlatformSources`, `audioctl status`).
-    func platformSources() -> [DBusValue] {
-        platform.sources().map { row in
-            .properties([
-                ("name", .string(row.name)), ("bus", .string(row.bus)), ("found", .bool(row.found)),
-                ("detail", .string(row.detail)),
-            ])
-        }
-    }
-
     /// The sound server came or went: `ServerConnected` / `ServerName` changed.
     public func serverStatusChanged() {
         var changed: [(String, DBusValue)] = [("ServerConnected", .bool(host?.connectedServerName != nil))]
@@ -448,238 +350,11 @@ public final class AudioSessionService {
     }
 
     private func emitSignal(_ id: SessionID, _ s: Signal) {
-        let path = Self.sessionPath(id)
-        switch s {
-        case .interruptionBegan(let reason, let interrupter):
-            var details: [(String, DBusValue)] = []
-            if let i = interrupter { details.append(("interrupter", .objectPath(Self.sessionPath(i)))) }
-            emit(path, API.session.name, "InterruptionBegan", [.string(reason.rawValue), .properties(details)])
-        case .interruptionEnded(let resume):
-            emit(path, API.session.name, "InterruptionEnded", [.bool(resume), .properties([])])
-        case .silenceSecondaryAudioHint(let type):
-            emit(path, API.session.name, "SilenceSecondaryAudioHint", [.string(type.rawValue)])
-        case .routeChanged(let reason, let previous, let current):
-            var details: [(String, DBusValue)] = []
-            if let p = previous { details.append(("previous-device", .string(p))) }
-            if let c = current { details.append(("current-device", .string(c))) }
-            emit(path, API.session.name, "RouteChanged", [.string(reason.rawValue), .properties(details)])
-        }
+        let (member, args) = Self.signalArguments(s)
+        emit(Self.sessionPath(id), API.session.name, member, args)
     }
 
     // MARK: Properties
-
-    /// A session property as D-Bus carries it: the one mapping from the engine's values to the bus.
-    static func value(_ p: SessionProperty) -> (String, DBusValue) {
-        switch p {
-        case .category(let c): (p.name, .string(c.rawValue))
-        case .mode(let m): (p.name, .string(m.rawValue))
-        case .options(let o): (p.name, .strings(o.map(\.rawValue)))
-        case .active(let b), .interrupted(let b), .mixable(let b), .secondaryAudioShouldBeSilencedHint(let b),
-            .otherAudioPlaying(let b), .handlesSecondaryAudio(let b), .prefersNoInterruptionsFromSystemAlerts(let b):
-            (p.name, .bool(b))
-        case .applicationName(let s): (p.name, .string(s))
-        case .processID(let pid): (p.name, .uint32(pid))
-        case .streams(let s), .recordStreams(let s): (p.name, .array(element: "u", s.map { .uint32($0) }))
-        case .identity(let i):
-            (
-                p.name,
-                .properties([
-                    ("app-id", .string(i.appID)), ("source", .string(i.source)),
-                    ("desktop-entry", .string(i.desktopEntry)), ("category-reason", .string(i.categoryReason.text)),
-                ])
-            )
-        }
-    }
-
-    static func value(_ p: ManagerProperty) -> (String, DBusValue) {
-        switch p {
-        case .silentMode(let b), .otherAudioPlaying(let b): (p.name, .bool(b))
-        case .primaryAudioSession(let s): (p.name, .objectPath(s.map(sessionPath) ?? "/"))
-        case .duckLevel(let d): (p.name, .double(d))
-        case .callState(let c): (p.name, .string(c.rawValue))
-        case .screenLocked(let b): (p.name, .bool(b))
-        }
-    }
-
-    /// A session object's interfaces and their properties (`InterfacesAdded`, `GetManagedObjects`).
-    private func sessionInterfaces(_ id: SessionID) -> DBusValue {
-        .dict(
-            key: "s", value: "a{sv}", Self.sessionTables.map { t in (.string(t.name), .properties(t.values(self, id))) }
-        )
-    }
-
-    func managedObjects() -> DBusValue {
-        .dict(
-            key: "o", value: "a{sa{sv}}",
-            publishedSessions.keys.sorted().map { id in
-                (.objectPath(Self.sessionPath(id)), sessionInterfaces(id))
-            })
-    }
-
-    // MARK: Manager methods
-
-    func setApplicationCategory(_ c: VTable.Call) {
-        guard let host else { return fail(c.message, Self.shuttingDown) }
-        guard let app = c.args[0].stringValue, let category = c.args[1].stringValue,
-            let mode = c.args[2].stringValue, let opts = c.args[3].stringArray
-        else { return unreadable(c) }
-        guard !app.isEmpty else { return fail(c.message, Self.invalidArgs("the application name must not be empty")) }
-        if let e = nameTooLong(app, "the application name") ?? tooManyOptions(opts) { return fail(c.message, e) }
-        if !host.engine.applicationRules.contains(where: { $0.application == app }),
-            host.engine.applicationRules.count >= limits.rules
-        {
-            return fail(
-                c.message,
-                Self.limitExceeded(
-                    "audiod holds \(limits.rules) application rules, its limit; remove one first (RemoveApplicationCategory)"
-                ))
-        }
-        request(c.message) {
-            .setApplicationCategory($0, application: app, category: category, mode: mode, options: opts)
-        }
-    }
-
-    static func ruleEntry(_ r: ApplicationRule) -> DBusValue {
-        var entry: [(String, DBusValue)] = [
-            ("application", .string(r.application)), ("category", .string(r.configuration.category.rawValue)),
-            ("mode", .string(r.configuration.mode.rawValue)),
-            ("options", .strings(r.configuration.options.map(\.rawValue))), ("source", .string(r.source.rawValue)),
-        ]
-        if let file = r.file { entry.append(("file", .string(file))) }
-        if let line = r.line { entry.append(("line", .uint32(UInt32(clamping: line)))) }
-        return .properties(entry)
-    }
-
-    static func streamEntry(_ s: StreamView) -> DBusValue {
-        .properties([
-            ("index", .uint32(s.info.id.index)),
-            ("kind", .string(s.info.id.kind.rawValue)),
-            ("pid", .uint32(s.info.pid ?? 0)),
-            ("application-name", .string(s.info.applicationName)),
-            ("media-role", .string(s.info.role ?? "")),
-            ("session", .objectPath(s.session.map(sessionPath) ?? "/")),
-            ("policy-muted", .bool(s.policyMuted)),
-            ("duck-factor", .double(s.duckFactor)),
-            ("corked", .bool(s.info.corked)),
-            ("user-muted", .bool(s.userMuted)),
-            ("device", .string(s.info.device)),
-            ("audible", .bool(s.audible)),
-            ("policy-reasons", .strings(s.reasons.map(\.text))),
-        ])
-    }
-
-    func createSession(_ m: DBusMessage, _ hints: [String: DBusValue]) {
-        // Types first: a hint of the wrong type is InvalidArgs, whatever else is wrong.
-        var name = ""
-        if let v = hints["application-name"] {
-            guard let s = v.stringValue else {
-                return fail(m, Self.invalidArgs("hint 'application-name' must be a string (s), not \(v.signature)"))
-            }
-            if let e = nameTooLong(s, "hint 'application-name'") { return fail(m, e) }
-            name = s
-        }
-        var pidHint: UInt32?
-        if let v = hints["pid"] {
-            guard let p = v.uint32Value else {
-                return fail(
-                    m, Self.invalidArgs("hint 'pid' must be an unsigned 32-bit integer (u), not \(v.signature)"))
-            }
-            pidHint = p
-        }
-        var lifetime = NewSession.Lifetime.connection
-        if let v = hints["lifetime"] {
-            guard let s = v.stringValue else {
-                return fail(m, Self.invalidArgs("hint 'lifetime' must be a string (s), not \(v.signature)"))
-            }
-            guard let l = NewSession.Lifetime(rawValue: s) else {
-                return fail(m, Self.invalidArgs("lifetime '\(s)' is not one of connection, process"))
-            }
-            lifetime = l
-        }
-        guard let sender = m.sender else { return fail(m, .failed("a call without a sender")) }
-        if let e = sessionLimitReached(sender) { return fail(m, e) }
-        withCaller(sender, m) { [weak self] caller in
-            guard let self else { return }
-            guard let host = self.host else { return self.fail(m, Self.shuttingDown) }
-            // Checked again: calls queued behind the credentials look-up all passed the first check.
-            if let e = self.sessionLimitReached(sender) { return self.fail(m, e) }
-            // A caller in a sandbox names pids as its pid namespace numbers them; the bus gives its host pid.
-            guard let pid = pidHint.map({ host.hostPid($0, seenBy: caller.pid) }) ?? caller.pid, pid > 0,
-                let uid = host.processOwner(pid)
-            else {
-                return self.fail(
-                    m,
-                    DBusError(
-                        name: ErrorName.noSuchProcess.busName, message: "no process has pid \(pidHint ?? caller.pid)"))
-            }
-            guard uid == caller.uid else {
-                return self.fail(
-                    m,
-                    DBusError(
-                        name: "org.freedesktop.DBus.Error.AccessDenied",
-                        message: "pid \(pid) belongs to another user; a session may only hold your own processes"))
-            }
-            if pidHint != nil, let why = self.captureRefusal(pid, named: pidHint ?? pid) {
-                return self.fail(m, Self.invalidArgs(why))
-            }
-            let owner = Owner(busName: sender, uid: caller.uid, lifetime: lifetime, pid: pid)
-            let effects = self.request(
-                m,
-                encode: { reply in
-                    guard case .session(let id) = reply else { return [] }
-                    return [.objectPath(Self.sessionPath(id))]
-                }
-            ) { .createSession($0, NewSession(pid: pid, applicationName: name, lifetime: lifetime)) }
-            // Owned from the step that made it (its reply may be published later), so that the limit counts it.
-            for case .reply(_, .session(let id)) in effects { self.adopt(id, owner: owner) }
-        }
-    }
-
-    /// Why a pid hint names a process no app is (docs/API.md `CreateSession`): a session for it would hold every
-    /// stream its descendants play — all of the user's, or the system's. Nil when the pid may be held.
-    private func captureRefusal(_ pid: UInt32, named: UInt32) -> String? {
-        let tail =
-            "; a session holds an app's own process and its children (to set how an app is treated, use SetApplicationCategory)"
-        if pid == 1 {
-            return "pid \(named) is PID 1, the init system: a session for it would hold every stream on the system"
-                + tail
-        }
-        if Self.isServiceManager(pid) {
-            return
-                "pid \(named) is your service manager (systemd --user): a session for it would hold every stream you play"
-                + tail
-        }
-        if platform.isSessionLeader(pid) {
-            return
-                "pid \(named) is the leader of one of your login sessions: a session for it would hold every stream you play"
-                + tail
-        }
-        let me = UInt32(getpid())
-        if pid == me { return "pid \(named) is audiod itself" + tail }
-        if host?.processChain(me).dropFirst().contains(pid) == true {
-            return
-                "pid \(named) is an ancestor of audiod: a session for it would hold every stream audiod's siblings play"
-                + tail
-        }
-        return nil
-    }
-
-    /// A user's `systemd --user`: its cgroup is `…/user@UID.service/init.scope`.
-    static func isServiceManager(_ pid: UInt32) -> Bool {
-        guard let fd = fopen("/proc/\(pid)/cgroup", "r") else { return false }
-        defer { fclose(fd) }
-        var line = [CChar](repeating: 0, count: 4096)
-        while fgets(&line, Int32(line.count), fd) != nil {
-            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            let parts = text.split(separator: "\n").first?.split(separator: "/") ?? []
-            if parts.count >= 2, parts[parts.count - 1] == "init.scope", parts[parts.count - 2].hasPrefix("user@"),
-                parts[parts.count - 2].hasSuffix(".service")
-            {
-                return true
-            }
-        }
-        return false
-    }
 
     // MARK: Access and bounds
 
@@ -716,31 +391,10 @@ public final class AudioSessionService {
     static let shuttingDown = DBusError(
         name: ErrorName.shuttingDown.busName, message: "audiod is stopping and decides nothing new")
 
-    private static func limitExceeded(_ message: String) -> DBusError {
-        DBusError(name: ErrorName.limitExceeded.busName, message: message)
-    }
-
-    private func sessionLimitReached(_ sender: String) -> DBusError? {
-        guard sessionsByBusName[sender, default: []].count >= limits.sessionsPerConnection else { return nil }
-        return Self.limitExceeded(
-            "this connection owns \(limits.sessionsPerConnection) sessions, the limit per connection; release one first"
-        )
-    }
-
-    func nameTooLong(_ s: String, _ what: String) -> DBusError? {
-        guard s.utf8.count > limits.nameBytes else { return nil }
-        return Self.limitExceeded("\(what) has \(s.utf8.count) bytes; at most \(limits.nameBytes) are accepted")
-    }
-
-    func tooManyOptions(_ o: [String]) -> DBusError? {
-        guard o.count > limits.options else { return nil }
-        return Self.limitExceeded("\(o.count) options given; at most \(limits.options) are accepted")
-    }
-
     /// Runs `body` if the caller may change session `id` (docs/API.md: its owner connection; for a `process` session,
     /// any connection of the same user); answers AccessDenied otherwise.
     private func withOwner(_ m: DBusMessage, _ id: SessionID, _ body: @escaping () -> Void) {
-        guard let owner = owners[id] else {
+        guard let owner = owners.owner(of: id) else {
             return fail(
                 m,
                 DBusError(
@@ -771,111 +425,14 @@ public final class AudioSessionService {
         }
     }
 
-    /// The caller's pid and uid (`GetConnectionCredentials`), cached per connection.
-    private func withCaller(_ sender: String, _ m: DBusMessage, _ body: @escaping (Caller) -> Void) {
-        if let c = credentials[sender] { return body(c) }
-        guard
-            let q = DBusMessage.methodCall(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "GetConnectionCredentials")
-        else { return fail(m, .failed("cannot ask the bus who is calling")) }
-        q.append([.string(sender)])
-        bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
-            guard let self else { return }
-            guard let r, r.kind == .methodReturn, let map = r.arguments.first?.propertyMap,
-                let pid = map["ProcessID"]?.uint32Value, let uid = map["UnixUserID"]?.uint32Value
-            else { return self.fail(m, .failed("the bus did not say which process is calling")) }
-            let c = Caller(pid: pid, uid: uid)
-            self.remember(sender, c)
+    /// The caller's pid and uid (`GetConnectionCredentials`, cached by `owners`); a failed call if the bus did not say.
+    func withCaller(_ sender: String, _ m: DBusMessage, _ body: @escaping (SessionOwners.Caller) -> Void) {
+        owners.caller(sender) { [weak self] c in
+            guard let c else {
+                self?.fail(m, .failed("the bus did not say which process is calling"))
+                return
+            }
             body(c)
         }
-    }
-
-    private func remember(_ sender: String, _ c: Caller) {
-        if credentials.updateValue(c, forKey: sender) == nil { credentialsOrder.append(sender) }
-        guard credentialsOrder.count > Self.maximumCachedCallers else { return }
-        if let i = credentialsOrder.firstIndex(where: { sessionsByBusName[$0] == nil }) {
-            credentials[credentialsOrder.remove(at: i)] = nil
-        }
-    }
-
-    // MARK: Owners
-
-    private func adopt(_ id: SessionID, owner: Owner) {
-        owners[id] = owner
-        sessionsByBusName[owner.busName, default: []].insert(id)
-        if ownerWatches[owner.busName] == nil {
-            let name = owner.busName
-            let w = platform.sessionLink.follow(name)
-            w.onVanished = { [weak self] _ in self?.busNameGone(name) }
-            ownerWatches[name] = w
-            w.start()
-        }
-        // The caller may have gone between its call and now: ask, so that its session is not kept forever.
-        if let q = DBusMessage.methodCall(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "NameHasOwner")
-        {
-            q.append([.string(owner.busName)])
-            bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
-                if let r, r.kind == .methodReturn, r.arguments.first?.boolValue == false {
-                    self?.busNameGone(owner.busName)
-                }
-            }
-        }
-        watchPid(owner.pid, id)
-    }
-
-    /// An implicit session ends as soon as its process exits, not when its streams have gone and the linger has
-    /// passed (a call app that quits gives the music back at once).
-    private func watchImplicit(_ id: SessionID, pid: UInt32) {
-        guard pid > 0 else { return }
-        implicitPids[id] = pid
-        watchPid(pid, id)
-    }
-
-    private func watchPid(_ pid: UInt32, _ id: SessionID) {
-        sessionsByPid[pid, default: []].insert(id)
-        if exitWatches[pid] == nil, let host {
-            exitWatches[pid] = host.watchExit(of: pid) { [weak self] in self?.processExited(pid) }
-        }
-    }
-
-    private func unwatchPid(_ pid: UInt32, _ id: SessionID) {
-        sessionsByPid[pid]?.remove(id)
-        if sessionsByPid[pid]?.isEmpty == true {
-            sessionsByPid[pid] = nil
-            exitWatches[pid] = nil
-        }
-    }
-
-    private func forget(_ id: SessionID) {
-        if let pid = implicitPids.removeValue(forKey: id) { unwatchPid(pid, id) }
-        guard let owner = owners.removeValue(forKey: id) else { return }
-        sessionsByBusName[owner.busName]?.remove(id)
-        if sessionsByBusName[owner.busName]?.isEmpty == true {
-            sessionsByBusName[owner.busName] = nil
-            ownerWatches[owner.busName] = nil
-        }
-        unwatchPid(owner.pid, id)
-    }
-
-    private func busNameGone(_ name: String) {
-        if let i = credentialsOrder.firstIndex(of: name) { credentials[credentialsOrder.remove(at: i)] = nil }
-        guard let ids = sessionsByBusName[name] else { return }
-        for id in ids.sorted() where owners[id]?.lifetime == .connection {
-            logger.debug("session owner left the bus", metadata: ["session": "\(id.rawValue)", "owner": "\(name)"])
-            host?.handle(.ownerVanished(id))
-        }
-    }
-
-    private func processExited(_ pid: UInt32) {
-        exitWatches[pid] = nil
-        let ids = sessionsByPid[pid] ?? []
-        for id in ids.sorted() where owners[id]?.lifetime == .process {
-            logger.debug("session process exited", metadata: ["session": "\(id.rawValue)", "pid": "\(pid)"])
-            host?.handle(.ownerVanished(id))
-        }
-        host?.handle(.processExited(pid: pid))
     }
 }
