@@ -233,6 +233,11 @@ extension ServerSession {
                 } ?? false
             let userVolume = fed.volume != info.volume && !wroteVolume ? t.raw.volume : nil
             out.leaks += ledger.changed(id, byAudiod: byAudiod, userMuted: userMuted, userVolume: userVolume)
+            // What the user set is no longer audiod's: a later change back to what audiod once wrote is the user's
+            // too (seed 723824: a mute the user set again after unmuting audiod's was taken for audiod's, and the
+            // key's next stream lost it).
+            if userMuted != nil { t.lastWritten.muted = nil }
+            if userVolume != nil { t.lastWritten.volume = nil }
         }
         t.fed = info
         streams[id] = t

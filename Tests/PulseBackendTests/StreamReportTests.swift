@@ -283,6 +283,36 @@ struct StreamReportTests {
         AppliedChange(stream: id, applicationName: "Softphone", unmute: true, appliedVolume: nil, restoreVolume: nil)
     }
 
+    /// Random test, seed 723824 (PipeWire 1.4): audiod muted a music stream, the user unmuted it (audiod let go
+    /// without a write) and muted it again. That mute matched what audiod had last written, and was taken for
+    /// audiod's: the key's next stream, which WirePlumber started with the user's mute, was unmuted as a leak.
+    @Test func aUsersChangeBackToWhatAudiodOnceWroteIsTheUsers() {
+        var s = Self.session(Self.pipeWire)
+        let id = StreamID.playback(70)
+        _ = s.accepted(Self.stream(70, device: 0))
+        _ = s.report(id, now: 0)
+        _ = s.appliedChanged([(id, Self.muted(id))], now: Self.ms)
+        Self.mutedByAudiod(&s, 70, now: Self.ms)
+        // The user unmutes it; the engine lets go of its mute without writing.
+        _ = s.accepted(Self.stream(70, device: 0, muted: false))
+        _ = s.report(id, now: 3_000 * Self.ms)
+        _ = s.appliedChanged([(id, nil)], now: 3_001 * Self.ms)
+        _ = s.writesSent()
+        // The user mutes it again: the user's mute, though audiod once wrote the same.
+        _ = s.accepted(Self.stream(70, device: 0, muted: true))
+        _ = s.report(id, now: 3_500 * Self.ms)
+        // The key's next stream starts with the user's saved mute: not a leak of audiod's.
+        let next = StreamID.playback(71)
+        _ = s.accepted(Self.stream(71, device: 0, muted: true))
+        let r = s.report(next, now: 4_000 * Self.ms)
+        #expect(Self.kinds(r) == ["appeared"])
+        for case .streamAppeared(let info) in r.events {
+            #expect(
+                info.leftByPolicy == nil, "the user's mute taken for audiod's: \(String(describing: info.leftByPolicy))"
+            )
+        }
+    }
+
     @Test func aLiftIsJournaledOnlyOnceTheWriteThatCarriesItIsAcknowledged() {
         var (s, id) = Self.reported(60)
         let r8 = s.appliedChanged([(id, Self.muted(id))], now: 0)
