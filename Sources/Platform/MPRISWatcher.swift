@@ -28,18 +28,13 @@ final class MPRISWatcher {
     private var players: [String: Player] = [:]
     /// Unique connection name → player name, for PropertiesChanged (whose sender is the unique name).
     private var byUnique: [String: String] = [:]
-    /// A name being looked up (GetNameOwner → pid → Get). Its owner's signals are followed from the moment the
-    /// owner is known, and the newest status it announces wins over the Get's answer: a player can answer Get
-    /// from a state that lags its own signal, and Firefox announces `Playing` while audiod still asks for its pid
-    /// (a status signalled then was once dropped, and the player stayed `Stopped` while it played).
-    private struct Lookup {
-        var unique: String?
-        var signalled: PlaybackStatus?
-    }
     /// A player's status as last signalled since it was followed, and the timer of the Get that confirms it.
     private var confirmations: [String: any DBusLoopTimer] = [:]
     private var signalledSinceFollowed: Set<String> = []
-    private var pending: [String: Lookup] = [:]
+    /// Names being looked up (GetNameOwner → pid → Get), and what each answer still counts for (PlayerLookups.swift).
+    /// Their owners' signals are followed from the moment the owner is known (a status signalled then was once
+    /// dropped, and the player stayed `Stopped` while it played).
+    private var lookups = PlayerLookups()
     private let maximumPlayers: Int
 
     init(link: BusLink, host: PlatformHost, maximumPlayers: Int, logger: Logger) {
@@ -52,7 +47,7 @@ final class MPRISWatcher {
     /// Whether `sender` is the current connection of a player followed or being looked up: only its signals are
     /// believed (and decoded).
     func follows(_ sender: String) -> Bool {
-        byUnique[sender] != nil || pending.values.contains { $0.unique == sender }
+        byUnique[sender] != nil || lookups.follows(sender)
     }
 
     func start() {
@@ -111,31 +106,26 @@ final class MPRISWatcher {
             host?.handle(.playerStatusChanged(PlayerID(name), status))
             return
         }
-        for (name, l) in pending where l.unique == sender {
+        for name in lookups.signalled(sender, status) {
             logger.debug("MPRIS status during look-up", metadata: ["player": "\(name)", "status": "\(raw)"])
-            pending[name]?.signalled = status
         }
     }
 
     /// `owner`: the unique name, when NameOwnerChanged said it (then signals are followed from this moment on).
     private func appeared(_ name: String, owner: String?) {
-        guard !Self.proxies.contains(name), players[name] == nil, pending[name] == nil else { return }
-        guard players.count + pending.count < maximumPlayers else {
+        guard !Self.proxies.contains(name), players[name] == nil, !lookups.isLookingUp(name) else { return }
+        guard players.count + lookups.count < maximumPlayers else {
             logger.warning(
                 "MPRIS player not followed: too many players",
                 metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
             return
         }
-        pending[name] = Lookup(unique: owner)
+        lookups.begin(name, owner: owner)
         if let owner { return lookUp(name, unique: owner) }
         busCall("GetNameOwner", [.string(name)]) { [weak self] r in
-            // Only for this look-up: one made since (the name changed owner meanwhile) knows its owner already.
-            guard let self, let lookup = self.pending[name], lookup.unique == nil else { return }
-            guard case .string(let unique)? = r?.arguments.first else {
-                self.pending[name] = nil
-                return
-            }
-            self.pending[name]?.unique = unique
+            var unique: String?
+            if case .string(let u)? = r?.arguments.first { unique = u }
+            guard let self, self.lookups.ownerAnswered(name, unique), let unique else { return }
             self.lookUp(name, unique: unique)
         }
     }
@@ -144,16 +134,10 @@ final class MPRISWatcher {
         // Each answer is for the look-up of this owner only: after a change of owner, the old one's answers are
         // dropped rather than ending or completing the new look-up.
         busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
-            guard let self, self.pending[name]?.unique == unique else { return }
-            guard let pid = r?.arguments.first?.uint32Value else {
-                self.pending[name] = nil
-                return
-            }
+            guard let self, self.lookups.isCurrent(name, unique) else { return }
+            guard let pid = r?.arguments.first?.uint32Value else { return self.lookups.failed(name, unique) }
             self.readStatus(name, unique: unique, attemptsLeft: 5) { [weak self] read in
-                guard let self, self.pending[name]?.unique == unique,
-                    let lookup = self.pending.removeValue(forKey: name)
-                else { return }
-                let status = lookup.signalled ?? read ?? .stopped
+                guard let self, let status = self.lookups.finish(name, unique, read: read) else { return }
                 // One process, several names: the first is the player; the rest add nothing.
                 if let other = self.players.values.first(where: { $0.pid == pid }) {
                     self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
@@ -212,7 +196,7 @@ final class MPRISWatcher {
     }
 
     private func vanished(_ name: String) {
-        pending[name] = nil
+        lookups.vanished(name)
         confirmations.removeValue(forKey: name)?.cancel()
         confirmations.removeValue(forKey: "get " + name)?.cancel()
         signalledSinceFollowed.remove(name)
