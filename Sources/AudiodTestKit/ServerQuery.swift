@@ -25,52 +25,69 @@ final class ServerQuery: @unchecked Sendable {
         let record: Bool
         var streams: [ObservedStream] = []
         var done = false
+        /// The server answered the request with an error (libpulse's `eol < 0`).
+        var failed = false
         init(record: Bool) { self.record = record }
     }
 
     /// Every playback (or record) stream, as `pactl list sink-inputs` (`source-outputs`) shows it now.
     func streams(record: Bool, timeout: Double = 10) throws -> [ObservedStream] {
         try lock.withLock {
-            let deadline = Date().addingTimeInterval(timeout)
-            let (m, c) = try connected(until: deadline)
-            let box = Gathered(record: record)
-            let ud = Unmanaged.passRetained(box)
-            pa_threaded_mainloop_lock(m)
-            let op: OpaquePointer? =
-                record
-                ? pa_context_get_source_output_info_list(c, Self.recordCallback, ud.toOpaque())
-                : pa_context_get_sink_input_info_list(c, Self.playbackCallback, ud.toOpaque())
-            pa_threaded_mainloop_unlock(m)
-            guard let op else {
-                ud.release()
+            do {
+                return try list(record: record, timeout: timeout)
+            } catch let error as ConnectionLost {
+                // Dropped only now, after `list` let go of its request: the next one connects again.
                 disconnect()
-                throw TestKitError("the list request could not be sent to \(server)")
+                throw TestKitError(error.message)
             }
-            defer {
-                pa_threaded_mainloop_lock(m)
-                // A request cut short (the server went, or the deadline passed) never calls back again.
-                if pa_operation_get_state(op) == PA_OPERATION_RUNNING { pa_operation_cancel(op) }
-                pa_operation_unref(op)
-                pa_threaded_mainloop_unlock(m)
-                ud.release()
+        }
+    }
+
+    private struct ConnectionLost: Error { var message: String }
+
+    /// One list request on the connection. Called with `lock` held.
+    private func list(record: Bool, timeout: Double) throws -> [ObservedStream] {
+        let deadline = Date().addingTimeInterval(timeout)
+        let (m, c) = try connected(until: deadline)
+        let box = Gathered(record: record)
+        let ud = Unmanaged.passRetained(box)
+        pa_threaded_mainloop_lock(m)
+        let op: OpaquePointer? =
+            record
+            ? pa_context_get_source_output_info_list(c, Self.recordCallback, ud.toOpaque())
+            : pa_context_get_sink_input_info_list(c, Self.playbackCallback, ud.toOpaque())
+        pa_threaded_mainloop_unlock(m)
+        guard let op else {
+            ud.release()
+            throw ConnectionLost(message: "the list request could not be sent to \(server)")
+        }
+        defer {
+            pa_threaded_mainloop_lock(m)
+            // A request cut short (the server went, or the deadline passed) never calls back again.
+            if pa_operation_get_state(op) == PA_OPERATION_RUNNING { pa_operation_cancel(op) }
+            pa_operation_unref(op)
+            pa_threaded_mainloop_unlock(m)
+            ud.release()
+        }
+        while true {
+            pa_threaded_mainloop_lock(m)
+            let finished = box.done
+            let failed = box.failed
+            let state = pa_operation_get_state(op)
+            let alive = pa_context_get_state(c) == PA_CONTEXT_READY
+            let streams = box.streams
+            pa_threaded_mainloop_unlock(m)
+            if finished {
+                guard !failed else { throw TestKitError("\(server) answered the list request with an error") }
+                return streams
             }
-            while true {
-                pa_threaded_mainloop_lock(m)
-                let finished = box.done
-                let state = pa_operation_get_state(op)
-                let alive = pa_context_get_state(c) == PA_CONTEXT_READY
-                let streams = box.streams
-                pa_threaded_mainloop_unlock(m)
-                if finished { return streams }
-                if !alive || state == PA_OPERATION_CANCELLED {
-                    disconnect()
-                    throw TestKitError("the connection to \(server) was lost")
-                }
-                if Date() > deadline {
-                    throw TestKitError("\(server) did not answer a list request within \(timeout) s")
-                }
-                usleep(200)
+            if !alive || state == PA_OPERATION_CANCELLED {
+                throw ConnectionLost(message: "the connection to \(server) was lost")
             }
+            if Date() > deadline {
+                throw TestKitError("\(server) did not answer a list request within \(timeout) s")
+            }
+            usleep(200)
         }
     }
 
@@ -145,6 +162,7 @@ final class ServerQuery: @unchecked Sendable {
         guard let ud else { return }
         let box = Unmanaged<Gathered>.fromOpaque(ud).takeUnretainedValue()
         if eol != 0 {
+            box.failed = eol < 0
             box.done = true
         } else if let s = stream() {
             box.streams.append(s)
