@@ -216,12 +216,10 @@ public struct RestoreLedger {
             if userMuteByKey.count > 1024 { userMuteByKey = [key: userMuted] }
         }
         guard held == nil else { return [] }
-        if !byAudiod {
-            // The user's change is saved after every policy value audiod set on the key before it.
-            heldAtDrop[key] = nil
-            unsavedByKey[key] = nil
-            savedPolicyByKey[key] = nil
-        }
+        // The user's change is saved after every policy value audiod set on the key before it. (What the server
+        // saved before stays known: on PipeWire the user's change is saved a second later, and a server that dies
+        // within that second comes back with the earlier save.)
+        if !byAudiod { heldAtDrop[key] = nil }
         var journal: [String] = []
         if leaks.removeValue(forKey: key) != nil { journal.append(key) }
         // The user's change was saved after every policy value audiod set before it.

@@ -221,8 +221,6 @@ extension ServerSession {
         let changed = t.fed != info || left != nil
         if left == nil, let fed = t.fed, fed.muted != info.muted || fed.volume != info.volume {
             // The server saved this change in the stream's entry: it holds non-policy values again.
-            let byAudiod = t.lastWritten.matches(
-                muted: info.muted, volume: t.raw.volume, tolerance: tracker.volumeTolerance)
             // Field by field: a mute or volume that changed, and not to what audiod last wrote, is the user's.
             let userMuted = fed.muted != info.muted && t.lastWritten.muted != info.muted ? info.muted : nil
             let wroteVolume =
@@ -232,6 +230,9 @@ extension ServerSession {
                             to: Volume(channels: $0), tolerance: tracker.volumeTolerance)
                 } ?? false
             let userVolume = fed.volume != info.volume && !wroteVolume ? t.raw.volume : nil
+            // audiod's only when no part of it is the user's: a field audiod never wrote (or whose write the user
+            // has since overridden) that changed makes the change the user's.
+            let byAudiod = userMuted == nil && userVolume == nil
             out.leaks += ledger.changed(id, byAudiod: byAudiod, userMuted: userMuted, userVolume: userVolume)
             // What the user set is no longer audiod's: a later change back to what audiod once wrote is the user's
             // too (seed 723824: a mute the user set again after unmuting audiod's was taken for audiod's, and the
