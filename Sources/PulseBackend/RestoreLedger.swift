@@ -202,18 +202,32 @@ public struct RestoreLedger {
     /// `userMuted`, `userVolume`: the parts of the change that were the user's (the mute or volume changed, and not
     /// to what audiod last wrote) — the key's last user values, also from a stream audiod holds something on (a game
     /// muted by policy whose volume the user turns down; seed 636101).
+    /// `shownMuted`, `shownVolume`: what the stream shows after the change. The server saves the whole stream into
+    /// its key at a user's change, so the field the user did not touch becomes the key's too (seed 61976: the user
+    /// unmuted a music stream at 100 % after turning another down to 30 %, and a leaked duck on the key's next
+    /// stream was put back to 30 %).
     public mutating func changed(
-        _ id: StreamID, byAudiod: Bool, userMuted: Bool? = nil, userVolume: [UInt32]? = nil
+        _ id: StreamID, byAudiod: Bool, userMuted: Bool? = nil, userVolume: [UInt32]? = nil,
+        shownMuted: Bool? = nil, shownVolume: [UInt32]? = nil
     ) -> [String] {
         guard let key = keys[id] else { return [] }
         let held = applied[id]
-        if held?.appliedVolume == nil, let userVolume {
-            userVolumeByKey[key] = userVolume
-            if userVolumeByKey.count > 1024 { userVolumeByKey = [key: userVolume] }
+        var keyVolume = held?.appliedVolume == nil ? userVolume : nil
+        var keyMute = held?.unmute != true ? userMuted : nil
+        if userMuted != nil || userVolume != nil {
+            // Under audiod's duck the user's volume is the one the duck will go back to.
+            if userVolume == nil {
+                keyVolume = held?.appliedVolume == nil ? shownVolume : held?.restoreVolume?.channels
+            }
+            if userMuted == nil, held?.unmute != true { keyMute = shownMuted }
         }
-        if held?.unmute != true, let userMuted {
-            userMuteByKey[key] = userMuted
-            if userMuteByKey.count > 1024 { userMuteByKey = [key: userMuted] }
+        if let keyVolume {
+            userVolumeByKey[key] = keyVolume
+            if userVolumeByKey.count > 1024 { userVolumeByKey = [key: keyVolume] }
+        }
+        if let keyMute {
+            userMuteByKey[key] = keyMute
+            if userMuteByKey.count > 1024 { userMuteByKey = [key: keyMute] }
         }
         guard held == nil else { return [] }
         // The user's change is saved after every policy value audiod set on the key before it. (What the server

@@ -233,7 +233,9 @@ extension ServerSession {
             // audiod's only when no part of it is the user's: a field audiod never wrote (or whose write the user
             // has since overridden) that changed makes the change the user's.
             let byAudiod = userMuted == nil && userVolume == nil
-            out.leaks += ledger.changed(id, byAudiod: byAudiod, userMuted: userMuted, userVolume: userVolume)
+            out.leaks += ledger.changed(
+                id, byAudiod: byAudiod, userMuted: userMuted, userVolume: userVolume, shownMuted: info.muted,
+                shownVolume: t.raw.volume)
             // What the user set is no longer audiod's: a later change back to what audiod once wrote is the user's
             // too (seed 723824: a mute the user set again after unmuting audiod's was taken for audiod's, and the
             // key's next stream lost it).

@@ -349,6 +349,25 @@ struct RestoreLedgerTests {
                 == Volume(channels: [19661, 19661]))
     }
 
+    @Test func aUsersMuteChangeMakesTheStreamsVolumeTheKeys() {
+        // Seed 61976: the user turns stream 1 down to 30 %, then unmutes stream 2 of the key, at 100 %: the server
+        // saves stream 2 whole, and a leaked duck on the key's next stream goes back to 100 %, not 30 %.
+        var l = Self.ledger(savesLate: true)
+        let low = StreamID.playback(1)
+        let other = StreamID.playback(2)
+        let held = StreamID.playback(4)
+        _ = Self.appear(&l, low)
+        _ = Self.appear(&l, other)
+        _ = Self.appear(&l, held)
+        _ = l.changed(
+            low, byAudiod: false, userVolume: [19661, 19661], shownMuted: false, shownVolume: [19661, 19661])
+        _ = l.changed(other, byAudiod: false, userMuted: false, shownMuted: false, shownVolume: Self.full)
+        _ = l.update([(held, Self.duck(held))], muted: { _ in false }, now: 10 * Self.ms)
+        let values = Self.appear(&l, StreamID.playback(3), volume: Self.ducked, now: 20 * Self.ms)
+        #expect(values?.volume == Volume(channels: Self.ducked))
+        #expect(values?.userVolume == Volume(channels: Self.full))
+    }
+
     @Test func aStreamOlderThanTheLeakKeepsTheUsersMuteAtARestart() {
         // One run: the user muted stream 1 of the app; stream 2 of it ended while audiod muted it, leaving the mute in
         // the entry. Stream 1 existed before and never got the entry's value: its mute is the user's.
