@@ -204,7 +204,7 @@ public final class PulseBackend {
         if recovery == nil, let j = journalLog?.written, !j.isEmpty { recovery = j }
         let gone = session.streamIDs
         unlinkedReadTimers.removeAll()
-        let delay = session.dropped()
+        let delay = session.dropped(now: monotonicNow())
         expiryTimer?.cancel()
         expiryTimer = nil
         confirmTimer?.cancel()

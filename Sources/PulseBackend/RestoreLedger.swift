@@ -99,8 +99,12 @@ public struct RestoreLedger {
         if savesLate, now &- lastActivity >= Self.savesAfterQuietNanoseconds {
             unsavedByKey.removeAll()
             savedPolicyByKey.removeAll()
+            // The entry holds what changed last: a value audiod set before the user's last change of the key is not
+            // what was saved (seed 380805: the user muted a music stream after audiod had muted its sibling; after a
+            // sound-server restart the key's next stream, started with the user's mute, was unmuted as a leak).
             for (id, change) in applied {
-                if let key = keys[id] { savedPolicyByKey[key, default: []].append(Journal.Leak(change)) }
+                guard let key = keys[id], appliedOrder[id] ?? 0 > userChangeOrder[key] ?? 0 else { continue }
+                savedPolicyByKey[key, default: []].append(Journal.Leak(change))
             }
         }
         lastActivity = max(lastActivity, now)
@@ -410,7 +414,9 @@ public struct RestoreLedger {
     }
 
     /// The connection is gone, and its streams with it. What audiod applied stays (the journal's record).
-    public mutating func connectionDropped() {
+    /// `now`: when the connection dropped; a quiet second since the last change means the server saved it all.
+    public mutating func connectionDropped(now: UInt64? = nil) {
+        if let now { activity(now) }
         for (id, change) in applied {
             guard let key = keys[id], appliedOrder[id] ?? 0 > userChangeOrder[key] ?? 0 else { continue }
             heldAtDrop[key, default: []].append(Journal.Leak(change))
@@ -429,8 +435,9 @@ public struct RestoreLedger {
         matchedAtConnect.removeAll()
         highestSeen.removeAll()
         userChangeOrder.removeAll()
-        userMuteByKey.removeAll()
-        userVolumeByKey.removeAll()
+        // The keys' last user values stay: the server's database keeps them across its restart (seed 380805: after a
+        // restart audiod muted a stream the user had muted, and the key's next stream, started with that mute, was
+        // unmuted as a leak). Only a user's change within the second before a crash was not saved yet.
     }
 
     /// The journal's entry for a stream audiod holds something on.

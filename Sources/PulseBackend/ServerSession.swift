@@ -188,12 +188,12 @@ public struct ServerSession<Stream: ServerStreamValue> {
     }
 
     /// The connection is gone (or could not be made). Returns the delay before the next attempt; nil when stopped.
-    public mutating func dropped() -> UInt64? {
+    public mutating func dropped(now: UInt64? = nil) -> UInt64? {
         // The streams went with the connection (the engine hears of it from `streamIDs`, read before).
         streams.removeAll()
         liftsAwaitingWrite.removeAll()
         tracker.reset()
-        ledger.connectionDropped()
+        ledger.connectionDropped(now: now)
         clients.removeAll()
         serverName = nil
         guard phase != .stopped else { return nil }

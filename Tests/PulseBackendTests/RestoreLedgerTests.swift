@@ -349,6 +349,42 @@ struct RestoreLedgerTests {
                 == Volume(channels: [19661, 19661]))
     }
 
+    @Test func aPolicyMuteOlderThanTheUsersSavedChangeIsNoLeakAfterAServerRestart() {
+        // Seed 380805: audiod mutes stream 1 of the key, the user then mutes stream 2; a quiet second later the server
+        // has saved the user's mute (the entry holds the last change). The server restarts: the key's next stream
+        // starts with that mute, which is the user's.
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
+        func run(userMutes: Bool) -> PolicyValues? {
+            var l = Self.ledger(savesLate: true)
+            _ = Self.appear(&l, a)
+            _ = Self.appear(&l, b)
+            _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+            if userMutes {
+                _ = l.changed(b, byAudiod: false, userMuted: true, shownMuted: true, shownVolume: Self.full)
+            }
+            l.connectionDropped(now: 3_000 * Self.ms)
+            return Self.appear(&l, StreamID.playback(3), muted: true, now: 10_000 * Self.ms)
+        }
+        #expect(run(userMutes: true) == nil, "the user's saved mute taken for audiod's")
+        // Without the user's change the entry holds audiod's mute: the next stream's mute is a leak.
+        #expect(run(userMutes: false)?.mute == true)
+    }
+
+    @Test func theKeysUserMuteOutlivesAServerRestart() {
+        // Seed 380805, later: on the new server audiod mutes the key's stream that started with the user's mute; the
+        // key's next stream starts muted too. The server's database kept the user's mute across its restart.
+        var l = Self.ledger(savesLate: true)
+        let a = StreamID.playback(1)
+        _ = Self.appear(&l, a)
+        _ = l.changed(a, byAudiod: false, userMuted: true, shownMuted: true, shownVolume: Self.full)
+        l.connectionDropped(now: 3_000 * Self.ms)
+        let b = StreamID.playback(5)
+        _ = Self.appear(&l, b, muted: true, now: 10_000 * Self.ms)
+        _ = l.update([(b, Self.muted(b))], muted: { _ in true }, now: 11_000 * Self.ms)
+        #expect(Self.appear(&l, StreamID.playback(6), muted: true, now: 11_500 * Self.ms) == nil)
+    }
+
     @Test func aUsersMuteChangeMakesTheStreamsVolumeTheKeys() {
         // Seed 61976: the user turns stream 1 down to 30 %, then unmutes stream 2 of the key, at 100 %: the server
         // saves stream 2 whole, and a leaked duck on the key's next stream goes back to 100 %, not 30 %.
