@@ -72,16 +72,10 @@ public final class SessionOwners {
     /// The caller's pid and uid, cached per connection; nil when the bus did not say.
     public func caller(_ sender: String, _ body: @escaping (Caller?) -> Void) {
         if let c = credentials[sender] { return body(c) }
-        guard let bus = link.connection,
-            let q = DBusMessage.methodCall(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "GetConnectionCredentials")
-        else { return body(nil) }
-        q.append([.string(sender)])
-        bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
+        link.busCall("GetConnectionCredentials", [.string(sender)]) { [weak self] r in
             guard let self else { return }
-            guard let r, r.kind == .methodReturn, let map = r.arguments.first?.propertyMap,
-                let pid = map["ProcessID"]?.uint32Value, let uid = map["UnixUserID"]?.uint32Value
+            guard let map = r?.arguments.first?.propertyMap, let pid = map["ProcessID"]?.uint32Value,
+                let uid = map["UnixUserID"]?.uint32Value
             else { return body(nil) }
             let c = Caller(pid: pid, uid: uid)
             self.remember(sender, c)
@@ -115,17 +109,8 @@ public final class SessionOwners {
             w.start()
         }
         // The caller may have gone between its call and now: ask, so that its session is not kept forever.
-        if let bus = link.connection,
-            let q = DBusMessage.methodCall(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner")
-        {
-            q.append([.string(owner.busName)])
-            bus.call(q, timeoutMilliseconds: 5_000) { [weak self] r in
-                if let r, r.kind == .methodReturn, r.arguments.first?.boolValue == false {
-                    self?.busNameGone(owner.busName)
-                }
-            }
+        link.busCall("NameHasOwner", [.string(owner.busName)]) { [weak self] r in
+            if r?.arguments.first?.boolValue == false { self?.busNameGone(owner.busName) }
         }
         watchPid(owner.pid, id)
     }
