@@ -134,12 +134,30 @@ public struct RestoreLedger {
     public mutating func connected(serverCookie cookie: UInt32) {
         if serverCookie != cookie {
             for key in Array(leaks.keys) { leaks[key]?.existedBefore = nil }
+            // The server came back with what it saved before it went: what audiod held on a key then may be in the
+            // entry. Recorded as the key's leak it is in the journal, so that an audiod started again later still
+            // knows it (seed 115991: a video stream started after the restart at the duck of the run before, and
+            // was left there at the next stop), and a stop or `--restore` writes the user's values over it (seed
+            // 678146: a music stream started while audiod was down at a duck saved before two server restarts).
+            if serverCookie != nil {
+                for (key, held) in heldAtDrop where !held.isEmpty { recordHeld(held, for: key) }
+            }
         } else {
             // Only audiod's connection dropped: the server kept running, and what it gives new streams is what it
             // holds now, which the rules above already judge.
             heldAtDrop.removeAll()
         }
         serverCookie = cookie
+    }
+
+    /// `held` (newest first) as the key's leak, with the key's last user values as what a repair writes.
+    private mutating func recordHeld(_ held: [Journal.Leak], for key: String) {
+        let leak = held.reversed().reduce(Journal.Leak?.none) { $1.merged(with: $0) }
+        guard var leak else { return }
+        leak.existedBefore = nil
+        if !leak.unmute, let m = userMuteByKey[key] { leak.userMuted = m }
+        if let v = userVolumeByKey[key], let a = leak.appliedVolume, v.count == a.count { leak.restoreVolume = v }
+        leaks[key] = leak.merged(with: leaks[key])
     }
 
     /// The values a stream shows that audiod left in its entry (nil: none), to report as audiod's so that the
@@ -415,11 +433,14 @@ public struct RestoreLedger {
 
     /// The connection is gone, and its streams with it. What audiod applied stays (the journal's record).
     /// `now`: when the connection dropped; a quiet second since the last change means the server saved it all.
-    public mutating func connectionDropped(now: UInt64? = nil) {
+    /// `muted` says what a stream showed (nil: not known): a duck's repair writes the user's own mute.
+    public mutating func connectionDropped(now: UInt64? = nil, muted: (StreamID) -> Bool? = { _ in nil }) {
         if let now { activity(now) }
         for (id, change) in applied {
             guard let key = keys[id], appliedOrder[id] ?? 0 > userChangeOrder[key] ?? 0 else { continue }
-            heldAtDrop[key, default: []].append(Journal.Leak(change))
+            var leak = Journal.Leak(change)
+            if !change.unmute { leak.userMuted = muted(id) }
+            heldAtDrop[key, default: []].append(leak)
         }
         for (id, l) in lifted { if let key = keys[id] { heldAtDrop[key, default: []].append(l.leak) } }
         for (key, list) in recentByKey { heldAtDrop[key, default: []] += list.map(\.leak) }

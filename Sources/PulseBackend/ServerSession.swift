@@ -190,10 +190,11 @@ public struct ServerSession<Stream: ServerStreamValue> {
     /// The connection is gone (or could not be made). Returns the delay before the next attempt; nil when stopped.
     public mutating func dropped(now: UInt64? = nil) -> UInt64? {
         // The streams went with the connection (the engine hears of it from `streamIDs`, read before).
+        let shown = streams.mapValues(\.raw.muted)
         streams.removeAll()
         liftsAwaitingWrite.removeAll()
         tracker.reset()
-        ledger.connectionDropped(now: now)
+        ledger.connectionDropped(now: now, muted: { shown[$0] })
         clients.removeAll()
         serverName = nil
         guard phase != .stopped else { return nil }

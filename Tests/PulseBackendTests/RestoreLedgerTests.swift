@@ -385,6 +385,41 @@ struct RestoreLedgerTests {
         #expect(Self.appear(&l, StreamID.playback(6), muted: true, now: 11_500 * Self.ms) == nil)
     }
 
+    @Test func whatAudiodHeldWhenTheServerWentAwayIsInTheJournalOnceItComesBack() {
+        // Seeds 115991 and 678146: the user muted the key's stream, audiod ducked it, the server restarted. Nothing of
+        // the key started on the new server before audiod was stopped (or killed) and started again: that audiod must
+        // still know the entry may hold the duck, and a stop must write the user's values over it.
+        let a = StreamID.playback(1)
+        func dropped(newServer: Bool) -> RestoreLedger {
+            var l = Self.ledger(savesLate: true)
+            l.connected(serverCookie: 1)
+            _ = Self.appear(&l, a)
+            _ = l.changed(a, byAudiod: false, userMuted: true, shownMuted: true, shownVolume: Self.full)
+            _ = l.update([(a, Self.duck(a))], muted: { _ in true }, now: 0)
+            l.connectionDropped(now: 3_000 * Self.ms, muted: { _ in true })
+            l.connected(serverCookie: newServer ? 2 : 1)
+            return l
+        }
+        let l = dropped(newServer: true)
+        let leak = l.journal(cookie: 2).leaks[Self.key]
+        #expect(leak?.appliedVolume == Self.ducked)
+        #expect(leak?.restoreVolume == Self.full)
+        #expect(leak?.userMute == true, "a repair would unmute what the user muted")
+        #expect(l.blindRepairs.map { [$0.muted ? 1 : 0] + $0.volume } == [[1] + Self.full])
+        // The next audiod, from that journal: the key's first stream shows the duck, and the user's own mute.
+        var next = RestoreLedger(
+            leaks: l.journal(cookie: 2).leaks, serverCookie: 2, volumeTolerance: 64,
+            leakWindowNanoseconds: 2_000 * Self.ms, restoreSettleNanoseconds: 2_000 * Self.ms)
+        next.savesLate = true
+        next.connected(serverCookie: 2)
+        let values = Self.appear(&next, StreamID.playback(7), muted: true, volume: Self.ducked)
+        #expect(values?.volume == Volume(channels: Self.ducked))
+        #expect(values?.userVolume == Volume(channels: Self.full))
+        #expect(values?.mute == false)
+        // Only audiod's connection dropped: the server kept the streams and saved nothing new.
+        #expect(dropped(newServer: false).leaks.isEmpty)
+    }
+
     @Test func aUsersMuteChangeMakesTheStreamsVolumeTheKeys() {
         // Seed 61976: the user turns stream 1 down to 30 %, then unmutes stream 2 of the key, at 100 %: the server
         // saves stream 2 whole, and a leaked duck on the key's next stream goes back to 100 %, not 30 %.
