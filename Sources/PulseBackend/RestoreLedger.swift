@@ -210,6 +210,16 @@ public struct RestoreLedger {
         }
         guard values.mute || values.volume != nil else { return (nil, journal) }
         corrections[id] = nil
+        // Putting them back is saved as late as audiod's own writes: a server that dies before that gives the key's
+        // next stream the leaked values again (seed 281815 on WirePlumber 0.5: a music stream started with a mute
+        // audiod had put back on its sibling two seconds before the server was killed).
+        if let key = keys[id] {
+            unsaved(
+                Journal.Leak(
+                    unmute: values.mute, appliedVolume: values.volume?.channels,
+                    restoreVolume: values.userVolume?.channels),
+                for: key)
+        }
         return (values, journal)
     }
 
@@ -314,12 +324,7 @@ public struct RestoreLedger {
                 lifted[id] = nil
                 if let key = keys[id] {
                     remember(Journal.Leak(c), for: key, at: now)
-                    if savesLate {
-                        var list = unsavedByKey[key, default: []]
-                        if list.count >= 8 { list.removeFirst() }
-                        list.append(Journal.Leak(c))
-                        unsavedByKey[key] = list
-                    }
+                    unsaved(Journal.Leak(c), for: key)
                 }
                 order += 1
                 appliedOrder[id] = order
@@ -330,6 +335,15 @@ public struct RestoreLedger {
             dirty.append(id)
         }
         return dirty
+    }
+
+    /// Where the server saves late, a policy value written to the key since its last quiet second.
+    private mutating func unsaved(_ leak: Journal.Leak, for key: String) {
+        guard savesLate else { return }
+        var list = unsavedByKey[key, default: []]
+        if list.count >= 8 { list.removeFirst() }
+        list.append(leak)
+        unsavedByKey[key] = list
     }
 
     private mutating func remember(_ leak: Journal.Leak, for key: String, at now: UInt64) {

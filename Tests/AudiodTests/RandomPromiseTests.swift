@@ -539,7 +539,12 @@ final class PromiseRun {
         d.child.signal(SIGKILL)
         _ = d.child.wait(timeout: 10)
         daemon = nil
-        let out = try server.runStatus([audiod, "--restore"])
+        let out = try server.runStatus([
+            audiod, "--restore", "--log-level", ProcessInfo.processInfo.environment["AUDIOD_PROMISE_LOG"] ?? "info",
+        ])
+        // Kept beside audiod's logs (AUDIOD_TEST_KEEP=1): the step names only its last lines.
+        try? out.output.write(
+            toFile: server.directory + "/restore-\(log.count).log", atomically: false, encoding: .utf8)
         watcher.settle()
         let v = stopped("after SIGKILL and --restore (exit \(out.status))")
         let more = try whileDown()

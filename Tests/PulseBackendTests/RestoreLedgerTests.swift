@@ -420,6 +420,29 @@ struct RestoreLedgerTests {
         #expect(dropped(newServer: false).leaks.isEmpty)
     }
 
+    @Test func aLeakPutBackIsNotSavedUntilTheServersNextQuietSecond() {
+        // Seed 281815 on WirePlumber 0.5: the key's first stream after a server restart showed audiod's mute, which
+        // audiod put back; the server was killed again within the second. The key's next stream on the third server
+        // starts with the mute again: still audiod's.
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
+        func next(killedAfter ms: UInt64) -> PolicyValues? {
+            var l = Self.ledger(savesLate: true)
+            l.connected(serverCookie: 1)
+            _ = Self.appear(&l, a)
+            _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+            l.connectionDropped(now: 100 * Self.ms)
+            l.connected(serverCookie: 2)
+            #expect(Self.appear(&l, b, muted: true, now: 5_000 * Self.ms)?.mute == true)
+            l.connectionDropped(now: (5_000 + ms) * Self.ms)
+            l.connected(serverCookie: 3)
+            return Self.appear(&l, StreamID.playback(3), muted: true, now: 9_000 * Self.ms)
+        }
+        #expect(next(killedAfter: 600)?.mute == true, "the unsaved correction's mute taken for the user's")
+        // A quiet second after the correction: the server saved the user's values over the leak.
+        #expect(next(killedAfter: 1_500) == nil)
+    }
+
     @Test func aUsersMuteChangeMakesTheStreamsVolumeTheKeys() {
         // Seed 61976: the user turns stream 1 down to 30 %, then unmutes stream 2 of the key, at 100 %: the server
         // saves stream 2 whole, and a leaked duck on the key's next stream goes back to 100 %, not 30 %.
