@@ -145,6 +145,17 @@ public final class PulseBackend {
                 "journal found: \(r.entries.count) stream change(s) of a previous run to undo",
                 metadata: ["path": "\(path)"])
         }
+        if let path = options.journalPath {
+            let valuesPath = KeyUserValues.path(besideJournal: path)
+            do {
+                session.ledger.userValues = try KeyUserValues.load(from: valuesPath)
+            } catch {
+                logger.warning(
+                    "\(valuesPath) is damaged (\(error)); a policy value a stream starts with goes back to its sibling's volume, not the app's last one, until the user changes it again"
+                )
+            }
+            userValuesWritten = session.ledger.userValuesRevision
+        }
         if let damaged, let path = options.journalPath {
             // What a crashed run left muted may stay so: a person should hear of it, with where to look.
             logger.warning(
@@ -346,6 +357,21 @@ public final class PulseBackend {
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
         carryOut(session.report(id, now: monotonicNow()), id)
+        if session.ledger.userValuesRevision != userValuesWritten { writeUserValues() }
+    }
+
+    /// What `KeyUserValues` keeps was last written at this ledger revision.
+    private var userValuesWritten: UInt64 = 0
+
+    private func writeUserValues() {
+        userValuesWritten = session.ledger.userValuesRevision
+        guard let journal = options.journalPath else { return }
+        let path = KeyUserValues.path(besideJournal: journal)
+        do {
+            try session.ledger.userValues.write(to: path)
+        } catch {
+            logger.error("cannot write the keys' user values", metadata: ["path": "\(path)", "error": "\(error)"])
+        }
     }
 
     /// A role loopback's stream is never an app: never reported, never written. One the engine heard of before its

@@ -80,6 +80,18 @@ public struct RestoreLedger {
     /// The volume of each key's last change that was not audiod's: what a leaked duck is put back to (not the volume
     /// the ducked sibling had, which the user may have changed on another stream of the key since — seed 636101).
     private var userVolumeByKey: [String: [UInt32]] = [:]
+    /// Counts the changes of the keys' user values: the backend keeps them in a file when it moves.
+    public private(set) var userValuesRevision: UInt64 = 0
+
+    /// The keys' last user values: from the file an earlier run kept (`KeyUserValues`), and for it.
+    public var userValues: KeyUserValues {
+        get { KeyUserValues(muted: userMuteByKey, volume: userVolumeByKey) }
+        set {
+            userMuteByKey = newValue.muted
+            userVolumeByKey = newValue.volume
+        }
+    }
+
     /// Policy values audiod held on (or had just lifted from) each key's streams when the connection dropped: a
     /// server that comes back may give them to the key's next stream — module-stream-restore saved them at once,
     /// and WirePlumber saves a second after the last change, which a busy server keeps postponing (the random test:
@@ -253,13 +265,15 @@ public struct RestoreLedger {
             }
             if userMuted == nil, held?.unmute != true { keyMute = shownMuted }
         }
-        if let keyVolume {
+        if let keyVolume, userVolumeByKey[key] != keyVolume {
             userVolumeByKey[key] = keyVolume
-            if userVolumeByKey.count > 1024 { userVolumeByKey = [key: keyVolume] }
+            if userVolumeByKey.count > KeyUserValues.limit { userVolumeByKey = [key: keyVolume] }
+            userValuesRevision &+= 1
         }
-        if let keyMute {
+        if let keyMute, userMuteByKey[key] != keyMute {
             userMuteByKey[key] = keyMute
-            if userMuteByKey.count > 1024 { userMuteByKey = [key: keyMute] }
+            if userMuteByKey.count > KeyUserValues.limit { userMuteByKey = [key: keyMute] }
+            userValuesRevision &+= 1
         }
         guard held == nil else { return [] }
         // The user's change is saved after every policy value audiod set on the key before it. (What the server
@@ -397,8 +411,10 @@ public struct RestoreLedger {
     /// journal has the user's. The keys stay recorded until `confirmed`.
     public var blindRepairs: [Repair] {
         leaks.sorted(by: { $0.key < $1.key }).map { key, leak in
+            // The key's last user values where known: what the entry held before audiod's value came into it.
             Repair(
-                key: key, muted: leak.userMute, volume: leak.restoreVolume ?? [],
+                key: key, muted: userMuteByKey[key] ?? leak.userMute,
+                volume: userVolumeByKey[key] ?? leak.restoreVolume ?? [],
                 because:
                     "the journal records a policy value audiod left in the entry (written blind: the server lists nothing)"
             )
