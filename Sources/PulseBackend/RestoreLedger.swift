@@ -256,7 +256,10 @@ public struct RestoreLedger {
     ) -> [String] {
         guard let key = keys[id] else { return [] }
         let held = applied[id]
-        var keyVolume = held?.appliedVolume == nil ? userVolume : nil
+        // A volume the user sets over audiod's duck is the one the engine ducks from next, and what the server saved
+        // (seed 870890 on WirePlumber 0.5: the user turned a ducked phone stream down to 30 %; the role's next
+        // stream started with the re-duck and went back to a duck of 100 %).
+        var keyVolume = userVolume
         var keyMute = held?.unmute != true ? userMuted : nil
         if userMuted != nil || userVolume != nil {
             // Under audiod's duck the user's volume is the one the duck will go back to.

@@ -443,6 +443,26 @@ struct RestoreLedgerTests {
         #expect(next(killedAfter: 1_500) == nil)
     }
 
+    @Test func aVolumeTheUserSetsOverADuckIsTheKeys() {
+        // Seed 870890: audiod ducks stream 1 of the key; the user turns it down to 30 %, which the engine ducks again;
+        // a sibling at 100 % is ducked too. The key's next stream starts with the sibling's duck: it goes back to the
+        // key's 30 %, not the sibling's 100 %.
+        var l = Self.ledger(savesLate: true)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
+        _ = Self.appear(&l, a)
+        _ = Self.appear(&l, b)
+        _ = l.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        _ = l.changed(a, byAudiod: false, userVolume: [19661, 19661], shownMuted: false, shownVolume: [19661, 19661])
+        let again = AppliedChange(
+            stream: a, applicationName: "Music", unmute: false, appliedVolume: Volume(channels: [9126, 9126]),
+            restoreVolume: Volume(channels: [19661, 19661]))
+        _ = l.update([(a, again), (b, Self.duck(b))], muted: { _ in false }, now: 10 * Self.ms)
+        let values = Self.appear(&l, StreamID.playback(3), volume: Self.ducked, now: 20 * Self.ms)
+        #expect(values?.volume == Volume(channels: Self.ducked))
+        #expect(values?.userVolume == Volume(channels: [19661, 19661]), "put back to the sibling's volume")
+    }
+
     @Test func aUsersMuteChangeMakesTheStreamsVolumeTheKeys() {
         // Seed 61976: the user turns stream 1 down to 30 %, then unmutes stream 2 of the key, at 100 %: the server
         // saves stream 2 whole, and a leaked duck on the key's next stream goes back to 100 %, not 30 %.
