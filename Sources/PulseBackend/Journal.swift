@@ -21,6 +21,9 @@ public struct Journal: Codable, Equatable, Sendable {
         /// The volume audiod set, and the user's volume to put back (only if the stream still has audiod's).
         public var appliedVolume: [UInt32]?
         public var restoreVolume: [UInt32]?
+        /// A volume audiod set before `appliedVolume`, whose replacement may not have reached the server yet: the
+        /// stream may still show it (a duck at the previous level). Put back the same way.
+        public var earlierAppliedVolume: [UInt32]? = nil
     }
 
     /// A policy value that outlived its stream: the server's restore database (module-stream-restore,
@@ -103,8 +106,9 @@ public struct Journal: Codable, Equatable, Sendable {
 ///
 /// Lines (fields separated by spaces, text fields percent-encoded):
 /// - `audiod-journal 1 <server cookie>` — first line;
-/// - `+ <p|r> <index> <unmute 0|1> <applied volume|-> <user volume|-> <restore key|-> <application name>` — audiod
-///   holds this change on the stream (replacing any earlier line for it);
+/// - `+ <p|r> <index> <unmute 0|1> <applied volume|-> <user volume|-> <restore key|-> <application name> [<earlier
+///   applied volume>]` — audiod holds this change on the stream (replacing any earlier line for it); while a write
+///   that lifts or changes a value is in flight, the line still names what the stream may show until it lands;
 /// - `- <p|r> <index>` — it holds nothing there any more;
 /// - `L <key> <unmute 0|1> <applied volume|-> <user volume|-> [<user's mute 0|1|-> [<highest index seen>]]` — a
 ///   restore-database entry may hold a policy value (streams of the journal's server run up to that index existed
@@ -243,7 +247,8 @@ public final class JournalLog {
 
     private static func line(_ e: Journal.Entry) -> String {
         "+ \(e.record ? "r" : "p") \(e.index) \(e.unmute ? 1 : 0) \(volume(e.appliedVolume)) \(volume(e.restoreVolume)) "
-            + "\(e.restoreKey.map(encode) ?? "-") \(encode(e.applicationName))\n"
+            + "\(e.restoreKey.map(encode) ?? "-") \(encode(e.applicationName))"
+            + (e.earlierAppliedVolume.map { " " + volume($0) } ?? "") + "\n"
     }
 
     private static func line(leak key: String, _ l: Journal.Leak) -> String {
@@ -330,14 +335,18 @@ public final class JournalLog {
             do {
                 switch kind {
                 case "+":
-                    guard f.count == 8, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]), f[3] == "0" || f[3] == "1"
+                    // The ninth field (an earlier applied volume, while its replacement is in flight) was added
+                    // later: journals without it still read.
+                    guard f.count == 8 || f.count == 9, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]),
+                        f[3] == "0" || f[3] == "1"
                     else {
                         throw fail()
                     }
                     let e = Journal.Entry(
                         record: f[1] == "r", index: index, applicationName: try decode(f[7]),
                         restoreKey: f[6] == "-" ? nil : try decode(f[6]), unmute: f[3] == "1",
-                        appliedVolume: try parseVolume(f[4]), restoreVolume: try parseVolume(f[5]))
+                        appliedVolume: try parseVolume(f[4]), restoreVolume: try parseVolume(f[5]),
+                        earlierAppliedVolume: f.count == 9 ? try parseVolume(f[8]) : nil)
                     let k = key(e)
                     if entries[k] == nil { order.append(k) }
                     entries[k] = e

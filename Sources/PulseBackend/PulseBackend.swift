@@ -863,7 +863,7 @@ public final class PulseBackend {
             try log.update(
                 cookie: cookie,
                 streams: ids.map { id in
-                    (id.kind == .record, id.index, self.session.ledger.journalEntry(id))
+                    (id.kind == .record, id.index, self.session.journalEntry(id))
                 })
         }
     }
@@ -901,7 +901,7 @@ public final class PulseBackend {
 
     /// The whole journal, for connecting and for repairing the leaks.
     private func writeJournal() {
-        journaling { log, cookie in try log.write(session.ledger.journal(cookie: cookie)) }
+        journaling { log, cookie in try log.write(session.journal(cookie: cookie)) }
     }
 }
 

@@ -102,6 +102,9 @@ public struct ServerSession<Stream: ServerStreamValue> {
     var streams: [StreamID: TrackedStream<Stream>] = [:]
     /// Streams whose policy value was lifted, with the writes carrying the lift not yet acknowledged.
     var liftsAwaitingWrite: [StreamID: Int] = [:]
+    /// While the writes that lift or change a stream's values are in flight, its journal line names both what the
+    /// stream showed and what audiod holds now (`StreamReports.appliedChanged`).
+    var inFlight: [StreamID: Journal.Entry] = [:]
     /// Who plays each stream.
     public var identifier: StreamIdentifier
 
@@ -193,6 +196,7 @@ public struct ServerSession<Stream: ServerStreamValue> {
         let shown = streams.mapValues(\.raw.muted)
         streams.removeAll()
         liftsAwaitingWrite.removeAll()
+        inFlight.removeAll()
         tracker.reset()
         ledger.connectionDropped(now: now, muted: { shown[$0] })
         clients.removeAll()

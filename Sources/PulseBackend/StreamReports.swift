@@ -136,8 +136,16 @@ extension ServerSession {
             if journal.serverCookie == serverCookie, let t = streams[id],
                 t.raw.properties["application.name", default: ""] == e.applicationName
             {
+                // A write of another volume may not have landed: the stream shows the earlier one.
+                var applied = e.appliedVolume
+                if let earlier = e.earlierAppliedVolume, earlier.count == t.raw.volume.count,
+                    Volume(channels: t.raw.volume).isClose(
+                        to: Volume(channels: earlier), tolerance: tracker.volumeTolerance)
+                {
+                    applied = earlier
+                }
                 streams[id]?.recovered = PolicyValues(
-                    mute: e.unmute, volume: e.appliedVolume.map(Volume.init(channels:)),
+                    mute: e.unmute, volume: applied.map(Volume.init(channels:)),
                     userVolume: e.restoreVolume.map(Volume.init(channels:)))
                 found += 1
             } else if let key = e.restoreKey {
@@ -314,8 +322,23 @@ extension ServerSession {
     /// go of it) are journaled now.
     public mutating func writesSent() -> [StreamID] {
         let unwritten = liftsAwaitingWrite.filter { $0.value == 0 }.map(\.key).sorted()
-        for id in unwritten { liftsAwaitingWrite[id] = nil }
+        for id in unwritten {
+            liftsAwaitingWrite[id] = nil
+            inFlight[id] = nil
+        }
         return unwritten
+    }
+
+    /// The journal's line for a stream: what audiod holds on it, and while a write that lifts or changes a value is
+    /// in flight, also what it may still show.
+    public func journalEntry(_ id: StreamID) -> Journal.Entry? { inFlight[id] ?? ledger.journalEntry(id) }
+
+    /// The whole journal, lines in flight included.
+    public func journal(cookie: UInt32) -> Journal {
+        var j = ledger.journal(cookie: cookie)
+        guard !inFlight.isEmpty else { return j }
+        j.entries = Set(ledger.applied.keys).union(inFlight.keys).sorted().compactMap(journalEntry)
+        return j
     }
 
     /// What the server's answer to a write means.
@@ -338,6 +361,7 @@ extension ServerSession {
                 // Refused, the stream still shows audiod's value: its entry stays (a stale entry is harmless — the
                 // engine undoes only what a stream still shows).
                 liftsAwaitingWrite[id] = nil
+                inFlight[id] = nil
                 answer.journal = ok
             }
         }
@@ -347,18 +371,51 @@ extension ServerSession {
     /// What the engine holds on these streams now (nil: nothing). Returns the streams whose journal line is to be
     /// written now; a lift from a live stream waits for the write that carries it (`writeAnswered`): killed
     /// between the two, the journal must still name what the stream shows.
+    /// A lift of one value while another stays (a duck lifted from a stream still muted), or a duck moved to another
+    /// level, is journaled at once with both — what the stream may still show and what audiod holds now — and
+    /// again, with only the latter, once the write is acknowledged (random test, seed 936379 on PulseAudio: killed
+    /// between the line and the write, the journal named only the mute, and `--restore` left the duck).
     public mutating func appliedChanged(_ changes: [(StreamID, AppliedChange?)], now: UInt64) -> [StreamID] {
+        var before: [StreamID: Journal.Entry] = [:]
+        for (id, _) in changes { before[id] = journalEntry(id) }
         let dirty = ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: now)
         var journalNow: [StreamID] = []
         for id in dirty {
-            if ledger.journalEntry(id) == nil, streams[id] != nil {
+            let new = ledger.journalEntry(id)
+            if new == nil, streams[id] != nil {
+                // The line the file has stays until the write lands (and in a whole rewrite meanwhile).
                 liftsAwaitingWrite[id] = 0
+                inFlight[id] = before[id]
+            } else if let new, streams[id] != nil, let old = before[id], let both = Self.both(old, new) {
+                liftsAwaitingWrite[id] = 0
+                inFlight[id] = both
+                journalNow.append(id)
             } else {
                 liftsAwaitingWrite[id] = nil
+                inFlight[id] = nil
                 journalNow.append(id)
             }
         }
         return journalNow
+    }
+
+    /// `new` with what `old` holds that `new` lifts or changes; nil when `new` keeps all of `old`.
+    static func both(_ old: Journal.Entry, _ new: Journal.Entry) -> Journal.Entry? {
+        var both = new
+        if old.unmute { both.unmute = true }
+        let earlier = old.earlierAppliedVolume.map { [$0] } ?? []
+        if let ov = old.appliedVolume, ov != new.appliedVolume {
+            if new.appliedVolume == nil {
+                both.appliedVolume = ov
+                both.restoreVolume = old.restoreVolume
+                both.earlierAppliedVolume = earlier.first
+            } else {
+                both.earlierAppliedVolume = ov
+            }
+        } else if new.appliedVolume != nil, let e = earlier.first, e != new.appliedVolume {
+            both.earlierAppliedVolume = e
+        }
+        return both == new ? nil : both
     }
 
     /// Streams that appeared lately and are not yet linked to a device: on PipeWire, WirePlumber gives a new stream

@@ -28,7 +28,13 @@ struct JournalLogTests {
             // Streams come, change and go; leaks are set and cleared.
             let i = UInt32(step % 37)
             if let at = j.entries.firstIndex(where: { $0.index == i }) {
-                if step % 3 == 0 { j.entries.remove(at: at) } else { j.entries[at].appliedVolume = [UInt32(step), 1] }
+                if step % 3 == 0 {
+                    j.entries.remove(at: at)
+                } else {
+                    j.entries[at].appliedVolume = [UInt32(step), 1]
+                    // A write of another volume in flight: the line names the earlier one too.
+                    j.entries[at].earlierAppliedVolume = step % 4 == 1 ? [UInt32(step + 7), 1] : nil
+                }
             } else {
                 j.entries.append(entry(i, volume: step % 2 == 0 ? [13_107, 13_107] : nil))
             }

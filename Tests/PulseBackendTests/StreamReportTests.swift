@@ -338,6 +338,63 @@ struct StreamReportTests {
         #expect(r14.journal)
     }
 
+    static func ducked(_ id: StreamID, mute: Bool = false, to v: UInt32 = 38326) -> AppliedChange {
+        AppliedChange(
+            stream: id, applicationName: "Softphone", unmute: mute, appliedVolume: Volume(channels: [v]),
+            restoreVolume: Volume(channels: [65536]))
+    }
+
+    @Test func aLiftOfOneValueOrAMovedDuckKeepsWhatTheStreamShowsInTheJournalUntilTheWriteLands() {
+        // Seed 936379 (PulseAudio): a stream muted and ducked; the duck is lifted while the mute stays. Killed
+        // between the journal line and the volume write, the journal named only the mute and --restore left the duck.
+        var (s, id) = Self.reported(62)
+        _ = s.appliedChanged([(id, Self.ducked(id, mute: true))], now: 0)
+        _ = s.writing(id, mute: true, now: 0)
+        _ = s.writing(id, volume: [38326], now: 0)
+        _ = s.writeAnswered(id, ok: true)
+        _ = s.writeAnswered(id, ok: true)
+        let lift = s.appliedChanged([(id, Self.muted(id))], now: Self.ms)
+        #expect(lift == [id])
+        #expect(s.journalEntry(id)?.unmute == true)
+        #expect(s.journalEntry(id)?.appliedVolume == [38326], "the duck the stream still shows left the journal")
+        _ = s.writing(id, volume: [65536], now: Self.ms)
+        #expect(s.writesSent().isEmpty)
+        #expect(s.writeAnswered(id, ok: true).journal)
+        #expect(s.journalEntry(id)?.appliedVolume == nil)
+        #expect(s.journalEntry(id)?.unmute == true)
+        // The duck moves to another level: both levels until the write lands.
+        var (t, other) = Self.reported(63)
+        _ = t.appliedChanged([(other, Self.ducked(other))], now: 0)
+        _ = t.writing(other, volume: [38326], now: 0)
+        _ = t.writeAnswered(other, ok: true)
+        #expect(t.appliedChanged([(other, Self.ducked(other, to: 52016))], now: Self.ms) == [other])
+        #expect(t.journalEntry(other)?.appliedVolume == [52016])
+        #expect(t.journalEntry(other)?.earlierAppliedVolume == [38326])
+        _ = t.writing(other, volume: [52016], now: Self.ms)
+        #expect(t.writeAnswered(other, ok: true).journal)
+        #expect(t.journalEntry(other)?.earlierAppliedVolume == nil)
+        // A whole rewrite meanwhile keeps a full lift's line.
+        _ = t.appliedChanged([(other, nil)], now: 2 * Self.ms)
+        _ = t.writing(other, volume: [65536], now: 2 * Self.ms)
+        #expect(t.journal(cookie: 1).entries.map(\.appliedVolume) == [[52016]])
+    }
+
+    @Test func aStreamThatStillShowsTheEarlierDuckIsRecoveredWithIt() {
+        var s = Self.session(Self.pulseAudio)
+        let id = StreamID.playback(64)
+        _ = s.accepted(Self.stream(64, volume: [38326]))
+        var e = Journal.Entry(
+            record: false, index: 64, applicationName: "Softphone", restoreKey: nil, unmute: false,
+            appliedVolume: [52016], restoreVolume: [65536])
+        e.earlierAppliedVolume = [38326]
+        #expect(s.recover(Journal(serverCookie: 5, entries: [e]), serverCookie: 5) == 1)
+        let r = s.report(id, now: 0)
+        var left: PolicyValues?
+        for case .streamAppeared(let info) in r.events { left = info.leftByPolicy }
+        #expect(left?.volume == Volume(channels: [38326]), "the duck the stream shows taken for the user's volume")
+        #expect(left?.userVolume == Volume(channels: [65536]))
+    }
+
     @Test func aLiftNoWriteCarriesIsJournaledOnceTheStepsWritesAreSent() {
         var (s, id) = Self.reported(61)
         _ = s.appliedChanged([(id, Self.muted(id))], now: 0)
