@@ -105,10 +105,11 @@ public struct RestoreLedger {
     private var savedPolicyByKey: [String: [Journal.Leak]] = [:]
     private var lastActivity: UInt64 = 0
     static let savesAfterQuietNanoseconds: UInt64 = 1_000_000_000
+    static let dropMarginNanoseconds: UInt64 = 500_000_000
 
     /// A stream change at `now`: a quiet second before it means the server has saved everything until then.
-    private mutating func activity(_ now: UInt64) {
-        if savesLate, now &- lastActivity >= Self.savesAfterQuietNanoseconds {
+    private mutating func activity(_ now: UInt64, quiet: UInt64 = RestoreLedger.savesAfterQuietNanoseconds) {
+        if savesLate, now &- lastActivity >= quiet {
             unsavedByKey.removeAll()
             savedPolicyByKey.removeAll()
             // The entry holds what changed last: a value audiod set before the user's last change of the key is not
@@ -468,7 +469,9 @@ public struct RestoreLedger {
     /// `now`: when the connection dropped; a quiet second since the last change means the server saved it all.
     /// `muted` says what a stream showed (nil: not known): a duck's repair writes the user's own mute.
     public mutating func connectionDropped(now: UInt64? = nil, muted: (StreamID) -> Bool? = { _ in nil }) {
-        if let now { activity(now) }
+        // The drop is heard a moment after the server went, and WirePlumber's save a moment after its second: only
+        // a clearly longer quiet counts as saved.
+        if let now { activity(now, quiet: Self.savesAfterQuietNanoseconds + Self.dropMarginNanoseconds) }
         for (id, change) in applied {
             guard let key = keys[id], appliedOrder[id] ?? 0 > userChangeOrder[key] ?? 0 else { continue }
             var leak = Journal.Leak(change)

@@ -439,8 +439,10 @@ struct RestoreLedgerTests {
             return Self.appear(&l, StreamID.playback(3), muted: true, now: 9_000 * Self.ms)
         }
         #expect(next(killedAfter: 600)?.mute == true, "the unsaved correction's mute taken for the user's")
-        // A quiet second after the correction: the server saved the user's values over the leak.
-        #expect(next(killedAfter: 1_500) == nil)
+        // A drop heard just after a quiet second: the server may have gone before its save.
+        #expect(next(killedAfter: 1_200)?.mute == true, "a drop heard 1.2 s after the last change taken as saved")
+        // A clearly longer quiet after the correction: the server saved the user's values over the leak.
+        #expect(next(killedAfter: 2_000) == nil)
     }
 
     @Test func aVolumeTheUserSetsOverADuckIsTheKeys() {
