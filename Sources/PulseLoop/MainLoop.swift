@@ -10,6 +10,7 @@
 
 import CPulse
 import CSystem
+import Dispatch
 import Glibc
 import LoopThread
 
@@ -337,11 +338,18 @@ public final class ProcessExitWatch {
     }
     /// How often a process is checked when no pidfd could be opened for it.
     static let pollNanoseconds: UInt64 = 500_000_000
+    /// Makes the loop timer of the next check: the loop's, or nil when none can be made.
+    public typealias TimerMaker = @Sendable (MainLoop, UInt64, @escaping () -> Void) -> LoopTimer?
+    public static let loopTimer: TimerMaker = { loop, ns, handler in loop.timer(afterNanoseconds: ns, handler) }
+    private let makeTimer: TimerMaker
 
-    /// `open` is the seam for tests (a pidfd_open that fails); the daemon uses `pidfd_open`.
+    /// `open` and `timer` are the seams for tests (a pidfd_open that fails, a timerfd that cannot be made); the
+    /// daemon uses `pidfd_open` and the loop's timers.
     public init(
-        pid: UInt32, loop: MainLoop, open: Opener = ProcessExitWatch.pidfdOpener, _ handler: @escaping () -> Void
+        pid: UInt32, loop: MainLoop, open: Opener = ProcessExitWatch.pidfdOpener,
+        timer: @escaping TimerMaker = ProcessExitWatch.loopTimer, _ handler: @escaping () -> Void
     ) {
+        makeTimer = timer
         guard pid > 0, pid <= UInt32(Int32.max) else {
             fd = -1
             loop.soon(handler)
@@ -365,11 +373,19 @@ public final class ProcessExitWatch {
     }
 
     private func check(_ pid: pid_t, _ loop: MainLoop, _ handler: @escaping () -> Void) {
-        poll = loop.timer(afterNanoseconds: Self.pollNanoseconds) { [weak self] in
+        let next = { [weak self] in
             guard let self else { return }
             self.poll = nil
             if kill(pid, 0) == -1 && errno == ESRCH { return handler() }
             self.check(pid, loop, handler)
+        }
+        poll = makeTimer(loop, Self.pollNanoseconds, next)
+        guard poll == nil else { return }
+        // No timer either (the same shortage of descriptors): Dispatch waits, and the check runs on the loop. The
+        // checks must not stop, or the app's sessions would outlive it.
+        let bound = loop.bind(next)
+        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(Self.pollNanoseconds))) {
+            loop.execute { bound.value() }
         }
     }
 

@@ -16,16 +16,18 @@ struct ProcessExitWatchTests {
     }
 
     /// Watches `pid` on a running loop with `open`; returns when the handler ran (monotonic ns), or nil.
-    func watch(_ pid: Int32, open: @escaping ProcessExitWatch.Opener, killAfter: Double?, wait seconds: Double) throws
-        -> UInt64?
-    {
+    func watch(
+        _ pid: Int32, open: @escaping ProcessExitWatch.Opener,
+        timer: @escaping ProcessExitWatch.TimerMaker = ProcessExitWatch.loopTimer, killAfter: Double?,
+        wait seconds: Double
+    ) throws -> UInt64? {
         let loop = try MainLoop()
         loop.start()
         defer { loop.stop() }
         let fired = Mutex<UInt64?>(nil)
         let token = loop.sync {
             loop.bind(
-                ProcessExitWatch(pid: UInt32(pid), loop: loop, open: open) {
+                ProcessExitWatch(pid: UInt32(pid), loop: loop, open: open, timer: timer) {
                     fired.withLock { $0 = DispatchTime.now().uptimeNanoseconds }
                 })
         }
@@ -53,6 +55,22 @@ struct ProcessExitWatchTests {
         let ms = (fired - start) / 1_000_000
         #expect(ms >= 750, "the failed open was taken for the exit after \(ms) ms")
         #expect(ms < 2_500, "the exit was seen after \(ms) ms")
+    }
+
+    @Test("with neither a pidfd nor a loop timer (no descriptors left), the process is still checked until it exits")
+    func noTimerEither() throws {
+        let p = try child()
+        defer { p.terminate() }
+        let start = DispatchTime.now().uptimeNanoseconds
+        let fired = try watch(
+            p.processIdentifier, open: { _ in (-1, EMFILE) }, timer: { _, _, _ in nil }, killAfter: 1.2, wait: 4)
+        guard let fired else {
+            Issue.record("the checks stopped: the exit was never seen")
+            return
+        }
+        let ms = (fired - start) / 1_000_000
+        #expect(ms >= 1_150, "taken for an exit after \(ms) ms")
+        #expect(ms < 3_000, "the exit was seen after \(ms) ms")
     }
 
     @Test("no such process (ESRCH) is an exit at once; a real pidfd sees the exit when it happens")
