@@ -619,7 +619,7 @@ public final class PulseBackend {
             // writes it with every entry), the volume where the journal has the user's — then read back until
             // WirePlumber has taken them (the read lists an entry once WirePlumber has it).
             let writes = session.ledger.blindRepairs
-            for w in writes { writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w) }
+            for w in writes { writeBlind(w) }
             let confirming: (@escaping (Set<String>) -> Void) -> Void
             if let name = server?.name, ServerSession<RawStream>.Flavor.ignoresBlindWrites(serverName: name) {
                 // WirePlumber 0.5 takes the write into pipewire-pulse's list but not into its state: only a stream
@@ -775,7 +775,7 @@ public final class PulseBackend {
                 writes, listed: (entries ?? []).map(Self.ledgerEntry), attempt: attempt)
             if round.done { return done(round.confirmed) }
             for w in round.rewrite {
-                self.writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w)
+                self.writeBlind(w)
             }
             self.confirmTimer = self.loop.timer(afterNanoseconds: 20_000_000) { [weak self] in
                 self?.confirmTimer = nil
@@ -824,16 +824,35 @@ public final class PulseBackend {
     /// The wait of `afterServerSaved`.
     private var saveWait: LoopTimer?
 
+    /// A blind write on pipewire-pulse, which turns it into a `route-settings` metadata value that WirePlumber takes
+    /// only when it changes: the same values written again (an earlier repair of the key, a rewrite) would reach
+    /// nobody while WirePlumber's state holds audiod's mute since (random test, seed 896100 on PipeWire 0.3.65: a
+    /// repair confirmed by the list, and the key's next stream started muted). So an entry that differs comes first
+    /// — the volume a step off, or where no volume is written the other mute — then the one meant, back to back.
+    private func writeBlind(_ w: RestoreLedger.Repair) {
+        var nudge = w
+        if let first = nudge.volume.first {
+            nudge.volume[0] = first > 0 ? first - 1 : first + 1
+        } else {
+            nudge.muted.toggle()
+        }
+        writeEntry(
+            PulseContext.blindEntry(name: nudge.key, volume: nudge.volume, muted: nudge.muted), nudge, quiet: true)
+        writeEntry(PulseContext.blindEntry(name: w.key, volume: w.volume, muted: w.muted), w)
+    }
+
     /// Writes `entry` with the ledger's values in place of the server's.
-    private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair) {
+    private func writeEntry(_ read: PulseContext.RestoreEntry, _ repair: RestoreLedger.Repair, quiet: Bool = false) {
         guard let c = context else { return }
         var entry = read
         entry.muted = repair.muted
         entry.volume = repair.volume
         // Every restore-database write, at debug, beside the stream writes, with the decision it carries out.
-        logger.debug(
-            "restore-database entry \(entry.name) written: mute \(entry.muted), volume \(entry.volume.isEmpty ? "unchanged" : "\(Volume(channels: entry.volume))") — \(repair.because)"
-        )
+        if !quiet {
+            logger.debug(
+                "restore-database entry \(entry.name) written: mute \(entry.muted), volume \(entry.volume.isEmpty ? "unchanged" : "\(Volume(channels: entry.volume))") — \(repair.because)"
+            )
+        }
         pendingOperations += 1
         c.writeRestoreEntry(entry) { [weak self] ok in
             if !ok {
