@@ -348,7 +348,8 @@ public final class Arbiter {
         backend.flush { [weak self] in
             guard let self else { return done() }
             if self.backend.isConnected {
-                self.backend.updateApplied(all: self.engine.appliedChanges + (self.restorer?.appliedChanges ?? []))
+                self.backend.updateApplied(
+                    all: self.engine.appliedChanges + (self.restorer?.appliedChanges ?? []), written: true)
             }
             // Policy values that streams left in the restore database are written back now, so that a stop
             // without systemd's ExecStopPost leaves nothing behind either — after the server has saved what it

@@ -888,12 +888,16 @@ public final class PulseBackend {
     }
 
     /// Everything the engine holds (`Engine.appliedChanges`): for stopping and `--restore`, which look at all.
-    public func updateApplied(all changes: [AppliedChange]) {
+    /// `written`: the writes that carry these changes were already acknowledged (a stop's, after its flush), so a
+    /// lift is journaled at once instead of waiting for a write that will not come (which kept a clean stop's
+    /// journal, and the next start unmuted a stream the user muted meanwhile: seed 733786).
+    public func updateApplied(all changes: [AppliedChange], written: Bool = false) {
         var next: [StreamID: AppliedChange] = [:]
         for c in changes { next[c.stream] = c }
         var list: [(StreamID, AppliedChange?)] = next.map { ($0.key, $0.value) }
         for id in session.ledger.applied.keys where next[id] == nil { list.append((id, nil)) }
         updateApplied(list)
+        if written { journalStreams(session.writesSent()) }
     }
 
     private func journal() -> JournalLog? {

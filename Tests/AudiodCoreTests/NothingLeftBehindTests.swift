@@ -1,7 +1,9 @@
 import AppIdentity
 import AudioPolicy
+import AudiodCore
 import AudiodTestKit
 import Foundation
+import Logging
 import PulseBackend
 import Testing
 
@@ -99,6 +101,32 @@ struct NothingLeftBehindTests {
         let s3 = try server.waitForPlaybackStream(pid: third.pid)
         #expect(waitFor(5) { server.playbackStream(pid: third.pid)?.muted == false })
         #expect(waitFor(5) { live.streamView(s3.index)?.userMuted == false })
+    }
+
+    /// Seed 733786 of the random test: a stop's lifts are acknowledged before the stop looks at everything the engine
+    /// holds; journaled only when a write that never came would land, they kept the journal, and the next start
+    /// unmuted a stream the user had muted while audiod was down.
+    @Test(
+        "a clean stop leaves no journal, and the next start keeps what the user changed meanwhile", arguments: servers)
+    func cleanStopLeavesNoJournal(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let journal = "\(server.directory)/audiod/journal"
+        let live = try LiveArbiter(server, journal: journal)
+        let app = try playback(server, name: "quiet-game")
+        let s = try server.waitForPlaybackStream(pid: app.pid)
+        _ = silence(live, pid: app.pid)
+        #expect(waitFor(5) { server.playbackStream(pid: app.pid)?.muted == true }, "policy mute not applied")
+        live.shutdown()
+        #expect(server.playbackStream(pid: app.pid)?.muted == false, "the stop left the mute")
+        #expect(!FileManager.default.fileExists(atPath: journal), "a clean stop kept the journal")
+        _ = try server.pactl(["set-sink-input-mute", "\(s.index)", "1"])
+        #expect(waitFor(5) { server.playbackStream(pid: app.pid)?.muted == true })
+        let next = try LiveArbiter(server, journal: journal)
+        defer { next.shutdown() }
+        #expect(waitFor(5) { next.streamView(s.index) != nil })
+        usleep(300_000)
+        #expect(server.playbackStream(pid: app.pid)?.muted == true, "the next start undid the user's mute")
     }
 
     /// The restore database keeps one entry per role: the last stream of that role to change wrote it. A
