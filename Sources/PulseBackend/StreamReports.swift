@@ -188,6 +188,16 @@ extension ServerSession {
         if t.fed == nil { ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
         var left = t.recovered
+        if let r = left, t.fed == nil {
+            // What an earlier run held here is audiod's as much as what this run sets: the server may have saved it
+            // into the key, and putting it back is saved late like any lift (random test, seed 495342 on PipeWire
+            // 0.3.65: mpv's recovered mute was put back a second before the server was killed; the server came back
+            // with the mute, and mpv's next stream, started with it, was taken for the user's).
+            let held = AppliedChange(
+                stream: id, applicationName: props["application.name"] ?? "", unmute: r.mute,
+                appliedVolume: r.volume, restoreVolume: r.userVolume)
+            _ = ledger.update([(id, held)], muted: { streams[$0]?.raw.muted }, now: now)
+        }
         if left == nil {
             let (values, journal) = ledger.shown(
                 id, first: t.fed == nil, preexisting: t.preexisting, muted: t.raw.muted, volume: t.raw.volume, now: now)

@@ -379,6 +379,38 @@ struct StreamReportTests {
         #expect(t.journal(cookie: 1).entries.map(\.appliedVolume) == [[52016]])
     }
 
+    @Test func aRecoveredMutePutBackIsStillAudiodsWhenTheServerComesBackWithIt() {
+        // Seed 495342 (PipeWire 0.3.65): a stream still muted by an earlier run is put back; the server is killed
+        // within the second, before WirePlumber saved the unmute, and the key's next stream starts muted.
+        var s = Self.session(Self.pipeWire)
+        s.ledger.connected(serverCookie: 5)
+        let id = StreamID.playback(80)
+        _ = s.accepted(Self.stream(80, muted: true))
+        let e = Journal.Entry(
+            record: false, index: 80, applicationName: "Softphone", restoreKey: nil, unmute: true,
+            appliedVolume: nil, restoreVolume: nil)
+        #expect(s.recover(Journal(serverCookie: 5, entries: [e]), serverCookie: 5) == 1)
+        _ = s.report(id, now: 0)
+        // The engine puts it back.
+        _ = s.appliedChanged([(id, nil)], now: Self.ms)
+        _ = s.writing(id, mute: false, now: Self.ms)
+        _ = s.writeAnswered(id, ok: true)
+        _ = s.dropped(now: 600 * Self.ms)
+        _ = s.connecting()
+        _ = s.connected()
+        s.serverDescribed(name: Self.pipeWire)
+        s.listed(sinks: [RawDevice(index: 0, name: "speakers", available: true)])
+        s.listed(clients: [RawClient(index: 9, properties: ["media.role": "phone", "application.process.id": "500"])])
+        for r in Session.FirstRead.allCases { _ = s.firstReadDone(r) }
+        s.ledger.connected(serverCookie: 6)
+        let next = StreamID.playback(90)
+        _ = s.accepted(Self.stream(90, muted: true))
+        let r = s.report(next, now: 3_000 * Self.ms)
+        var left: PolicyValues?
+        for case .streamAppeared(let info) in r.events { left = info.leftByPolicy }
+        #expect(left?.mute == true, "the mute the server came back with taken for the user's")
+    }
+
     @Test func aStreamThatStillShowsTheEarlierDuckIsRecoveredWithIt() {
         var s = Self.session(Self.pulseAudio)
         let id = StreamID.playback(64)
