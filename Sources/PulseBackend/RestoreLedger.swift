@@ -163,7 +163,9 @@ public struct RestoreLedger {
         serverCookie = cookie
     }
 
-    /// `held` (newest first) as the key's leak, with the key's last user values as what a repair writes.
+    /// `held` as the key's leak, with the key's last user values as what a repair writes. Its first volume wins
+    /// the merge: what audiod held on the key at the drop (the list's order: held, lifted, recent, unsaved, saved at
+    /// the last quiet second); the others still count for this run through `heldAtDrop`.
     private mutating func recordHeld(_ held: [Journal.Leak], for key: String) {
         let leak = held.reversed().reduce(Journal.Leak?.none) { $1.merged(with: $0) }
         guard var leak else { return }
@@ -353,6 +355,15 @@ public struct RestoreLedger {
             dirty.append(id)
         }
         return dirty
+    }
+
+    /// A stream found showing what an earlier run of audiod set on it (the journal's): the server may have saved it
+    /// into the key lately, and what is put back on it is saved late too.
+    public mutating func recovered(_ id: StreamID, _ leak: Journal.Leak, now: UInt64) {
+        guard let key = keys[id] else { return }
+        activity(now)
+        remember(leak, for: key, at: now)
+        unsaved(leak, for: key)
     }
 
     /// Where the server saves late, a policy value written to the key since its last quiet second.

@@ -193,10 +193,17 @@ extension ServerSession {
             // into the key, and putting it back is saved late like any lift (random test, seed 495342 on PipeWire
             // 0.3.65: mpv's recovered mute was put back a second before the server was killed; the server came back
             // with the mute, and mpv's next stream, started with it, was taken for the user's).
-            let held = AppliedChange(
-                stream: id, applicationName: props["application.name"] ?? "", unmute: r.mute,
-                appliedVolume: r.volume, restoreVolume: r.userVolume)
-            _ = ledger.update([(id, held)], muted: { streams[$0]?.raw.muted }, now: now)
+            // Only what the stream still shows (the user may have changed it while audiod was down), and not as a
+            // value audiod holds now: the engine adopts it, and its journal line is the engine's.
+            let showsVolume =
+                r.volume.map {
+                    $0.channels.count == t.raw.volume.count
+                        && Volume(channels: t.raw.volume).isClose(to: $0, tolerance: tracker.volumeTolerance)
+                } ?? false
+            let shown = Journal.Leak(
+                unmute: r.mute && t.raw.muted, appliedVolume: showsVolume ? r.volume?.channels : nil,
+                restoreVolume: showsVolume ? r.userVolume?.channels : nil)
+            if shown.unmute || shown.appliedVolume != nil { ledger.recovered(id, shown, now: now) }
         }
         if left == nil {
             let (values, journal) = ledger.shown(
