@@ -13,8 +13,8 @@ import Glibc
 /// - `<key> <mute 0|1|-> <volume|->`.
 ///
 /// What the user changes while audiod is down is not here: the server saves it into the entry, which then holds no
-/// policy value to put back. Written whole (a temporary file, then renamed) when a user's change gives a key new
-/// values: a person's pace, not a stream's.
+/// policy value to put back. Written whole (a temporary file, then renamed) at most once a second while keys get
+/// new values — an app's own volume fade counts as a change that is not audiod's — and at a stop.
 public struct KeyUserValues: Equatable, Sendable {
     public var muted: [String: Bool] = [:]
     public var volume: [String: [UInt32]] = [:]
@@ -47,7 +47,7 @@ public struct KeyUserValues: Equatable, Sendable {
                 guard f.count == 2, f[0] == "audiod-user-values", f[1] == "1" else { throw fail() }
                 continue
             }
-            guard f.count == 3, v.muted.count < limit, v.volume.count < limit else { throw fail() }
+            guard f.count == 3 else { throw fail() }
             let key: String
             do { key = try JournalLog.decode(f[0]) } catch { throw fail() }
             switch f[1] {
@@ -61,6 +61,7 @@ public struct KeyUserValues: Equatable, Sendable {
                 guard !parts.isEmpty, parts.allSatisfy({ $0 != nil }) else { throw fail() }
                 v.volume[key] = parts.compactMap { $0 }
             }
+            guard v.muted.count <= limit, v.volume.count <= limit else { throw fail() }
         }
         return v
     }

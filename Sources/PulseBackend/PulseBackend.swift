@@ -191,6 +191,7 @@ public final class PulseBackend {
     /// Disconnects for good (no reconnect). Operations not yet acknowledged are dropped.
     public func stop() {
         loop.assertOnLoop()
+        saveUserValues()
         session.stop()
         reconnectTimer?.cancel()
         reconnectTimer = nil
@@ -357,13 +358,29 @@ public final class PulseBackend {
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
         carryOut(session.report(id, now: monotonicNow()), id)
-        if session.ledger.userValuesRevision != userValuesWritten { writeUserValues() }
+        if session.ledger.userValuesRevision != userValuesWritten, userValuesTimer == nil {
+            // At most once a second: an app fading its own volume changes its key at a stream's pace.
+            userValuesTimer = loop.timer(afterNanoseconds: 1_000_000_000) { [weak self] in
+                self?.userValuesTimer = nil
+                self?.writeUserValues()
+            }
+        }
     }
 
     /// What `KeyUserValues` keeps was last written at this ledger revision.
     private var userValuesWritten: UInt64 = 0
+    private var userValuesTimer: LoopTimer?
+
+    /// Writes the keys' user values now if they changed since the file was written (a stop's last chance).
+    public func saveUserValues() {
+        loop.assertOnLoop()
+        userValuesTimer?.cancel()
+        userValuesTimer = nil
+        writeUserValues()
+    }
 
     private func writeUserValues() {
+        guard session.ledger.userValuesRevision != userValuesWritten else { return }
         userValuesWritten = session.ledger.userValuesRevision
         guard let journal = options.journalPath else { return }
         let path = KeyUserValues.path(besideJournal: journal)
@@ -828,12 +845,15 @@ public final class PulseBackend {
     /// only when it changes: the same values written again (an earlier repair of the key, a rewrite) would reach
     /// nobody while WirePlumber's state holds audiod's mute since (random test, seed 896100 on PipeWire 0.3.65: a
     /// repair confirmed by the list, and the key's next stream started muted). So an entry that differs comes first
-    /// — the volume a step off, or where no volume is written the other mute — then the one meant, back to back.
+    /// — the volume 1 % off, or where no volume is written the other mute — then the one meant, back to back.
     private func writeBlind(_ w: RestoreLedger.Repair) {
         var nudge = w
         if let first = nudge.volume.first {
-            nudge.volume[0] = first > 0 ? first - 1 : first + 1
+            // pipewire-pulse prints the cubic volume with six decimals: a step of 1 % shows at any level.
+            nudge.volume[0] = first > 655 ? first - 655 : first + 655
         } else {
+            // For the moment between the two writes a stream of the key that starts would get the other mute; the
+            // leak stays journaled until the second is confirmed.
             nudge.muted.toggle()
         }
         writeEntry(
