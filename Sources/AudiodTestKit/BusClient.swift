@@ -334,10 +334,16 @@ public struct Daemon {
         let child = try server.spawn(wrapper + [executable] + arguments, environment: environment, log: log)
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         let client = try BusClient(address: address)
+        // The name is asked of the bus driver first: a call to a name nobody owns yet would have the bus start a
+        // second audiod by D-Bus activation — without `wrapper` — and one of the two would lose the journal's lock.
         guard
             waitFor(
                 10,
                 {
+                    guard
+                        case .success(let owned) = client.callBus("NameHasOwner", [.string("org.audiod.AudioSession1")]),
+                        owned.first == .bool(true)
+                    else { return false }
                     if case .success = client.call(API.managerPath, API.peer.name, "Ping") { return true }
                     return false
                 })

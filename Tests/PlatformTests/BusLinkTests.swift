@@ -38,7 +38,7 @@ struct BusLinkTests {
     }
 
     @Test(
-        "a system bus that accepts and never answers Hello does not hold the loop; its failure is retried",
+        "a system bus that accepts and never answers Hello does not hold the loop; its failure is reported",
         .timeLimit(.minutes(1)))
     func silentBusDoesNotHoldTheLoop() throws {
         let (listener, address) = try silentListener()
