@@ -48,8 +48,6 @@ final class LoopPriority {
     private let logger: Logger
     /// Answers to an older request are dropped: a reload may ask again while RealtimeKit answers.
     private var generation = 0
-    /// The kernel refused the level and there was no system bus to ask RealtimeKit: worth asking once there is.
-    private(set) var waitsForBus = false
 
     /// Call on the loop thread.
     init(logger: Logger) {
@@ -77,7 +75,6 @@ final class LoopPriority {
     /// the kernel refuses it to audiod itself.
     func apply(_ level: Int32, systemBus: DBusConnection?) {
         generation += 1
-        waitsForBus = false
         guard let thread else {
             state = .refused(
                 running: 0, asked: level, why: "the loop thread's id cannot be read from /proc/thread-self")
@@ -101,7 +98,6 @@ final class LoopPriority {
             return
         }
         let why = String(cString: strerror(errno))
-        waitsForBus = systemBus == nil
         guard let systemBus else {
             refused(running: running, asked: level, why: "\(why), and there is no system bus to ask RealtimeKit")
             return

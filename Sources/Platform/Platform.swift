@@ -22,8 +22,6 @@ public final class Platform {
     private var logind: LogindWatcher?
     private var lockAndSleep: LockAndSleep?
     private var loopPriority: LoopPriority?
-    /// The config's `nice-level`, as last asked.
-    private var askedNice: Int32?
     private let sleepGate: SleepGate
 
     /// On the session bus `connection`; the system bus joins in `followPlatform`.
@@ -70,12 +68,6 @@ public final class Platform {
         let system = BusLink(
             system: systemBusAddress ?? BusLink.systemBusAddress, loop: sessionLink.loop, logger: logger)
         systemLink = system
-        // The connection is opened off the loop, so at start RealtimeKit cannot be asked yet: it is asked once the
-        // bus is up (and again after the bus came back), where the kernel refused the level and no bus was there.
-        system.onUp { [weak self] in
-            guard let self, let level = self.askedNice, self.loopPriority?.waitsForBus == true else { return }
-            self.loopPriority?.apply(level, systemBus: self.systemLink?.connection)
-        }
         logind = LogindWatcher(link: system, logger: logger)
         systemCallSources = [CallSource(.modemManager, link: system, calls: calls, logger: logger)]
         lockAndSleep = LockAndSleep(link: system, host: host, logger: logger) { [weak self] players, within, then in
@@ -91,7 +83,6 @@ public final class Platform {
     /// the kernel refuses audiod. Call after `followPlatform`, and again after a reload.
     public func setLoopPriority(nice level: Int32) {
         if loopPriority == nil { loopPriority = LoopPriority(logger: logger) }
-        askedNice = level
         loopPriority?.apply(level, systemBus: systemLink?.connection)
     }
 
