@@ -21,8 +21,6 @@ extension MainLoop: DBusLoop {
     public func dbusSoon(_ work: @escaping () -> Void) {
         soon(work)
     }
-
-    public func dbusExecute(_ work: @escaping @Sendable () -> Void) { execute(work) }
 }
 
 extension IOEvents {

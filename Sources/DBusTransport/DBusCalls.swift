@@ -22,8 +22,6 @@ public protocol DBusLoop: AnyObject, Sendable {
     func dbusTimer(afterNanoseconds ns: UInt64, _ handler: @escaping () -> Void) -> (any DBusLoopTimer)?
     /// Run `work` on the loop thread after the current callback returns.
     func dbusSoon(_ work: @escaping () -> Void)
-    /// Run `work` on the loop thread; callable from any thread.
-    func dbusExecute(_ work: @escaping @Sendable () -> Void)
 }
 
 public protocol DBusLoopWatch: AnyObject {
@@ -414,21 +412,8 @@ public final class DBusConnection {
         }
     }
 
-    /// A connection opened and registered (`Hello` answered) but not yet joined to a loop: what `open` makes on
-    /// any thread, for the loop to take. Sendable: until `init(registered:loop:)` takes it, nothing else uses it.
-    public struct Registered: @unchecked Sendable {
-        fileprivate let raw: OpaquePointer
-        /// Closes it, when no loop will take it.
-        public func discard() {
-            dbus_connection_close(raw)
-            dbus_connection_unref(raw)
-        }
-    }
-
-    /// Opens `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus. Blocks until the bus daemon
-    /// answers `Hello` (libdbus's default timeout, 25 s): off the loop for a bus that may hang (the system bus
-    /// coming back).
-    public static func open(address: String?) throws(DBusError) -> Registered {
+    /// Connects to `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus (`Hello`).
+    public init(address: String?, loop: any DBusLoop, bounds: Bounds = Bounds()) throws(DBusError) {
         _ = dbus_threads_init_default()
         var err = CDBus.DBusError()
         dbus_error_init(&err)
@@ -446,17 +431,6 @@ public final class DBusConnection {
             dbus_connection_unref(c)
             throw take(&err) ?? .failed("bus registration failed")
         }
-        return Registered(raw: c)
-    }
-
-    /// Connects to `address` (nil: `$DBUS_SESSION_BUS_ADDRESS`) and registers with the bus (`Hello`).
-    public convenience init(address: String?, loop: any DBusLoop, bounds: Bounds = Bounds()) throws(DBusError) {
-        self.init(registered: try Self.open(address: address), loop: loop, bounds: bounds)
-    }
-
-    /// Joins a registered connection to `loop` (on the loop thread).
-    public init(registered: Registered, loop: any DBusLoop, bounds: Bounds = Bounds()) {
-        let c = registered.raw
         raw = c
         self.loop = loop
         self.bounds = bounds

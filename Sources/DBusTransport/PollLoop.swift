@@ -147,6 +147,4 @@ public final class PollLoop: DBusLoop, @unchecked Sendable {
     public func dbusSoon(_ work: @escaping () -> Void) {
         thread.soon(work)  // run() drains before it polls
     }
-
-    public func dbusExecute(_ work: @escaping @Sendable () -> Void) { execute(work) }
 }

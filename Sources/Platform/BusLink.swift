@@ -1,5 +1,4 @@
 import DBusTransport
-import Dispatch
 import Glibc
 import Logging
 
@@ -74,39 +73,10 @@ public final class BusLink {
     }
 
     /// Connects the system bus (no-op for the session bus, or when connected). Call after the followers exist.
-    /// The connection is opened off the loop: a bus daemon that accepts and does not answer `Hello` (one coming
-    /// back, or stopped) would otherwise hold every decision for libdbus's 25 s.
     public func connect() {
-        guard kind == .system, connection == nil, !closed, !opening, let address else { return }
-        opening = true
-        let loop = self.loop
-        let link = WeakLink(self)
-        DispatchQueue.global(qos: .userInitiated).async {
-            let result: Result<DBusConnection.Registered, DBusError>
-            do throws(DBusError) {
-                result = .success(try DBusConnection.open(address: address))
-            } catch {
-                result = .failure(error)
-            }
-            loop.dbusExecute {
-                guard let me = link.value else {
-                    if case .success(let r) = result { r.discard() }
-                    return
-                }
-                me.opened(result)
-            }
-        }
-    }
-
-    /// Whether a connection is being opened off the loop.
-    private var opening = false
-
-    private func opened(_ result: Result<DBusConnection.Registered, DBusError>) {
-        opening = false
-        if closed, case .success(let r) = result { return r.discard() }
-        guard !closed else { return }
+        guard kind == .system, connection == nil, !closed, let address else { return }
         do {
-            let c = DBusConnection(registered: try result.get(), loop: loop)
+            let c = try DBusConnection(address: address, loop: loop)
             let wasLost = downReason == Self.lostReason
             connection = c
             downReason = nil
@@ -354,11 +324,4 @@ final class Weak<T: AnyObject> {
 func getenvString(_ name: String) -> String? {
     guard let p = getenv(name) else { return nil }
     return String(cString: p)
-}
-
-/// The link, for the thread that opens its connection: only the loop thread reads it (a weak reference, so a link
-/// closed and dropped meanwhile is simply gone).
-private final class WeakLink: @unchecked Sendable {
-    weak var value: BusLink?
-    init(_ value: BusLink) { self.value = value }
 }
