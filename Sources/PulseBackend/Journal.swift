@@ -201,6 +201,11 @@ public final class JournalLog {
     }
 
     private func append(_ text: String) throws {
+        try Self.writeAll(fd, text, path: path)
+    }
+
+    /// All of `text` to `fd` (one `write(2)` when the kernel takes it whole), retried on EINTR.
+    static func writeAll(_ fd: Int32, _ text: String, path: String) throws(JournalError) {
         let bytes = Array(text.utf8)
         var off = 0
         while off < bytes.count {
@@ -210,18 +215,26 @@ public final class JournalLog {
             }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw JournalError("cannot append to \(path): \(String(cString: strerror(errno)))")
+                throw JournalError("cannot write \(path): \(String(cString: strerror(errno)))")
             }
             off += n
         }
     }
 
-    private func rewrite() throws {
+    /// The directory `path` goes in, made private to the user if missing.
+    static func makeDirectory(for path: String) throws(JournalError) {
         let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
-        if !dir.isEmpty {
+        guard !dir.isEmpty else { return }
+        do {
             try FileManager.default.createDirectory(
                 atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw JournalError("cannot create \(dir): \(error)")
         }
+    }
+
+    private func rewrite() throws {
+        try Self.makeDirectory(for: path)
         var text = "audiod-journal 1 \(cookie)\n"
         for k in entries.keys.sorted() { if let e = entries[k] { text += Self.line(e) } }
         for (k, l) in leaks.sorted(by: { $0.key < $1.key }) { text += Self.line(leak: k, l) }

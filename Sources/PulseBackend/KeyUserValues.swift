@@ -74,29 +74,12 @@ public struct KeyUserValues: Equatable, Sendable {
             let v = volume[key].map { $0.map(String.init).joined(separator: ",") } ?? "-"
             text += "\(JournalLog.encode(key)) \(m) \(v.isEmpty ? "-" : v)\n"
         }
-        let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""
-        if !dir.isEmpty {
-            do {
-                try FileManager.default.createDirectory(
-                    atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            } catch {
-                throw JournalError("cannot create \(dir): \(error)")
-            }
-        }
+        try JournalLog.makeDirectory(for: path)
         let temp = path + ".new"
         let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        let bytes = Array(text.utf8)
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeBytes { buf in
-                buf.baseAddress.map { Glibc.write(fd, $0 + off, buf.count - off) } ?? 0
-            }
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
-            off += n
-        }
+        try JournalLog.writeAll(fd, text, path: temp)
         guard rename(temp, path) == 0 else {
             throw JournalError("cannot rename \(temp): \(String(cString: strerror(errno)))")
         }
