@@ -635,6 +635,21 @@ final class PromiseRun {
         var primary: String
         /// Games silenced at the step's start (muted by audiod, not by the user), by stream index.
         var silencedGames: [(label: String, index: UInt32)]
+        /// How many signals audiod had sent the test's client: those after it are the step's.
+        var signalsBefore: Int
+    }
+
+    /// Whether `PrimaryAudioSession` became `/` at any moment since `signalsBefore`: primary audio then did not hold
+    /// through the step, even when the step begins and ends with someone primary (a ringing call that lingers
+    /// without sound ends its handover, and the call it interrupted resumes later in the same step).
+    func primaryLapsed(since signalsBefore: Int) -> Bool {
+        guard let d = daemon else { return true }
+        return d.client.allSignals().dropFirst(signalsBefore).contains { s in
+            guard s.path == API.managerPath, s.member == "PropertiesChanged", s.args.count >= 2,
+                case .dict(_, _, let changed) = s.args[1]
+            else { return false }
+            return changed.contains { $0.0 == .string("PrimaryAudioSession") && $0.1 == .variant(.objectPath("/")) }
+        }
     }
 
     func primaryAudioSession() -> String {
@@ -651,7 +666,10 @@ final class PromiseRun {
             return (a.label, s.index)
         }
         watcher.dropReports(before: DispatchTime.now().uptimeNanoseconds)
-        return StepStart(at: DispatchTime.now().uptimeNanoseconds, primary: primaryAudioSession(), silencedGames: games)
+        let signals = daemon?.client.allSignals().count ?? 0
+        return StepStart(
+            at: DispatchTime.now().uptimeNanoseconds, primary: primaryAudioSession(), silencedGames: games,
+            signalsBefore: signals)
     }
 
     /// Promise 2 between checks, judged on every report the server made during the step: while primary audio
@@ -664,7 +682,9 @@ final class PromiseRun {
                     + "ends with primary \(primaryAudioSession()); \(start.silencedGames.map { watcher.reports(of: $0.index, since: start.at).count }) report(s)"
             )
         }
-        guard step == "start" || step == "duck-level", daemon != nil, start.primary != "/", primaryAudioSession() != "/"
+        guard step == "start" || step == "duck-level", daemon != nil, start.primary != "/",
+            primaryAudioSession() != "/",
+            !primaryLapsed(since: start.signalsBefore)
         else {
             return []
         }
