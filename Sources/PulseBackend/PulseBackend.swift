@@ -77,7 +77,7 @@ public final class PulseBackend {
 
     private var context: PulseContext?
     public private(set) var server: ServerInfo?
-    /// Re-reads of streams not yet linked (`StreamReport.readAgainAfter`).
+    /// Re-reads of streams not yet linked (`ServerAction.readUnlinked`).
     private var unlinkedReadTimers: [StreamID: LoopTimer] = [:]
     public var isConnected: Bool { session.isReady && server != nil && context != nil }
     private var reconnectTimer: LoopTimer?
@@ -94,7 +94,6 @@ public final class PulseBackend {
     private var expiryTimer: LoopTimer?
     private var confirmTimer: LoopTimer?
     /// The repair probes' connections (RepairProbe.swift): their streams are audiod's own, never reported.
-    private var probeClients: Set<UInt32> = []
     private var probes: [RepairProbe] = []
     private var probeTimer: LoopTimer?
 
@@ -207,7 +206,6 @@ public final class PulseBackend {
         probeTimer = nil
         for p in probes { p.close() }
         probes.removeAll()
-        probeClients.removeAll()
         server = nil
         pendingOperations = 0
         // The streams went with the connection. What audiod applied stays in the journal (not rewritten while
@@ -271,7 +269,7 @@ public final class PulseBackend {
             self.context?.streams(record: true) { [weak self] list in
                 guard let self else { return }
                 for s in list { self.listed(s, seq: listSeq) }
-                self.session.tracker.listDone(listSeq)
+                self.session.listDone(listSeq)
                 self.enumerated(.streams)
             }
         }
@@ -291,14 +289,14 @@ public final class PulseBackend {
                 "restore-database": "\(session.hasRestoreDatabase)",
             ])
         // Devices first, so that streams are reported on known devices; gone devices are reported gone.
-        for e in session.devicesSettled() { onEvent?(.policy(e)) }
+        execute(session.devicesSettled())
         recover(server)
         // The streams first: whoever hears `connected` finds the server's streams known.
         // The journal is written once the whole list is reported: until the engine has taken every recovered entry
         // as its own, the old journal is their only record. (The operations decided meanwhile leave the process only
         // when the loop next runs, after this write.)
         holdingJournal = true
-        for id in session.roleLoopbackStreams() { forgetInfrastructure(id) }
+        execute(session.roleLoopbackStreams())
         for id in session.streamIDs { report(id) }
         holdingJournal = false
         // The live streams that showed a leaked value are being put back, and the server saves that as the key's
@@ -326,8 +324,8 @@ public final class PulseBackend {
     // MARK: Reads
 
     private func read(_ id: StreamID) {
-        guard context != nil, let r = session.tracker.noticed(id) else { return }
-        send(r)
+        guard context != nil else { return }
+        execute(session.streamAnnounced(id))
     }
 
     private func send(_ r: StreamRead) {
@@ -336,28 +334,18 @@ public final class PulseBackend {
             guard let self else { return }
             self.logger.trace(
                 "stream read", metadata: ["at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)"])
-            let (believe, next) = self.session.tracker.replied(r, raw, now: self.monotonicNow())
-            if let believe { self.accept(believe) }
-            if let next { self.send(next) }
+            self.execute(self.session.streamRead(r, raw, now: self.monotonicNow()))
         }
     }
 
     private func listed(_ raw: RawStream, seq s: UInt64) {
-        let (believe, next) = session.tracker.listed(raw, raw.id, seq: s, now: monotonicNow())
-        if let believe { accept(believe) }
-        if let next { send(next) }
-    }
-
-    private func accept(_ raw: RawStream) {
-        if let c = raw.client, probeClients.contains(c) { return }
-        if session.isRoleLoopback(raw) { return forgetInfrastructure(raw.id) }
-        if session.accepted(raw) { report(raw.id) }
+        execute(session.streamListed(raw, seq: s, now: monotonicNow()))
     }
 
     /// Tells the engine what `session` decides it hears of a stream (StreamReports.swift), and carries out the rest:
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
-        carryOut(session.report(id, now: monotonicNow()), id)
+        execute(session.report(id, now: monotonicNow()))
         if session.ledger.userValuesRevision != userValuesWritten, userValuesTimer == nil {
             // At most once a second: an app fading its own volume changes its key at a stream's pace.
             userValuesTimer = loop.timer(afterNanoseconds: 1_000_000_000) { [weak self] in
@@ -401,28 +389,34 @@ public final class PulseBackend {
             if let m = before.muted { c.setMute(record: id.kind == .record, index: id.index, m) { _ in } }
             if let v = before.volume { c.setVolume(record: id.kind == .record, index: id.index, v) { _ in } }
         }
-        carryOut(session.streamRemoved(id, now: monotonicNow()), id)
+        execute(session.streamRemoved(id, now: monotonicNow()))
     }
 
-    private func carryOut(_ r: StreamReport, _ id: StreamID) {
-        for n in r.notes { logger.debug("identity: \(n)") }
-        for key in r.leaks { journalLeak(key) }
-        if let key = r.leakFoundUnder {
-            logger.info(
-                "a stream started with a policy value left in the restore database; taken as audiod's own, to keep or put back",
-                metadata: [
-                    "stream": "\(id)", "key": "\(key)",
-                ])
-        }
-        for e in r.events { onEvent?(.policy(e)) }
-        if let mute = r.writeMuteAgain { operate(id, .setStreamMute(id, mute), mute: mute) }
-        if let volume = r.writeVolumeAgain {
-            operate(id, .setStreamVolume(id, Volume(channels: volume)), volume: volume)
-        }
-        if let after = r.readAgainAfter, unlinkedReadTimers[id] == nil {
-            unlinkedReadTimers[id] = loop.timer(afterNanoseconds: after) { [weak self] in
-                self?.unlinkedReadTimers[id] = nil
-                if self?.session.unreported(id) == true { self?.read(id) }
+    /// Carries out what the session decided (`ServerAction`), in order: the one place that does.
+    private func execute(_ actions: [ServerAction]) {
+        for a in actions {
+            switch a {
+            case .tell(let e): onEvent?(.policy(e))
+            case .note(let n): logger.debug("\(n)")
+            case .journalLeak(let key): journalLeak(key)
+            case .journalStreams(let ids): journalStreams(ids)
+            case .leakFound(let id, let key):
+                logger.info(
+                    "a stream started with a policy value left in the restore database; taken as audiod's own, to keep or put back",
+                    metadata: ["stream": "\(id)", "key": "\(key)"])
+            case .writeAgain(let id, let mute, let volume):
+                if let mute { operate(id, .setStreamMute(id, mute), mute: mute) }
+                if let volume { operate(id, .setStreamVolume(id, Volume(channels: volume)), volume: volume) }
+            case .readUnlinked(let id, let after):
+                guard unlinkedReadTimers[id] == nil else { continue }
+                unlinkedReadTimers[id] = loop.timer(afterNanoseconds: after) { [weak self] in
+                    self?.unlinkedReadTimers[id] = nil
+                    if self?.session.unreported(id) == true { self?.read(id) }
+                }
+            case .read(let r): send(r)
+            case .repairRestoreEntry(let id): repairRestoreDatabase(id)
+            case .report(let id): report(id)
+            case .forget(let id): forgetInfrastructure(id)
             }
         }
     }
@@ -459,7 +453,7 @@ public final class PulseBackend {
     /// The desktop entries changed (or arrived): every running app is identified again.
     private func rejudgeApps(_ index: DesktopEntryIndex) {
         logger.debug("identity: desktop entries now \(index.count); judging the running apps again")
-        for id in session.desktopEntriesChanged(index) { report(id) }
+        execute(session.desktopEntriesChanged(index))
     }
 
     private func monotonicNow() -> UInt64 {
@@ -471,30 +465,14 @@ public final class PulseBackend {
     // MARK: Server events
 
     private func removed(_ id: StreamID) {
-        carryOut(session.streamRemoved(id, now: monotonicNow()), id)
+        execute(session.streamRemoved(id, now: monotonicNow()))
     }
 
     private func deviceChanged(source: Bool, index: UInt32, _ change: Change) {
-        if change == .remove {
-            let events = session.deviceRemoved(index: index, source: source)
-            if !source {
-                logger.debug(
-                    events.isEmpty ? "sink removed that was not an available device" : "device removed",
-                    metadata: ["index": "\(index)"])
-            }
-            for e in events { onEvent?(.policy(e)) }
-            return
-        }
+        if change == .remove { return execute(session.deviceRemoved(index: index, source: source)) }
         context?.device(source: source, index: index) { [weak self] d in
             guard let self, let d else { return }
-            for e in self.session.deviceRead(d, source: source, defaultSource: self.server?.defaultSource) {
-                self.logger.debug("device event", metadata: ["event": "\(e)"])
-                self.onEvent?(.policy(e))
-            }
-            // Streams reported on a device not yet known get its name now.
-            guard !self.session.isEnumerating else { return }
-            if !source { for id in self.session.roleLoopbackStreams() { self.forgetInfrastructure(id) } }
-            for id in self.session.reportedStreams(onDevice: index, source: source) { self.report(id) }
+            self.execute(self.session.deviceRead(d, source: source, defaultSource: self.server?.defaultSource))
         }
     }
 
@@ -504,8 +482,8 @@ public final class PulseBackend {
             return
         }
         context?.client(index: index) { [weak self] cl in
-            guard let self, let cl, self.session.clientRead(cl) else { return }
-            for id in self.session.reportedStreams(ofClient: index) { self.report(id) }
+            guard let self, let cl else { return }
+            self.execute(self.session.clientRead(cl))
         }
     }
 
@@ -522,7 +500,7 @@ public final class PulseBackend {
             default: continue
             }
         }
-        journalStreams(session.writesSent())
+        execute(session.writesSent())
     }
 
     private func operate(_ id: StreamID, _ effect: Effect, mute: Bool? = nil, volume: [UInt32]? = nil) {
@@ -542,13 +520,10 @@ public final class PulseBackend {
     }
 
     private func operationDone(_ id: StreamID, _ ok: Bool, _ what: String) {
-        let answer = session.writeAnswered(id, ok: ok)
         if !ok, session.tracks(id) {
             logger.warning("the sound server refused a \(what) change", metadata: ["stream": "\(id)"])
         }
-        if let r = answer.readAgain { send(r) }
-        if answer.repairRestoreEntry { repairRestoreDatabase(id) }
-        if answer.journal { journalStreams([id]) }
+        execute(session.writeAnswered(id, ok: ok))
         finishOperation()
     }
 
@@ -563,12 +538,12 @@ public final class PulseBackend {
 
     /// Keeps one timer for the tracker's next confirmation deadline.
     private func armExpiry() {
-        guard expiryTimer == nil, let deadline = session.tracker.nextDeadline else { return }
+        guard expiryTimer == nil, let deadline = session.nextDeadline else { return }
         let now = monotonicNow()
         expiryTimer = loop.timer(afterNanoseconds: deadline > now ? deadline - now : 0) { [weak self] in
             guard let self else { return }
             self.expiryTimer = nil
-            for r in self.session.tracker.tick(now: self.monotonicNow()) { self.send(r) }
+            self.execute(self.session.tick(now: self.monotonicNow()))
             self.armExpiry()
         }
     }
@@ -613,9 +588,10 @@ public final class PulseBackend {
             self.writeJournal()
             self.flush { done(repaired, self.session.ledger.leaks.count) }
         }
-        if session.ledger.leaks.isEmpty {
+        let method = session.repairMethod
+        if session.ledger.leaks.isEmpty || method == .none {
             finish()
-        } else if session.hasRestoreDatabase {
+        } else if method == .readAndWriteBack {
             pendingOperations += 1
             c.restoreEntries { [weak self] entries in
                 guard let self else { return }
@@ -630,7 +606,7 @@ public final class PulseBackend {
                 self.finishOperation()
                 finish()
             }
-        } else if session.onPipeWire {
+        } else {
             // pipewire-pulse cannot delete an entry (its DELETE only acknowledges) and lists only what was written
             // through it: every leaked entry is overwritten with the user's values — the mute always (pipewire-pulse
             // writes it with every entry), the volume where the journal has the user's — then read back until
@@ -638,7 +614,7 @@ public final class PulseBackend {
             let writes = session.ledger.blindRepairs
             for w in writes { writeBlind(w) }
             let confirming: (@escaping (Set<String>) -> Void) -> Void
-            if let name = server?.name, ServerSession<RawStream>.Flavor.ignoresBlindWrites(serverName: name) {
+            if method == .writeBlindConfirmByProbe {
                 // WirePlumber 0.5 takes the write into pipewire-pulse's list but not into its state: only a stream
                 // of the key shows what the next one starts with.
                 confirming = { [weak self] in self?.probeRepair(writes[...], confirmed: [], $0) ?? $0([]) }
@@ -656,8 +632,6 @@ public final class PulseBackend {
                 }
                 finish()
             }
-        } else {
-            finish()
         }
     }
 
@@ -738,7 +712,7 @@ public final class PulseBackend {
         var probe: RepairProbe?
         var client: UInt32?
         let close = { [weak self] in
-            if let c = client { self?.probeClients.remove(c) }
+            if let c = client { self?.session.ownClientClosed(c) }
             guard let p = probe else { return }
             probe = nil
             p.close()
@@ -748,9 +722,9 @@ public final class PulseBackend {
             loop: loop, server: options.server, clientProperties: props,
             connected: { [weak self] index in
                 client = index
-                self?.probeClients.insert(index)
                 // A stream of this client heard before (a client index of a connection that just ended) is dropped.
-                for id in self?.session.streams(ofClient: index) ?? [] { self?.forgetInfrastructure(id) }
+                guard let self else { return }
+                self.execute(self.session.ownClientConnected(index))
             },
             ready: { [weak self] stream in
                 guard let self, let stream else { return read(nil, close) }
@@ -808,7 +782,7 @@ public final class PulseBackend {
     public func sweep(_ done: @escaping () -> Void) {
         loop.assertOnLoop()
         guard let c = context, isConnected else { return done() }
-        let seq = session.tracker.listIssued()
+        let seq = session.listIssued()
         c.streams(record: false) { [weak self] list in
             guard let self else { return done() }
             for s in list { self.listed(s, seq: seq) }
@@ -816,7 +790,7 @@ public final class PulseBackend {
             c.streams(record: true) { [weak self] list in
                 guard let self else { return done() }
                 for s in list { self.listed(s, seq: seq) }
-                self.session.tracker.listDone(seq)
+                self.session.listDone(seq)
                 done()
             }
         }
@@ -893,7 +867,7 @@ public final class PulseBackend {
     /// that a step's journal costs what it changed. Journals it before the operations are sent.
     public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
-        journalStreams(session.appliedChanged(changes, now: monotonicNow()))
+        execute(session.appliedChanged(changes, now: monotonicNow()))
     }
 
     private func journalStreams(_ ids: [StreamID]) {
@@ -917,7 +891,7 @@ public final class PulseBackend {
         var list: [(StreamID, AppliedChange?)] = next.map { ($0.key, $0.value) }
         for id in session.ledger.applied.keys where next[id] == nil { list.append((id, nil)) }
         updateApplied(list)
-        if written { journalStreams(session.writesSent()) }
+        if written { execute(session.writesSent()) }
     }
 
     private func journal() -> JournalLog? {

@@ -107,6 +107,8 @@ public struct ServerSession<Stream: ServerStreamValue> {
     var inFlight: [StreamID: Journal.Entry] = [:]
     /// Who plays each stream.
     public var identifier: StreamIdentifier
+    /// Client indices of audiod's own connections (repair probes) on this connection.
+    var ownClients: Set<UInt32> = []
 
     public init(
         tracker: StreamTracker<Stream>, ledger: RestoreLedger, initialBackoffNanoseconds: UInt64,
@@ -137,6 +139,28 @@ public struct ServerSession<Stream: ServerStreamValue> {
     public var flavor: Flavor? { if case .ready(let f, _) = phase { return f } else { return nil } }
     public var onPipeWire: Bool { flavor == .pipeWire }
     public var hasRestoreDatabase: Bool { if case .ready(_, true) = phase { return true } else { return false } }
+
+    /// How `--restore` and a stop repair the restore-database entries the journal says hold policy values: the one
+    /// place that chooses by the server's kind (docs/BACKEND.md).
+    public enum RepairMethod: Equatable, Sendable {
+        /// Not connected, or a server with neither kind of database: nothing can be repaired now.
+        case none
+        /// module-stream-restore: read the entries and write each back with the user's values.
+        case readAndWriteBack
+        /// pipewire-pulse with WirePlumber 0.4: write each entry blind, then read the list until it shows the writes.
+        case writeBlindConfirmByList
+        /// pipewire-pulse of PipeWire 1.x: write each entry blind, then confirm through probes of each key (the list
+        /// proves nothing there: `Flavor.ignoresBlindWrites`).
+        case writeBlindConfirmByProbe
+    }
+
+    public var repairMethod: RepairMethod {
+        guard case .ready(let flavor, let restoreDatabase) = phase else { return .none }
+        if restoreDatabase { return .readAndWriteBack }
+        guard flavor == .pipeWire else { return .none }
+        guard let serverName, Flavor.ignoresBlindWrites(serverName: serverName) else { return .writeBlindConfirmByList }
+        return .writeBlindConfirmByProbe
+    }
 
     /// `start()`, or a backoff's delay has passed: connect unless stopped or already connected.
     public mutating func connecting() -> Bool {
@@ -197,6 +221,7 @@ public struct ServerSession<Stream: ServerStreamValue> {
         streams.removeAll()
         liftsAwaitingWrite.removeAll()
         inFlight.removeAll()
+        ownClients.removeAll()
         tracker.reset()
         ledger.connectionDropped(now: now, muted: { shown[$0] })
         clients.removeAll()
@@ -231,27 +256,39 @@ public struct ServerSession<Stream: ServerStreamValue> {
         }
     }
 
-    /// The streams held that are role loopbacks after all (their sink was read after them).
-    func roleLoopbackStreams() -> [StreamID] {
-        streams.filter { isRoleLoopback($0.value.raw) }.keys.sorted()
+    /// The streams held that are role loopbacks after all (their sink was read after them): forgotten.
+    func roleLoopbackStreams() -> [ServerAction] {
+        streams.filter { isRoleLoopback($0.value.raw) }.keys.sorted().map(ServerAction.forget)
     }
     mutating func listed(sources list: [RawDevice]) { for d in list { sources[d.index] = d } }
     mutating func listed(clients list: [RawClient]) { for c in list { clients[c.index] = c } }
 
     /// The first state is in: the devices that came and went since the engine last heard (gone ones first, then
     /// new ones, each sorted), so that streams are reported on known devices.
-    mutating func devicesSettled() -> [Event] {
+    mutating func devicesSettled() -> [ServerAction] {
         let now = Set(sinks.values.filter(\.available).map(\.name))
         let events =
             availableDevices.subtracting(now).sorted().map { Event.deviceRemoved($0) }
             + now.subtracting(availableDevices).sorted().map { Event.deviceAppeared($0) }
         availableDevices = now
-        return events
+        return events.map(ServerAction.tell)
     }
 
-    /// A sink or source read after the server announced it new or changed. While the first state is read, only the
-    /// table changes (`devicesSettled` speaks for it).
-    mutating func deviceRead(_ d: RawDevice, source: Bool, defaultSource: String?) -> [Event] {
+    /// A sink or source read after the server announced it new or changed: the engine hears what came, went or was
+    /// muted, and the streams reported on the device are reported again (they name it); a sink may show that streams
+    /// held are a role loopback's. While the first state is read, only the table changes (`devicesSettled` speaks
+    /// for it).
+    mutating func deviceRead(_ d: RawDevice, source: Bool, defaultSource: String?) -> [ServerAction] {
+        var out = deviceEvents(d, source: source, defaultSource: defaultSource).flatMap {
+            [ServerAction.note("device event: \($0)"), .tell($0)]
+        }
+        guard !isEnumerating else { return out }
+        if !source { out += roleLoopbackStreams() }
+        out += reportedStreams(onDevice: d.index, source: source).map(ServerAction.report)
+        return out
+    }
+
+    private mutating func deviceEvents(_ d: RawDevice, source: Bool, defaultSource: String?) -> [Event] {
         if source {
             let old = sources.updateValue(d, forKey: d.index)
             // The microphone switch: the user muted or unmuted a source that is not a monitor.
@@ -266,17 +303,21 @@ public struct ServerSession<Stream: ServerStreamValue> {
     }
 
     /// The server removed a sink or source: an available sink is gone for the engine too.
-    mutating func deviceRemoved(index: UInt32, source: Bool) -> [Event] {
+    mutating func deviceRemoved(index: UInt32, source: Bool) -> [ServerAction] {
         let old = source ? sources.removeValue(forKey: index) : sinks.removeValue(forKey: index)
-        guard !source, let d = old, availableDevices.remove(d.name) != nil else { return [] }
-        return [.deviceRemoved(d.name)]
+        guard !source else { return [] }
+        guard let d = old, availableDevices.remove(d.name) != nil else {
+            return [.note("sink \(index) removed that was not an available device")]
+        }
+        return [.note("device removed: sink \(index)"), .tell(.deviceRemoved(d.name))]
     }
 
-    /// A client read after the server announced it new or changed: true when its streams must be reported again
-    /// (a known client whose properties changed, once the first state is in).
-    mutating func clientRead(_ c: RawClient) -> Bool {
+    /// A client read after the server announced it new or changed: a known client whose properties changed has its
+    /// reported streams reported again (once the first state is in).
+    mutating func clientRead(_ c: RawClient) -> [ServerAction] {
         let old = clients.updateValue(c, forKey: c.index)
-        return old != nil && old != c && !isEnumerating
+        guard old != nil, old != c, !isEnumerating else { return [] }
+        return reportedStreams(ofClient: c.index).map(ServerAction.report)
     }
 
     mutating func clientRemoved(index: UInt32) { clients[index] = nil }

@@ -69,21 +69,33 @@ struct WrittenValues {
     }
 }
 
-/// What the backend does after a stream's report was decided.
-public struct StreamReport: Equatable {
+/// A stream's report as it is decided, before it becomes the session's actions (`ServerAction`), in the order the
+/// backend carries them out: the log's notes, the journal, the engine, the server.
+struct StreamReport {
     /// For the engine, in order.
-    public var events: [Event] = []
+    var events: [Event] = []
     /// Restore-database keys whose journal line must be written again.
-    public var leaks: [String] = []
+    var leaks: [String] = []
     /// Not yet linked: read it again after this many ns.
-    public var readAgainAfter: UInt64?
+    var readAgainAfter: UInt64?
     /// It started with a policy value audiod left in the restore database under this key.
-    public var leakFoundUnder: String?
+    var leakFoundUnder: String?
     /// The server gave the stream its saved values over audiod's write: write these again (nil fields: untouched).
-    public var writeMuteAgain: Bool?
-    public var writeVolumeAgain: [UInt32]?
+    var writeMuteAgain: Bool?
+    var writeVolumeAgain: [UInt32]?
     /// For the debug log: who plays it, and what could not be read.
-    public var notes: [String] = []
+    var notes: [String] = []
+
+    func actions(_ id: StreamID) -> [ServerAction] {
+        var out = notes.map { ServerAction.note("identity: \($0)") } + leaks.map(ServerAction.journalLeak)
+        if let key = leakFoundUnder { out.append(.leakFound(id, key: key)) }
+        out += events.map(ServerAction.tell)
+        if writeMuteAgain != nil || writeVolumeAgain != nil {
+            out.append(.writeAgain(id, mute: writeMuteAgain, volume: writeVolumeAgain))
+        }
+        if let after = readAgainAfter { out.append(.readUnlinked(id, afterNanoseconds: after)) }
+        return out
+    }
 }
 
 extension ServerSession {
@@ -114,6 +126,53 @@ extension ServerSession {
     }
     /// Not yet reported to the engine (on PipeWire: not yet linked).
     public func unreported(_ id: StreamID) -> Bool { streams[id].map { $0.fed == nil } ?? false }
+
+    // MARK: Reads
+
+    /// The server announced a new or changed stream: read it.
+    public mutating func streamAnnounced(_ id: StreamID) -> [ServerAction] {
+        tracker.noticed(id).map { [.read($0)] } ?? []
+    }
+
+    /// A stream read answered (nil: the stream is gone).
+    public mutating func streamRead(_ read: StreamRead, _ raw: Stream?, now: UInt64) -> [ServerAction] {
+        let (believe, next) = tracker.replied(read, raw, now: now)
+        var out = believe.map { believed($0) } ?? []
+        if let next { out.append(.read(next)) }
+        return out
+    }
+
+    /// A stream in a listing issued as `seq` (`listIssued`).
+    public mutating func streamListed(_ raw: Stream, seq: UInt64, now: UInt64) -> [ServerAction] {
+        let (believe, next) = tracker.listed(raw, raw.id, seq: seq, now: now)
+        var out = believe.map { believed($0) } ?? []
+        if let next { out.append(.read(next)) }
+        return out
+    }
+
+    /// A listing of every stream goes out: its answers are ordered against the reads around it.
+    public mutating func listIssued() -> UInt64 { tracker.listIssued() }
+    public mutating func listDone(_ seq: UInt64) { tracker.listDone(seq) }
+
+    /// When the next confirmation of one of audiod's writes is due (monotonic ns), if any.
+    public var nextDeadline: UInt64? { tracker.nextDeadline }
+    /// The confirmations due by `now` that no read brought: read those streams again.
+    public mutating func tick(now: UInt64) -> [ServerAction] { tracker.tick(now: now).map(ServerAction.read) }
+
+    /// A connection of audiod's own (a repair probe) is client `index`: its streams are never an app's, and one heard
+    /// of before is forgotten.
+    public mutating func ownClientConnected(_ index: UInt32) -> [ServerAction] {
+        ownClients.insert(index)
+        return streams(ofClient: index).map(ServerAction.forget)
+    }
+
+    public mutating func ownClientClosed(_ index: UInt32) { ownClients.remove(index) }
+
+    private mutating func believed(_ raw: Stream) -> [ServerAction] {
+        if let c = raw.client, ownClients.contains(c) { return [] }
+        if isRoleLoopback(raw) { return [.forget(raw.id)] }
+        return accepted(raw) ? [.report(raw.id)] : []
+    }
 
     /// A read the tracker believes. Returns true when the stream is to be reported now (after the first state is
     /// in; the connection's first listing is reported all at once).
@@ -162,7 +221,11 @@ extension ServerSession {
 
     /// Decides what the engine hears of a stream now: nothing yet (pipewire-pulse lists it before it is linked),
     /// its announcement, its appearance (with any policy value audiod left on it) or its change.
-    public mutating func report(_ id: StreamID, now: UInt64) -> StreamReport {
+    public mutating func report(_ id: StreamID, now: UInt64) -> [ServerAction] {
+        decide(id, now: now).actions(id)
+    }
+
+    private mutating func decide(_ id: StreamID, now: UInt64) -> StreamReport {
         guard var t = streams[id] else { return StreamReport() }
         var out = StreamReport()
         // pipewire-pulse lists a new stream before its node is linked, with no device and a volume of 0 that is
@@ -291,23 +354,23 @@ extension ServerSession {
     }
 
     /// The desktop entries changed (or arrived): every reported stream's app is identified again at its next
-    /// report. Returns the streams to report now (none while the first state is read).
-    public mutating func desktopEntriesChanged(_ index: DesktopEntryIndex) -> [StreamID] {
+    /// report. Reports them now (none while the first state is read: its listing reports them all).
+    public mutating func desktopEntriesChanged(_ index: DesktopEntryIndex) -> [ServerAction] {
         identifier.entriesChanged(index)
         guard !isEnumerating else { return [] }
         let ids = streams.filter { $0.value.fed != nil }.keys.sorted()
         for id in ids { streams[id]?.identitySource = [] }
-        return ids
+        return ids.map(ServerAction.report)
     }
 
     /// The server removed a stream.
-    public mutating func streamRemoved(_ id: StreamID, now: UInt64) -> StreamReport {
+    public mutating func streamRemoved(_ id: StreamID, now: UInt64) -> [ServerAction] {
         tracker.removed(id)
-        guard let t = streams.removeValue(forKey: id) else { return StreamReport() }
+        guard let t = streams.removeValue(forKey: id) else { return [] }
         var out = StreamReport()
         out.leaks = ledger.removed(id, muted: t.raw.muted, now: now)
         if t.fed != nil || t.announced { out.events.append(.streamRemoved(id)) }
-        return out
+        return out.actions(id)
     }
 
     // MARK: Writes
@@ -337,13 +400,13 @@ extension ServerSession {
 
     /// A step's writes are sent: the lifts that no write carries (the user changed the stream, or the engine let
     /// go of it) are journaled now.
-    public mutating func writesSent() -> [StreamID] {
+    public mutating func writesSent() -> [ServerAction] {
         let unwritten = liftsAwaitingWrite.filter { $0.value == 0 }.map(\.key).sorted()
         for id in unwritten {
             liftsAwaitingWrite[id] = nil
             inFlight[id] = nil
         }
-        return unwritten
+        return unwritten.isEmpty ? [] : [.journalStreams(unwritten)]
     }
 
     /// The journal's line for a stream: what audiod holds on it, and while a write that lifts or changes a value is
@@ -358,19 +421,13 @@ extension ServerSession {
         return j
     }
 
-    /// What the server's answer to a write means.
-    public struct WriteAnswer: Equatable {
-        /// Refused: nothing will show audiod's value, and this read is the truth.
-        public var readAgain: StreamRead?
-        /// Accepted: the restore database may now hold audiod's value.
-        public var repairRestoreEntry: Bool
-        /// The last write carrying a lift is acknowledged: the stream's journal line may now drop it.
-        public var journal: Bool
-    }
-
-    public mutating func writeAnswered(_ id: StreamID, ok: Bool) -> WriteAnswer {
-        var answer = WriteAnswer(readAgain: nil, repairRestoreEntry: ok, journal: false)
-        if !ok, streams[id] != nil { answer.readAgain = tracker.refused(id) }
+    /// What the server's answer to a write means: refused, nothing will show audiod's value, and a read is the
+    /// truth; accepted, the restore database may now hold audiod's value; and once the last write carrying a lift
+    /// is acknowledged, the stream's journal line may drop it.
+    public mutating func writeAnswered(_ id: StreamID, ok: Bool) -> [ServerAction] {
+        var answer: [ServerAction] = []
+        if !ok, streams[id] != nil, let r = tracker.refused(id) { answer.append(.read(r)) }
+        if ok { answer.append(.repairRestoreEntry(id)) }
         if let n = liftsAwaitingWrite[id] {
             if n > 1 {
                 liftsAwaitingWrite[id] = n - 1
@@ -379,20 +436,20 @@ extension ServerSession {
                 // engine undoes only what a stream still shows).
                 liftsAwaitingWrite[id] = nil
                 inFlight[id] = nil
-                answer.journal = ok
+                if ok { answer.append(.journalStreams([id])) }
             }
         }
         return answer
     }
 
-    /// What the engine holds on these streams now (nil: nothing). Returns the streams whose journal line is to be
-    /// written now; a lift from a live stream waits for the write that carries it (`writeAnswered`): killed
+    /// What the engine holds on these streams now (nil: nothing). The streams whose journal line is to be written
+    /// now are journaled; a lift from a live stream waits for the write that carries it (`writeAnswered`): killed
     /// between the two, the journal must still name what the stream shows.
     /// A lift of one value while another stays (a duck lifted from a stream still muted), or a duck moved to another
     /// level, is journaled at once with both — what the stream may still show and what audiod holds now — and
     /// again, with only the latter, once the write is acknowledged (random test, seed 936379 on PulseAudio: killed
     /// between the line and the write, the journal named only the mute, and `--restore` left the duck).
-    public mutating func appliedChanged(_ changes: [(StreamID, AppliedChange?)], now: UInt64) -> [StreamID] {
+    public mutating func appliedChanged(_ changes: [(StreamID, AppliedChange?)], now: UInt64) -> [ServerAction] {
         var before: [StreamID: Journal.Entry] = [:]
         for (id, _) in changes { before[id] = journalEntry(id) }
         let dirty = ledger.update(changes, muted: { streams[$0]?.raw.muted }, now: now)
@@ -413,7 +470,7 @@ extension ServerSession {
                 journalNow.append(id)
             }
         }
-        return journalNow
+        return journalNow.isEmpty ? [] : [.journalStreams(journalNow)]
     }
 
     /// `new` with what `old` holds that `new` lifts or changes; nil when `new` keeps all of `old`.
