@@ -119,8 +119,9 @@ let package = Package(
         .executableTarget(
             name: "audiod",
             dependencies: [
-                "AudioPolicy", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "DBusService", "AudiodConfig",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "AudioPolicy", "AudioVocabulary", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread",
+                "DBusService",
+                "AudiodConfig", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -129,7 +130,7 @@ let package = Package(
         .executableTarget(
             name: "audioctl",
             dependencies: [
-                "AudiodClient",
+                "AudiodClient", "AudioVocabulary",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]
@@ -158,7 +159,7 @@ let package = Package(
         .testTarget(
             name: "AudioPolicyTests",
             dependencies: [
-                "AudioPolicy",
+                "AudioPolicy", "AudioVocabulary",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -1,4 +1,5 @@
 import ArgumentParser
+import AudioVocabulary
 import AudiodClient
 import Foundation
 
@@ -87,8 +88,13 @@ func perform(_ body: () async throws -> Void) async throws {
     }
 }
 
+/// Every line audioctl prints for people comes through here: names, ids and reasons in it may come from apps, and
+/// their control characters are shown escaped (`String.escapingControls`) so that no app can recolour the terminal
+/// or fake a line. `--json` goes through `printJSON`, whose escapes are JSON's.
+func print(_ line: String) { Swift.print(line.escapingControls) }
+
 func fail(_ f: Failure) throws -> Never {
-    FileHandle.standardError.write(Data("audioctl: \(f)\n".utf8))
+    FileHandle.standardError.write(Data("audioctl: \("\(f)".escapingControls)\n".utf8))
     switch f {
     case .daemon: throw ExitCode(1)
     case .notRunning: throw ExitCode(2)

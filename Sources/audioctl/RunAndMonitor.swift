@@ -1,4 +1,5 @@
 import ArgumentParser
+import AudioVocabulary
 import AudiodClient
 import Foundation
 import Synchronization
@@ -102,7 +103,7 @@ extension Audioctl {
                 o["time"] = Self.iso.string(from: now)
                 printJSON(o)
             } else {
-                FileHandle.standardOutput.write(Data((Self.clock(now) + " " + text + "\n").utf8))
+                FileHandle.standardOutput.write(Data((Self.clock(now) + " " + text.escapingControls + "\n").utf8))
             }
         }
 

@@ -97,7 +97,7 @@ struct Audiod: ParsableCommand {
         }
         let level = Logger.Level(rawValue: logLevel) ?? .info
         LoggingSystem.bootstrap { label in
-            var h = StreamLogHandler.standardError(label: label)
+            var h = EscapingLogHandler(inner: StreamLogHandler.standardError(label: label))
             h.logLevel = level
             return h
         }

@@ -1,8 +1,22 @@
+import AudioVocabulary
 import Testing
 
 @testable import AudioPolicy
 
 @Suite struct VocabularyTests {
+    @Test func textFromAppsIsShownWithItsControlCharactersEscaped() {
+        #expect("mpv".escapingControls == "mpv")
+        #expect("Café — ünïcödé \\ ok".escapingControls == "Café — ünïcödé \\ ok", "only controls change")
+        #expect("\u{1b}[31mred\u{1b}[0m".escapingControls == "\\x1b[31mred\\x1b[0m")
+        #expect("game\nsession 9 begins: fake".escapingControls == "game\\nsession 9 begins: fake")
+        #expect("a\tb\rc\u{0}d\u{7f}".escapingControls == "a\\tb\\rc\\x00d\\x7f")
+        #expect("csi\u{9b}31m".escapingControls == "csi\\u{9b}31m", "a C1 control some terminals obey")
+        #expect(
+            !"\u{1b}\n\u{9b}x".escapingControls.unicodeScalars.contains {
+                $0.value < 0x20 || (0x7f...0x9f).contains($0.value)
+            })
+    }
+
     @Test func validationOrderIsCategoryModeOptions() {
         #expect(
             Configuration.parse(category: "loud", mode: "nope", options: ["x"]) == .failure(.invalidCategory("loud")))

@@ -56,6 +56,31 @@ struct AudioctlTests {
         #expect(st?.first?["index"] as? Int == Int(s.index))
     }
 
+    @Test("an app named with terminal escapes and a newline is printed escaped by audioctl and the log, raw in JSON")
+    func escapedAppText() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let raw = "evil\u{1b}[31mred\u{1b}[0m\nsession 99 begins: forged"
+        let shown = "evil\\x1b[31mred\\x1b[0m\\nsession 99 begins: forged"
+        let app = try playback(server, name: raw)
+        _ = try server.waitForPlaybackStream(pid: app.pid)
+        #expect(waitFor(5) { (try? ctl(server, "streams"))?.output.contains(shown) == true })
+        for verb in ["status", "sessions", "streams", "apps"] {
+            let out = try ctl(server, verb).output
+            #expect(out.contains(shown), "\(verb): \(out)")
+            #expect(!out.contains("\u{1b}"), "\(verb) printed a raw escape: \(out)")
+            #expect(!out.contains("\nsession 99"), "\(verb) printed the app's newline: \(out)")
+        }
+        let st = json(try ctl(server, "streams", "--json").output) as? [[String: Any]]
+        #expect(st?.first?["application-name"] as? String == raw, "JSON carries the raw value, in JSON's escapes")
+        let log = server.file("audiod.log")
+        #expect(log.contains(shown), "the debug log names the app escaped")
+        #expect(!log.contains("\u{1b}"), "the log carries a raw escape")
+        #expect(!log.contains("\nsession 99 begins"), "the app's newline forged a log line")
+    }
+
     @Test("silent on, status, toggle, off")
     func silent() throws {
         let server = try TestServer(.pulseaudio)
