@@ -61,7 +61,9 @@ let package = Package(
         // core.
         .target(
             name: "Platform",
-            dependencies: ["AudioPolicy", "DBusTransport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "AudioPolicy", "AppIdentity", "DBusTransport", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The API server: org.audiod.AudioSession1's objects on the session bus, routing, authorization and

@@ -95,50 +95,15 @@ extension AudioSessionService {
         }
     }
 
-    /// Why a pid hint names a process no app is (docs/API.md `CreateSession`): a session for it would hold every
-    /// stream its descendants play — all of the user's, or the system's. Nil when the pid may be held.
+    /// Why a pid hint names a process no app is (docs/API.md `CreateSession`; the list is the platform's, shared with
+    /// GameMode's evidence): a session for it would hold every stream its descendants play. Nil when the pid may be
+    /// held.
     private func captureRefusal(_ pid: UInt32, named: UInt32) -> String? {
+        guard let not = platform.notAnApp(pid) else { return nil }
         let tail =
             "; a session holds an app's own process and its children (to set how an app is treated, use SetApplicationCategory)"
-        if pid == 1 {
-            return "pid \(named) is PID 1, the init system: a session for it would hold every stream on the system"
-                + tail
-        }
-        if Self.isServiceManager(pid) {
-            return
-                "pid \(named) is your service manager (systemd --user): a session for it would hold every stream you play"
-                + tail
-        }
-        if platform.isSessionLeader(pid) {
-            return
-                "pid \(named) is the leader of one of your login sessions: a session for it would hold every stream you play"
-                + tail
-        }
-        let me = UInt32(getpid())
-        if pid == me { return "pid \(named) is audiod itself" + tail }
-        if host?.processChain(me).dropFirst().contains(pid) == true {
-            return
-                "pid \(named) is an ancestor of audiod: a session for it would hold every stream audiod's siblings play"
-                + tail
-        }
-        return nil
-    }
-
-    /// A user's `systemd --user`: its cgroup is `…/user@UID.service/init.scope`.
-    static func isServiceManager(_ pid: UInt32) -> Bool {
-        guard let fd = fopen("/proc/\(pid)/cgroup", "r") else { return false }
-        defer { fclose(fd) }
-        var line = [CChar](repeating: 0, count: 4096)
-        while fgets(&line, Int32(line.count), fd) != nil {
-            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            let parts = text.split(separator: "\n").first?.split(separator: "/") ?? []
-            if parts.count >= 2, parts[parts.count - 1] == "init.scope", parts[parts.count - 2].hasPrefix("user@"),
-                parts[parts.count - 2].hasSuffix(".service")
-            {
-                return true
-            }
-        }
-        return false
+        if not == .audiod { return "pid \(named) is audiod itself" + tail }
+        return "pid \(named) is \(not.what): a session for it would hold \(not.holds)" + tail
     }
 
     // Bounds: what one caller may make audiod hold (docs/API.md, LimitExceeded).

@@ -4,8 +4,10 @@ import Logging
 
 /// Follows GameMode (`com.feralinteractive.GameMode`, from Debian's gamemode package) on the session bus: which host
 /// pids are registered as games, handed to the engine as game evidence (SPEC §7). It never starts gamemoded (it is
-/// bus-activatable): its `NameWatch` asks only the owner, and believes signals only from it. Confined to the loop
-/// thread.
+/// bus-activatable): its `NameWatch` asks only the owner, and believes signals only from it. A registration counts
+/// for the registered process and what it starts, so one of a process no app is (`NotAnApp`: PID 1, the user's
+/// service manager, a session leader, audiod or an ancestor of it — the list `CreateSession` refuses) would make
+/// every app a game: it is not evidence, and says so once. Confined to the loop thread.
 final class GameModeWatcher {
     static let name = "com.feralinteractive.GameMode"
     static let path = "/com/feralinteractive/GameMode"
@@ -14,14 +16,18 @@ final class GameModeWatcher {
     private weak var host: PlatformHost?
     private var logger: Logger
     private var games: Set<UInt32> = []
+    /// Registrations refused (kept so that the log says it once per pid), bounded like `games`.
+    private var refused: Set<UInt32> = []
+    private let notAnApp: (UInt32) -> NotAnApp?
     /// More registrations than any desktop has are dropped (a misbehaving owner must not grow audiod).
     static let maximumGames = 1024
 
     var owner: String? { watch.owner }
 
-    init(link: BusLink, host: PlatformHost, logger: Logger) {
+    init(link: BusLink, host: PlatformHost, logger: Logger, notAnApp: @escaping (UInt32) -> NotAnApp?) {
         self.host = host
         self.logger = logger
+        self.notAnApp = notAnApp
         watch = link.follow(
             Self.name, signals: ["type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'"])
         watch.onAppeared = { [weak self] _ in self?.appeared() }
@@ -44,9 +50,11 @@ final class GameModeWatcher {
         }
         switch member {
         case "GameRegistered":
-            guard games.count < Self.maximumGames else { return }
+            guard games.count < Self.maximumGames, admits(UInt32(pid)) else { return }
             games.insert(UInt32(pid))
-        case "GameUnregistered": games.remove(UInt32(pid))
+        case "GameUnregistered":
+            refused.remove(UInt32(pid))
+            guard games.remove(UInt32(pid)) != nil else { return }
         default: return
         }
         logger.debug("GameMode: \(member) \(pid)")
@@ -63,14 +71,26 @@ final class GameModeWatcher {
             }
             var pids: Set<UInt32> = []
             for case .structure(let fields) in items.prefix(Self.maximumGames) {
-                if case .int32(let pid)? = fields.first, pid > 0 { pids.insert(UInt32(pid)) }
+                if case .int32(let pid)? = fields.first, pid > 0, admits(UInt32(pid)) { pids.insert(UInt32(pid)) }
             }
             self.games.formUnion(pids)
             self.host?.handle(.gameModeGames(self.games))
         }
     }
 
+    /// Whether a registration of `pid` is game evidence: not when the process is no app's (logged once per pid).
+    private func admits(_ pid: UInt32) -> Bool {
+        guard let not = notAnApp(pid) else { return true }
+        if refused.count < Self.maximumGames, refused.insert(pid).inserted {
+            logger.notice(
+                "GameMode registered pid \(pid), which is \(not.what): not taken for a game (it would make \(not.holds) a game's)"
+            )
+        }
+        return false
+    }
+
     private func vanished() {
+        refused.removeAll()
         guard !games.isEmpty else { return }
         games.removeAll()
         logger.info("GameMode went away")

@@ -43,7 +43,7 @@ public final class Platform {
     /// GameMode: its registered games are game evidence (SPEC §7).
     public func followGameMode() {
         guard gameMode == nil, let host else { return }
-        let w = GameModeWatcher(link: sessionLink, host: host, logger: logger)
+        let w = GameModeWatcher(link: sessionLink, host: host, logger: logger) { [weak self] in self?.notAnApp($0) }
         gameMode = w
         w.start()
     }
@@ -108,6 +108,10 @@ public final class Platform {
 
     /// Whether `pid` leads one of the user's login sessions (false where logind is not followed).
     public func isSessionLeader(_ pid: UInt32) -> Bool { logind?.leaders.contains(pid) == true }
+
+    /// Whether `pid` is a process no app is (`NotAnApp`: PID 1, the service manager, a session leader, audiod or its
+    /// ancestor), for `CreateSession` and GameMode alike.
+    public func notAnApp(_ pid: UInt32) -> NotAnApp? { NotAnApp.of(pid, sessionLeader: isSessionLeader) }
 
     /// One row per source (`ListPlatformSources`, `audioctl status`): name, bus, found, and a sentence.
     public func sources() -> [(name: String, bus: String, found: Bool, detail: String)] {

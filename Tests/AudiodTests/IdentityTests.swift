@@ -136,6 +136,52 @@ struct DesktopIdentityTests {
     }
 
     @Test(
+        "a GameMode registration of a process no app is (audiod's ancestor) makes no app a game; the registered game still is one",
+        arguments: ServerKind.tested)
+    func gameModeRegistersNoApp(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        _ = try server.spawn(["gamemoded"], log: "gamemoded.log")
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let register = { (pid: Int32) -> Int32? in
+            let r = d.client.callAny(
+                destination: "com.feralinteractive.GameMode", "/com/feralinteractive/GameMode",
+                "com.feralinteractive.GameMode", "RegisterGameByPID", [.int32(getpid()), .int32(pid)])
+            guard case .success(let out) = r, case .int32(let answer)? = out.first else { return nil }
+            return answer
+        }
+        #expect(waitFor(10) { register(-2) != nil }, "gamemoded did not answer: \(server.file("gamemoded.log"))")
+        let music = try playback(server, name: "music-app", role: "music")
+        let (before, seen) = waitForApp(d, pid: UInt32(music.pid), until: { category(d, $0.session) == "playback" })
+        #expect(seen, "\(String(describing: before?.identity))")
+        // The test process: audiod and every app this test starts descend from it. gamemoded takes the registration
+        // (it refuses only PID 1 itself).
+        let me = getpid()
+        #expect(register(me) == 0, "gamemoded refused the registration: \(server.file("gamemoded.log").suffix(500))")
+        #expect(
+            waitFor(10) {
+                server.file("audiod.log").contains("GameMode registered pid \(me), which is an ancestor of audiod")
+            }, "no refusal line: \(server.file("audiod.log").suffix(1500))")
+        let other = try playback(server, name: "other-app", role: "video")
+        let (found, known) = waitForApp(d, pid: UInt32(other.pid))
+        #expect(known)
+        #expect(found.map { category(d, $0.session) } == "playback", "\(String(describing: found?.identity))")
+        #expect(
+            found?.identity["category-reason"]?.stringValue?.contains("GameMode") == false,
+            "\(String(describing: found?.identity))")
+        #expect(before.map { category(d, $0.session) } == "playback", "the music app became a game")
+        // The registered game itself still is one.
+        let game = try playback(server, name: "plain-game", role: "music")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(register(game.pid) == 0)
+        let (g, isGame) = waitForApp(
+            d, pid: UInt32(game.pid), until: { category(d, $0.session) == "ambient" })
+        #expect(isGame, "the registered game is not one: \(String(describing: g?.identity))")
+        #expect(g?.identity["category-reason"]?.stringValue?.contains("GameMode (pid \(game.pid))") == true)
+    }
+
+    @Test(
         "a GStreamer call (pulsesrc ! pulsesink on a microphone) pauses mpv, which plays again when the call ends",
         arguments: ServerKind.tested)
     func untaggedCall(kind: ServerKind) throws {
