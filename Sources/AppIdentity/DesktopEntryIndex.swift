@@ -1,8 +1,14 @@
 import Glibc
 
 /// Every desktop entry of the XDG data dirs (Flatpak's exports among them), by id and by program, kept current with
-/// inotify: an entry that changes is read again, and only it. Loop-confined; `fd` is watched by the owner's loop,
-/// which calls `refresh()` when it is readable.
+/// inotify as the desktop changes under a running audiod: an entry that changes is read again, and only it; a data
+/// directory that does not exist yet (a fresh account has no `~/.local/share/applications` until its first app, no
+/// Flatpak exports until its first Flatpak) is followed from its nearest existing parent down as it is made; a
+/// directory deleted and made again is followed again; a full inotify queue means a full rescan. Below a data
+/// directory it never descends through a directory symlink (no walk out of the tree, no loops); entry files may be
+/// symlinks (Flatpak exports its entries so) and are read through them; a data directory that is itself a symlink
+/// (NixOS profiles) is resolved. Loop-confined; `fd` is watched by the owner's loop, which calls `refresh()` when it
+/// is readable.
 public final class DesktopEntryIndex: DesktopEntries {
     /// The `applications` directories, most important first (an id found in an earlier one wins).
     public let directories: [String]
@@ -10,20 +16,31 @@ public final class DesktopEntryIndex: DesktopEntries {
     private var byProgram: [String: [String]] = [:]
     /// What each file was when read (size, mtime): a rescan reads only what changed.
     private var stamps: [String: (size: Int, mtime: Int)] = [:]
-    /// Per directory, the entries found there (by path) and their ids.
+    /// Per data directory, the entries found there (by path).
     private var found: [String: [String: DesktopEntry]] = [:]
     /// The inotify descriptor (-1 when inotify is not available: the index then stays as first read).
     public private(set) var fd: Int32 = -1
-    private var watched: [Int32: String] = [:]
+    /// Each watch: the directory, and the data directory it is part of (nil: a parent watched until the data
+    /// directory below it is made).
+    private var watched: [Int32: (path: String, root: String?)] = [:]
     /// Entries read and refused (binary, too large, not an entry), for the debug log.
     public private(set) var refused: [String] = []
+    /// How many full rescans an overflowing inotify queue caused (for the debug log and the tests).
+    public private(set) var overflows = 0
+    /// How many times a data directory was read (a burst of changes to one costs one).
+    public private(set) var scans = 0
+    /// Files whose stamp is kept: bounded by the entries that exist.
+    var stampCount: Int { stamps.count }
     /// At most this many entries in all: a directory flooded with files must not grow audiod without bound.
     public static let maximumEntries = 20_000
+    /// At most this many directories watched: subdirectories are followed three levels deep.
+    public static let maximumWatches = 1_024
 
     public init(directories: [String]) {
         self.directories = directories
         fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         for d in directories { scan(d) }
+        followMissing()
         rebuild()
     }
 
@@ -53,47 +70,140 @@ public final class DesktopEntryIndex: DesktopEntries {
 
     public var count: Int { byID.count }
 
-    /// Reads inotify's events and rescans the directories they name (only the files that changed are read).
-    /// Returns whether anything changed.
+    /// Reads inotify's events and rescans the data directories they concern, each once however many events it had
+    /// (only the files that changed are read). Returns whether anything changed.
     @discardableResult
     public func refresh() -> Bool {
         guard fd >= 0 else { return false }
-        var dirty: Set<String> = []
+        var events: [(wd: Int32, mask: UInt32)] = []
         var buffer = [UInt8](repeating: 0, count: 8192)
         while true {
             let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             guard n > 0 else { break }
             var off = 0
             while off + MemoryLayout<inotify_event>.size <= n {
-                let (wd, len) = buffer.withUnsafeBytes { raw -> (Int32, Int) in
+                let (wd, mask, len) = buffer.withUnsafeBytes { raw -> (Int32, UInt32, Int) in
                     let e = raw.loadUnaligned(fromByteOffset: off, as: inotify_event.self)
-                    return (e.wd, Int(e.len))
+                    return (e.wd, e.mask, Int(e.len))
                 }
-                if let dir = watched[wd] { dirty.insert(dir) }
+                events.append((wd, mask))
                 off += MemoryLayout<inotify_event>.size + len
             }
         }
-        guard !dirty.isEmpty else { return false }
+        return handle(events)
+    }
+
+    /// What a batch of inotify events means (`refresh`; the tests inject some, an overflow among them).
+    @discardableResult
+    func handle(_ events: [(wd: Int32, mask: UInt32)]) -> Bool {
+        guard !events.isEmpty else { return false }
+        var dirty: Set<String> = []
+        var structure = false
+        for e in events {
+            if e.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                // Events were lost: every data directory is read again.
+                overflows += 1
+                dirty.formUnion(directories)
+                structure = true
+                continue
+            }
+            guard let w = watched[e.wd] else { continue }
+            if e.mask & UInt32(IN_IGNORED) != 0 {
+                // The directory is gone: its watch went with it.
+                watched[e.wd] = nil
+                structure = true
+            } else if e.mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                // Deleted, or moved away (a moved directory's watch would follow it elsewhere): the path is followed
+                // afresh.
+                inotify_rm_watch(fd, e.wd)
+                watched[e.wd] = nil
+                structure = true
+            }
+            if let root = w.root {
+                dirty.insert(root)
+            } else {
+                structure = true
+            }
+        }
         for d in dirty { scan(d) }
+        if structure { followMissing() }
+        guard !dirty.isEmpty || structure else { return false }
         rebuild()
         return true
     }
 
+    /// Each data directory that does not exist (yet, or any more) is followed from its nearest existing parent: a
+    /// directory made on the way down is followed in turn, and the data directory is read once it is there.
+    /// Parent watches no longer needed are dropped. A directory made just before its parent's watch was added sends
+    /// that watch nothing, so after adding one the paths are looked at again until nothing new is there.
+    private func followMissing() {
+        guard fd >= 0 else { return }
+        var needed: Set<String> = []
+        for _ in 0..<16 {
+            needed = []
+            for root in directories {
+                if Self.isDirectory(root) {
+                    // Made since it was last read (its entries are read now), or there all along.
+                    if !watched.values.contains(where: { $0.root == root }) { scan(root) }
+                    continue
+                }
+                found[root] = nil
+                var parent = root
+                while let slash = parent.lastIndex(of: "/"), slash > parent.startIndex {
+                    parent = String(parent[..<slash])
+                    if Self.isDirectory(parent) { break }
+                }
+                if !parent.isEmpty, parent != root { needed.insert(parent) }
+            }
+            var added = false
+            for parent in needed where !watched.values.contains(where: { $0.root == nil && $0.path == parent }) {
+                guard watched.count < Self.maximumWatches else { break }
+                let wd = inotify_add_watch(
+                    fd, parent, UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR))
+                if wd >= 0 {
+                    watched[wd] = (parent, nil)
+                    added = true
+                }
+            }
+            if !added { break }
+        }
+        for (wd, w) in watched where w.root == nil && !needed.contains(w.path) {
+            inotify_rm_watch(fd, wd)
+            watched[wd] = nil
+        }
+    }
+
+    private static func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
     private func scan(_ root: String) {
+        scans += 1
         var entries: [String: DesktopEntry] = [:]
-        walk(root, prefix: "", depth: 0, into: &entries)
-        // Subdirectories are scanned under their root (their ids carry the path).
-        for (dir, _) in found where dir.hasPrefix(root + "/") { found[dir] = nil }
+        // A data directory that is itself a symlink (a NixOS profile) is read where it leads, once per scan.
+        let real = realpath(root, nil).map { p -> String in
+            defer { free(p) }
+            return String(cString: p)
+        }
+        walk(real ?? root, root: root, prefix: "", depth: 0, into: &entries)
         found[root] = entries
     }
 
-    private func walk(_ dir: String, prefix: String, depth: Int, into entries: inout [String: DesktopEntry]) {
+    private func walk(
+        _ dir: String, root: String, prefix: String, depth: Int, into entries: inout [String: DesktopEntry]
+    ) {
         guard depth <= 3, let d = opendir(dir) else { return }
         defer { closedir(d) }
-        if fd >= 0, !watched.values.contains(dir) {
+        if fd >= 0, !watched.values.contains(where: { $0.path == dir && $0.root != nil }),
+            watched.count < Self.maximumWatches
+        {
             let wd = inotify_add_watch(
-                fd, dir, UInt32(IN_CREATE | IN_DELETE | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_MODIFY))
-            if wd >= 0 { watched[wd] = dir }
+                fd, dir,
+                UInt32(
+                    IN_CREATE | IN_DELETE | IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_MODIFY | IN_DELETE_SELF
+                        | IN_MOVE_SELF))
+            if wd >= 0 { watched[wd] = (dir, root) }
         }
         while let e = readdir(d) {
             let name = withUnsafeBytes(of: e.pointee.d_name) { raw in
@@ -102,17 +212,23 @@ public final class DesktopEntryIndex: DesktopEntries {
             guard !name.hasPrefix(".") else { continue }
             let path = dir + "/" + name
             var st = stat()
-            guard stat(path, &st) == 0 else { continue }
+            guard lstat(path, &st) == 0 else { continue }
+            let link = (st.st_mode & S_IFMT) == S_IFLNK
             if (st.st_mode & S_IFMT) == S_IFDIR {
-                walk(path, prefix: prefix + name + "-", depth: depth + 1, into: &entries)
+                walk(path, root: root, prefix: prefix + name + "-", depth: depth + 1, into: &entries)
                 continue
             }
+            // A symlink is read through only as an entry file: a directory symlink is never walked (it may lead out
+            // of the tree, or round in a loop).
             guard name.hasSuffix(".desktop"), entries.count < Self.maximumEntries else { continue }
+            if link {
+                guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
+            }
             let id = prefix + String(name.dropLast(".desktop".count))
             let stamp = (
                 size: Int(st.st_size), mtime: Int(st.st_mtim.tv_sec) &* 1_000_000_000 &+ Int(st.st_mtim.tv_nsec)
             )
-            if let old = stamps[path], old == stamp, let known = found.values.lazy.compactMap({ $0[path] }).first {
+            if let old = stamps[path], old == stamp, let known = found[root]?[path] {
                 entries[path] = known
                 continue
             }
@@ -132,10 +248,11 @@ public final class DesktopEntryIndex: DesktopEntries {
         byProgram.removeAll(keepingCapacity: true)
         // Earlier directories win for an id.
         for dir in directories.reversed() {
-            for (root, entries) in found where root == dir {
-                for e in entries.values { byID[e.id] = e }
-            }
+            for e in found[dir]?.values ?? [:].values { byID[e.id] = e }
         }
+        // Stamps of files no data directory holds any more are dropped, so that deletes give their room back.
+        let live = Set(found.values.flatMap(\.keys))
+        stamps = stamps.filter { live.contains($0.key) }
         for e in byID.values {
             if let p = e.program { byProgram[p, default: []].append(e.id) }
         }

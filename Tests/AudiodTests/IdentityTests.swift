@@ -102,6 +102,44 @@ struct DesktopIdentityTests {
         #expect(apps.contains("org.example.SpaceGame") && apps.contains("Game"), "\(apps)")
     }
 
+    @Test(
+        "a game installed after audiod started (its applications directory made then) is known from its entry and silenced by a video",
+        arguments: ServerKind.tested)
+    func gameInstalledAfterStart(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let tone = try players.tone(server)
+        // A fresh account: not even ~/.local/share exists when audiod starts.
+        let dataHome = try #require(server.environment["XDG_DATA_HOME"])
+        let apps = dataHome + "/applications"
+        try? FileManager.default.removeItem(atPath: dataHome)
+        #expect(!FileManager.default.fileExists(atPath: dataHome))
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        // The user's first app: the directory and the entry are made now.
+        let entry = try desktopEntry(
+            server, id: "org.example.LateGame", categories: "Game;",
+            exec: "ffplay -nodisp -loglevel quiet -loop 0 \(tone)"
+        )
+        #expect(entry.hasPrefix(apps))
+        _ = try server.spawn(["gio", "launch", entry], environment: ["SDL_AUDIODRIVER": "pulse"], log: "gio.log")
+        var game: ObservedStream?
+        #expect(
+            waitFor(20) {
+                game = (try? server.playbackStreams())?.first {
+                    ($0.properties["application.process.binary"] ?? "") == "ffplay"
+                }
+                return game != nil
+            }, "no ffplay stream: \(server.file("gio.log"))")
+        let gamePID = try #require(game?.pid)
+        defer { _ = kill(pid_t(gamePID), SIGKILL) }
+        let (found, ok) = waitForApp(d, pid: gamePID, timeout: 10, until: { category(d, $0.session) == "ambient" })
+        #expect(ok, "the late game is not ambient: \(String(describing: found?.identity))")
+        #expect(found?.identity["category-reason"]?.stringValue?.contains("org.example.LateGame") == true)
+        let (_, _) = try players.mpv(server)
+        #expect(waitFor(10) { !sounds(server, pid: pid_t(gamePID)) }, "the late game plays over the video")
+    }
+
     @Test("a program registered with the real gamemoded is a game", arguments: ServerKind.tested)
     func gameMode(kind: ServerKind) throws {
         guard
