@@ -158,6 +158,46 @@ extension ProcessTable {
         return found
     }
 
+    /// Where a process runs, as far as the kernel says: on the host, or in a sandbox (with its Flatpak app id when
+    /// the sandbox's root carries `.flatpak-info`).
+    public enum Place: Equatable, Sendable {
+        case host
+        case sandboxed(appID: String?, why: String)
+        /// No such process (it exited).
+        case gone
+    }
+
+    /// A host process has a single `NSpid` entry (audiod's own pid namespace — audiod runs on the host), the same
+    /// root as audiod's, and no `.flatpak-info` at its root.
+    public static func place(of pid: UInt32) -> Place {
+        guard let ns = statusField(pid, "NSpid:") else { return .gone }
+        var why: String?
+        if ns.count > 1 {
+            why = "in a pid namespace of its own"
+        } else {
+            switch sameRoot(pid) {
+            case true?: break
+            case false?: why = "with a root of its own"
+            case nil:
+                // Another user's process (a system service) keeps its root from us, and is no sandbox of ours; one of
+                // ours that does is not believed.
+                if owner(of: pid) == getuid() { why = "whose root cannot be read" }
+            }
+        }
+        let app = flatpakApp(of: pid)?.id
+        if why == nil, app == nil { return .host }
+        return .sandboxed(appID: app, why: why ?? "with .flatpak-info at its root")
+    }
+
+    /// Nil when the process's root cannot be read.
+    private static func sameRoot(_ pid: UInt32) -> Bool? {
+        var theirs = Glibc.stat()
+        var mine = Glibc.stat()
+        guard fstatat(AT_FDCWD, "/proc/\(pid)/root/", &theirs, 0) == 0 else { return nil }
+        guard fstatat(AT_FDCWD, "/proc/self/root/", &mine, 0) == 0 else { return false }
+        return theirs.st_dev == mine.st_dev && theirs.st_ino == mine.st_ino
+    }
+
     /// A Flatpak app's id and instance from `.flatpak-info` in the root of a (verified) host process, nil for a
     /// process that is not in a Flatpak sandbox.
     public static func flatpakApp(of pid: UInt32) -> (id: String, instance: String?)? {

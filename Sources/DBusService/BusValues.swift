@@ -111,7 +111,7 @@ extension AudioSessionService {
         platform.sources().map { row in
             .properties([
                 ("name", .string(row.name)), ("bus", .string(row.bus)), ("found", .bool(row.found)),
-                ("detail", .string(row.detail)),
+                ("detail", .string(row.detail)), ("refused", .string(row.refused)),
             ])
         }
     }

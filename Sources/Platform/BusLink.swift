@@ -1,3 +1,4 @@
+import AppIdentity
 import DBusTransport
 import Glibc
 import Logging
@@ -27,6 +28,9 @@ public final class BusLink {
     private var logger: Logger
     private let address: String?
     private var watches: [Weak<NameWatch>] = []
+    /// Flatpak app ids the user trusts to own any followed platform name from a sandbox (the config's
+    /// `trusted-platform-apps`): someone who knowingly runs such a service sandboxed.
+    public var trustedAppIDs: Set<String> = []
     private var namespaces: [(namespace: String, rule: String, changed: (String, String, String) -> Void)] = []
     private var signalHandlers: [(DBusMessage) -> Void] = []
     private var upHandlers: [() -> Void] = []
@@ -151,9 +155,12 @@ public final class BusLink {
     // MARK: Followers
 
     /// A watch of `name`'s owner on this bus, with `signals` (match rules) added while the link is up. Call `start`.
-    public func follow(_ name: String, signals: [String] = []) -> NameWatch {
+    /// `speakers`: for a platform name whose owner audiod believes (a call, the ring/silent profile, a game), the
+    /// Flatpak app ids that may own it from a sandbox; an owner is believed only on the host or as one of these
+    /// (or of `trustedAppIDs`). Nil: whoever owns the name is its owner.
+    public func follow(_ name: String, signals: [String] = [], speakers: Set<String>? = nil) -> NameWatch {
         watches.removeAll { $0.value == nil }
-        let w = NameWatch(name: name, link: self, signals: signals)
+        let w = NameWatch(name: name, link: self, signals: signals, speakers: speakers)
         watches.append(Weak(w))
         return w
     }
@@ -170,6 +177,9 @@ public final class BusLink {
     /// Every signal that reaches the connection (through some follower's match), after the bus's own were taken.
     /// The handler checks who sent it.
     public func onSignal(_ handler: @escaping (DBusMessage) -> Void) { signalHandlers.append(handler) }
+
+    /// A line of the log for a follower (a refused owner).
+    func say(_ line: String) { logger.notice("\(line)") }
 
     /// Runs when the connection comes (again) — for the system bus, after a loss.
     public func onUp(_ handler: @escaping () -> Void) { upHandlers.append(handler) }
@@ -229,6 +239,13 @@ public final class NameWatch {
     public private(set) var owner: String?
     public var onAppeared: ((String) -> Void)?
     public var onVanished: ((Loss) -> Void)?
+    /// Why the name's current owner is not believed (empty while it is, or while there is none): it is then not the
+    /// owner here — no signal of it is believed, no call goes to it.
+    public private(set) var refused = ""
+    /// Whose voice the name carries (`BusLink.follow`'s `speakers`): nil, anyone's.
+    private let speakers: Set<String>?
+    /// Owners refused, said once each in the log.
+    private var refusedOwners: Set<String> = []
     /// Weak: the link outlives its watches in the daemon, and a watch must not trap if it does not.
     private weak var link: BusLink?
     private let signalRules: [String]
@@ -237,9 +254,10 @@ public final class NameWatch {
     public private(set) var generation = 0
     private var started = false
 
-    init(name: String, link: BusLink, signals: [String]) {
+    init(name: String, link: BusLink, signals: [String], speakers: Set<String>?) {
         self.name = name
         self.link = link
+        self.speakers = speakers
         signalRules = signals
         ownerRule =
             "type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'"
@@ -267,7 +285,7 @@ public final class NameWatch {
         for r in signalRules { c.addMatch(r) }
         let mine = generation
         link.busCall("GetNameOwner", [.string(name)]) { [weak self] r in
-            guard let self, self.generation == mine, self.owner == nil else { return }
+            guard let self, self.generation == mine, self.owner == nil, self.checking == nil else { return }
             guard case .string(let unique)? = r?.arguments.first, !unique.isEmpty else { return }
             self.appeared(unique)
         }
@@ -275,6 +293,8 @@ public final class NameWatch {
 
     func linkLost() {
         generation += 1
+        checking = nil
+        refused = ""
         guard owner != nil else { return }
         owner = nil
         onVanished?(.busLost)
@@ -282,18 +302,61 @@ public final class NameWatch {
 
     func ownerChanged(old: String, new: String) {
         guard started else { return }
+        checking = nil
+        refused = ""
         if owner != nil {
             owner = nil
             generation += 1
             onVanished?(.released)
+        } else {
+            generation += 1
         }
         if !new.isEmpty { appeared(new) }
     }
 
+    /// The owner being checked (`speakers`), until the bus says who it is.
+    private var checking: String?
+
     private func appeared(_ unique: String) {
+        guard let speakers, let link else { return believe(unique) }
+        generation += 1
+        let mine = generation
+        checking = unique
+        link.busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
+            guard let self, self.generation == mine, self.checking == unique else { return }
+            self.checking = nil
+            var pid: UInt32?
+            if case .uint32(let p)? = r?.arguments.first { pid = p }
+            guard let why = Self.refusal(of: pid, speakers: speakers.union(link.trustedAppIDs), name: self.name) else {
+                self.refused = ""
+                return self.believe(unique)
+            }
+            self.refused = why
+            if self.refusedOwners.count < 64, self.refusedOwners.insert(unique).inserted {
+                link.say("\(self.name) is owned by \(why): not believed (no call, lock or profile it announces counts)")
+            }
+        }
+    }
+
+    private func believe(_ unique: String) {
         owner = unique
         generation += 1
         onAppeared?(unique)
+    }
+
+    /// Why the owner with `pid` may not speak for `name`; nil when it may: a host process, or a sandboxed app whose
+    /// Flatpak id is one of `speakers`. A sandbox without an app id is refused.
+    static func refusal(of pid: UInt32?, speakers: Set<String>, name: String) -> String? {
+        guard let pid else { return "a connection whose process the bus does not name" }
+        switch ProcessTable.place(of: pid) {
+        case .host: return nil
+        case .gone: return "pid \(pid), which has exited"
+        case .sandboxed(let app?, let why):
+            if speakers.contains(app) { return nil }
+            return "pid \(pid), a sandboxed app (\(app), \(why)) that is not \(name)'s own"
+        case .sandboxed(nil, let why):
+            return "pid \(pid), a sandboxed process (\(why)) with no app id"
+        }
     }
 
     /// A method call to the current owner. `reply` gets the answer (an error reply included; nil when nothing

@@ -22,6 +22,8 @@ final class Feedbackd {
     private weak var host: PlatformHost?
     private var logger: Logger
     var owner: String? { watch.owner }
+    /// Why the name's owner is not believed; empty when it is (or there is none).
+    var refused: String { watch.refused }
     /// The profile as feedbackd last said it, or as audiod last wrote it; nil while unknown (or not one of the
     /// three).
     private(set) var profile: String?
@@ -36,7 +38,7 @@ final class Feedbackd {
             Self.name,
             signals: [
                 "type='signal',sender='\(Self.name)',interface='\(Self.properties)',member='PropertiesChanged',path='\(Self.path)'"
-            ])
+            ], speakers: [])
         watch.onAppeared = { [weak self] _ in self?.appeared() }
         watch.onVanished = { [weak self] _ in
             guard let self else { return }

@@ -17,19 +17,22 @@ final class GameModeWatcher {
     private var logger: Logger
     private var games: Set<UInt32> = []
     /// Registrations refused (kept so that the log says it once per pid), bounded like `games`.
-    private var refused: Set<UInt32> = []
+    private var refusedPids: Set<UInt32> = []
     private let notAnApp: (UInt32) -> NotAnApp?
     /// More registrations than any desktop has are dropped (a misbehaving owner must not grow audiod).
     static let maximumGames = 1024
 
     var owner: String? { watch.owner }
+    /// Why the name's owner is not believed; empty when it is (or there is none).
+    var refused: String { watch.refused }
 
     init(link: BusLink, host: PlatformHost, logger: Logger, notAnApp: @escaping (UInt32) -> NotAnApp?) {
         self.host = host
         self.logger = logger
         self.notAnApp = notAnApp
         watch = link.follow(
-            Self.name, signals: ["type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'"])
+            Self.name, signals: ["type='signal',sender='\(Self.name)',interface='\(Self.name)',path='\(Self.path)'"],
+            speakers: [])
         watch.onAppeared = { [weak self] _ in self?.appeared() }
         watch.onVanished = { [weak self] _ in self?.vanished() }
         link.onSignal { [weak self] m in
@@ -53,7 +56,7 @@ final class GameModeWatcher {
             guard games.count < Self.maximumGames, admits(UInt32(pid)) else { return }
             games.insert(UInt32(pid))
         case "GameUnregistered":
-            refused.remove(UInt32(pid))
+            refusedPids.remove(UInt32(pid))
             guard games.remove(UInt32(pid)) != nil else { return }
         default: return
         }
@@ -81,7 +84,7 @@ final class GameModeWatcher {
     /// Whether a registration of `pid` is game evidence: not when the process is no app's (logged once per pid).
     private func admits(_ pid: UInt32) -> Bool {
         guard let not = notAnApp(pid) else { return true }
-        if refused.count < Self.maximumGames, refused.insert(pid).inserted {
+        if refusedPids.count < Self.maximumGames, refusedPids.insert(pid).inserted {
             logger.notice(
                 "GameMode registered pid \(pid), which is \(not.what): not taken for a game (it would make \(not.holds) a game's)"
             )
@@ -90,7 +93,7 @@ final class GameModeWatcher {
     }
 
     private func vanished() {
-        refused.removeAll()
+        refusedPids.removeAll()
         guard !games.isEmpty else { return }
         games.removeAll()
         logger.info("GameMode went away")

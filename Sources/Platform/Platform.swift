@@ -113,39 +113,39 @@ public final class Platform {
     /// ancestor), for `CreateSession` and GameMode alike.
     public func notAnApp(_ pid: UInt32) -> NotAnApp? { NotAnApp.of(pid, sessionLeader: isSessionLeader) }
 
-    /// One row per source (`ListPlatformSources`, `audioctl status`): name, bus, found, and a sentence.
-    public func sources() -> [(name: String, bus: String, found: Bool, detail: String)] {
-        var rows: [(String, String, Bool, String)] = []
+    /// One row per source (`ListPlatformSources`, `audioctl status`): name, bus, found, a sentence, and why its
+    /// owner is not believed (empty when it is, or when nobody owns the name).
+    public func sources() -> [(name: String, bus: String, found: Bool, detail: String, refused: String)] {
+        var rows: [(String, String, Bool, String, String)] = []
         let systemDown =
             systemLink.map { $0.connection == nil ? $0.downReason ?? "no system bus" : nil } ?? "not followed"
         if let l = lockAndSleep, systemDown == nil {
             let st = l.status
-            rows.append(("logind", "system", st.found, st.detail))
+            rows.append(("logind", "system", st.found, st.detail, ""))
         } else {
-            rows.append(("logind", "system", false, systemDown ?? "not followed"))
+            rows.append(("logind", "system", false, systemDown ?? "not followed", ""))
         }
         if let f = feedbackd {
             let st = f.status
-            rows.append(("feedbackd", "session", st.found, st.detail))
+            rows.append(("feedbackd", "session", st.found, f.refused.isEmpty ? st.detail : "not believed", f.refused))
         }
         for s in sessionCallSources {
-            rows.append(
-                (
-                    s.kind.rawValue, "session", s.owner != nil,
-                    s.owner != nil ? "its calls interrupt others" : "not running"
-                ))
+            let detail =
+                s.owner != nil ? "its calls interrupt others" : s.refused.isEmpty ? "not running" : "not believed"
+            rows.append((s.kind.rawValue, "session", s.owner != nil, detail, s.refused))
         }
         for s in systemCallSources {
             let detail = systemDown ?? (s.owner != nil ? "its calls interrupt others" : "not running")
-            rows.append((s.kind.rawValue, "system", s.owner != nil, detail))
+            rows.append((s.kind.rawValue, "system", s.owner != nil, detail, s.refused))
         }
         if let p = loopPriority {
             let st = p.status
-            rows.append(("RealtimeKit", "system", st.found, st.detail))
+            rows.append(("RealtimeKit", "system", st.found, st.detail, ""))
         }
         if let g = gameMode {
-            rows.append(
-                ("GameMode", "session", g.owner != nil, g.owner != nil ? "its games count as games" : "not running"))
+            let detail =
+                g.owner != nil ? "its games count as games" : g.refused.isEmpty ? "not running" : "not believed"
+            rows.append(("GameMode", "session", g.owner != nil, detail, g.refused))
         }
         return rows
     }

@@ -134,6 +134,17 @@ final class CallSource {
             }
         }
 
+        /// The Flatpak apps that may own the name from a sandbox (GNOME Calls and Plasma's dialer ship as Flatpaks);
+        /// nil for ModemManager, on the system bus, which no sandbox of the user's can own.
+        var speakers: Set<String>? {
+            switch self {
+            case .gnomeCalls: ["org.gnome.Calls"]
+            case .plasma: ["org.kde.phone.dialer", "org.kde.plasmadialer"]
+            case .callaudiod: []
+            case .modemManager: nil
+            }
+        }
+
         var root: String {
             switch self {
             case .gnomeCalls: "/org/gnome/Calls"
@@ -154,12 +165,14 @@ final class CallSource {
     private let calls: PlatformCalls
     private var logger: Logger
     var owner: String? { watch.owner }
+    /// Why the name's owner is not believed; empty when it is (or there is none).
+    var refused: String { watch.refused }
 
     init(_ kind: Kind, link: BusLink, calls: PlatformCalls, logger: Logger) {
         self.kind = kind
         self.calls = calls
         self.logger = logger
-        watch = link.follow(kind.name, signals: ["type='signal',sender='\(kind.name)'"])
+        watch = link.follow(kind.name, signals: ["type='signal',sender='\(kind.name)'"], speakers: kind.speakers)
         if kind == .gnomeCalls { calls.setApp(of: kind.rawValue, id: "org.gnome.Calls", name: "Calls") }
         if kind == .plasma { calls.setApp(of: kind.rawValue, id: "org.kde.phone.dialer", name: "Phone") }
         watch.onAppeared = { [weak self] _ in self?.appeared() }

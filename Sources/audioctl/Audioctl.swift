@@ -299,7 +299,9 @@ extension Audioctl {
                 )
                 for p in platform {
                     let name = p["name"]?.stringValue ?? "?"
-                    print("  \(name) (\(p["bus"]?.stringValue ?? "?") bus): \(p["detail"]?.stringValue ?? "")")
+                    var line = "  \(name) (\(p["bus"]?.stringValue ?? "?") bus): \(p["detail"]?.stringValue ?? "")"
+                    if let why = p["refused"]?.stringValue, !why.isEmpty { line += " — refused: owned by \(why)" }
+                    print(line)
                 }
                 print("sessions: \(list.count)")
                 for s in list { print("  " + describe(s)) }

@@ -28,9 +28,27 @@ struct PlatformCallTests {
         }
     }
 
-    func mock(_ server: TestServer, name: String, path: String, address: String, system: Bool) throws -> Mock {
+    /// `flatpakApp`: the service runs in a bwrap sandbox that looks like Flatpak's (a root of its own, its own pid
+    /// namespace, `.flatpak-info` naming the app; `""`: a sandbox without one).
+    func mock(
+        _ server: TestServer, name: String, path: String, address: String, system: Bool, flatpakApp: String? = nil
+    ) throws -> Mock {
+        var wrap: [String] = []
+        if let flatpakApp {
+            wrap = [
+                "bwrap", "--unshare-pid", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
+                "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev", "--bind", "/tmp", "/tmp",
+            ]
+            if !flatpakApp.isEmpty {
+                let info = "\(server.directory)/flatpak-info-\(flatpakApp)"
+                try "[Application]\nname=\(flatpakApp)\n\n[Instance]\ninstance-id=1\n"
+                    .write(toFile: info, atomically: true, encoding: .utf8)
+                wrap += ["--ro-bind", info, "/.flatpak-info"]
+            }
+        }
         let child = try server.spawn(
-            ["/usr/bin/python3", "-m", "dbusmock", system ? "--system" : "--session", "-m", name, path, name],
+            wrap + ["/usr/bin/python3", "-m", "dbusmock", system ? "--system" : "--session", "-m", name, path, name],
             environment: system ? ["DBUS_SYSTEM_BUS_ADDRESS": address] : [:], log: "\(name).log")
         let bus = try BusClient(address: address)
         guard
@@ -404,6 +422,78 @@ struct PlatformCallTests {
             [.string(name), .properties([("AudioMode", .uint32(0))])])
         #expect(waitFor(10) { players.status(server, music) == "Playing" })
         #expect(callState(d) == "none")
+    }
+
+    // MARK: Whose voice a platform name carries
+
+    @Test(
+        "a sandboxed app that owns org.mobian_project.CallAudio first is not believed; GNOME Calls sandboxed as org.gnome.Calls is"
+    )
+    func squattedPlatformName() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        let path = "/org/mobian_project/CallAudio"
+        let name = "org.mobian_project.CallAudio"
+        // Flatpak lets an app whose id is org.mobian_project own org.mobian_project.*: it takes callaudiod's name
+        // where callaudiod is not installed.
+        let squatter = try mock(
+            server, name: name, path: path, address: address, system: false, flatpakApp: "org.mobian_project")
+        squatter.call(
+            path, "org.freedesktop.DBus.Mock", "AddProperty",
+            [.string(name), .string("AudioMode"), .variant(.uint32(1))])
+        // GNOME Calls from its Flatpak: the app id is the service's own.
+        let calls = try mock(
+            server, name: "org.gnome.Calls", path: "/org/gnome/Calls", address: address, system: false,
+            flatpakApp: "org.gnome.Calls")
+        defer { calls.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, music) = try players.mpv(server, heardBy: d)
+        let sources = { () -> [String: [String: DBusValue]] in
+            guard case .success(let out) = d.client.manager("ListPlatformSources"),
+                case .array(_, let rows)? = out.first
+            else { return [:] }
+            var byName: [String: [String: DBusValue]] = [:]
+            for r in rows.compactMap(\.propertyMap) { byName[r["name"]?.stringValue ?? ""] = r }
+            return byName
+        }
+        #expect(
+            waitFor(10) { sources()["callaudiod"]?["refused"]?.stringValue?.contains("org.mobian_project") == true },
+            "\(sources()["callaudiod"] ?? [:]) \(server.file("audiod.log").suffix(1500))")
+        let refused = sources()["callaudiod"]?["refused"]?.stringValue ?? ""
+        #expect(refused.contains("a sandboxed app (org.mobian_project"), "\(refused)")
+        #expect(sources()["callaudiod"]?["found"] == .bool(false))
+        #expect(
+            server.file("audiod.log").contains("org.mobian_project.CallAudio is owned by pid"), "no refusal line")
+        // Its 'voice call' (AudioMode 1, there from the start and announced again) interrupts nobody.
+        squatter.call(
+            path, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [.string(name), .properties([("AudioMode", .uint32(0))])])
+        squatter.call(
+            path, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [.string(name), .properties([("AudioMode", .uint32(1))])])
+        usleep(500_000)
+        #expect(callState(d) == "none")
+        #expect(players.status(server, music) == "Playing", "a squatter's call paused the music")
+        let status = try server.runStatus([TestServer.builtProduct("audioctl"), "status"]).output
+        #expect(status.contains("callaudiod (session bus): not believed — refused: owned by pid"), "\(status)")
+        // GNOME Calls in its own sandbox is believed.
+        #expect(waitFor(10) { sources()["GNOME Calls"]?["found"] == .bool(true) }, "\(sources()["GNOME Calls"] ?? [:])")
+        #expect(sources()["GNOME Calls"]?["refused"] == .string(""))
+        // The squatter goes; callaudiod itself, on the host, takes the name and is believed: its call pauses the music.
+        squatter.stop()
+        let cad = try mock(server, name: name, path: path, address: address, system: false)
+        defer { cad.stop() }
+        cad.call(
+            path, "org.freedesktop.DBus.Mock", "AddProperty",
+            [.string(name), .string("AudioMode"), .variant(.uint32(0))])
+        #expect(waitFor(10) { sources()["callaudiod"]?["found"] == .bool(true) })
+        #expect(sources()["callaudiod"]?["refused"] == .string(""))
+        cad.call(
+            path, "org.freedesktop.DBus.Mock", "UpdateProperties",
+            [.string(name), .properties([("AudioMode", .uint32(1))])])
+        #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the host callaudiod's call did not count")
     }
 
     // MARK: Bad input and liars
