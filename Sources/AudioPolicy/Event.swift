@@ -271,6 +271,10 @@ public struct Settings: Sendable, Equatable {
     /// −11 is what PipeWire's and PulseAudio's own main threads run at, so that a decision is not queued behind the
     /// work that links a new stream (docs/CONFIG.md).
     public var niceLevel: Int32 = -11
+    /// Flatpak app ids trusted to own a platform name (a call service, feedbackd, GameMode) from a sandbox, beside
+    /// each service's own (`[platform] trusted-apps`). Not a policy setting: the platform reads it at start and at
+    /// every reload.
+    public var trustedPlatformApps: [String] = []
     /// The stop path's and `audiod --restore`'s engine (`restoreOnly`): no stream belongs to any session, so no
     /// category is derived (no role, rule, desktop entry, game evidence, voice-call rule or MPRIS) and no policy
     /// applies; the only effects put back what the journal or the restore database say an earlier run left.

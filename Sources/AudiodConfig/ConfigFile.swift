@@ -58,7 +58,7 @@ public enum ConfigFile {
     static let topKeys = [
         "duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps", "platform",
     ]
-    static let platformKeys = ["lock-screen"]
+    static let platformKeys = ["lock-screen", "trusted-apps"]
 
     /// Parses config text; `file` names it in errors.
     public static func parse(_ text: String, file: String) throws(ConfigError) -> Settings {
@@ -151,8 +151,34 @@ public enum ConfigFile {
                 }
                 settings.followsLockScreen = on
             }
+            if let v = t["trusted-apps"] {
+                let message =
+                    "must be an array of Flatpak app ids (e.g. [\"org.example.Calls\"]: two or more dot-separated parts of letters, digits, _ and -)"
+                guard let items = v.array else { throw fail("platform.trusted-apps", message) }
+                for item in items {
+                    guard let id = item.string, Self.isAppID(id) else {
+                        throw fail(
+                            "platform.trusted-apps",
+                            message + "; \(item.string.map { "'\($0)'" } ?? "a non-string") is not one")
+                    }
+                    settings.trustedPlatformApps.append(id)
+                }
+            }
         }
         return settings
+    }
+
+    /// A Flatpak app id: at least two dot-separated parts, each of ASCII letters, digits, `_` and `-`, 255 bytes at
+    /// most (Flatpak's own rule, without its part-start details).
+    static func isAppID(_ s: String) -> Bool {
+        let parts = s.split(separator: ".", omittingEmptySubsequences: false)
+        return s.utf8.count <= 255 && parts.count >= 2
+            && parts.allSatisfy { p in
+                !p.isEmpty
+                    && p.unicodeScalars.allSatisfy {
+                        $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "_" || $0 == "-")
+                    }
+            }
     }
 
     private static func configuration(

@@ -328,6 +328,10 @@ public final class AudioSessionService {
     /// `level` (the config's `nice-level`). Call after `followPlatform`, and again after a reload.
     public func setLoopPriority(nice level: Int32) { platform.setLoopPriority(nice: level) }
 
+    /// The config's `[platform] trusted-apps`: sandboxed apps trusted to own a platform name. Counts for the next
+    /// owner a name gets (an owner already refused stays refused until it lets go).
+    public func setTrustedPlatformApps(_ ids: [String]) { platform.sessionLink.trustedAppIDs = Set(ids) }
+
     /// The sound server came or went: `ServerConnected` / `ServerName` changed.
     public func serverStatusChanged() {
         var changed: [(String, DBusValue)] = [("ServerConnected", .bool(host?.connectedServerName != nil))]

@@ -116,7 +116,11 @@ struct Lifecycle {
                 service.followPlatform()
                 // After followPlatform: RealtimeKit is asked on the system bus when the kernel refuses audiod.
                 service.setLoopPriority(nice: settings.niceLevel)
-                arbiter.onReload = { service.setLoopPriority(nice: $0.niceLevel) }
+                service.setTrustedPlatformApps(settings.trustedPlatformApps)
+                arbiter.onReload = {
+                    service.setLoopPriority(nice: $0.niceLevel)
+                    service.setTrustedPlatformApps($0.trustedPlatformApps)
+                }
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
                 // Once connecting (to the bus and the sound server) is over, what start-up ran can go.

@@ -44,6 +44,14 @@ import Testing
         #expect(try ConfigFile.parse("[platform]\nlock-screen = true", file: "t.toml").followsLockScreen)
     }
 
+    @Test("[platform] trusted-apps lists sandboxed apps trusted to own a platform name; none by default")
+    func trustedApps() throws {
+        #expect(Settings().trustedPlatformApps.isEmpty)
+        let s = try ConfigFile.parse(
+            "[platform]\ntrusted-apps = [\"org.example.Calls\", \"com.example.my-dialer_2\"]", file: "t.toml")
+        #expect(s.trustedPlatformApps == ["org.example.Calls", "com.example.my-dialer_2"])
+    }
+
     @Test("nice-level sets the loop thread's nice level; -11 by default, 0 leaves it as started")
     func niceLevel() throws {
         #expect(Settings().niceLevel == -11)
@@ -82,7 +90,23 @@ import Testing
                 "[platform]\nlock-screen = \"no\"",
                 "t.toml:2: platform.lock-screen: must be true (ambient sound stops while the screen is locked) or false"
             ),
-            ("[platform]\nsleep = true", "t.toml:2: platform.sleep: unknown key; accepted: lock-screen"),
+            ("[platform]\nsleep = true", "t.toml:2: platform.sleep: unknown key; accepted: lock-screen, trusted-apps"),
+            (
+                "[platform]\ntrusted-apps = \"org.example.Calls\"",
+                "t.toml:2: platform.trusted-apps: must be an array of Flatpak app ids (e.g. [\"org.example.Calls\"]: two or more dot-separated parts of letters, digits, _ and -)"
+            ),
+            (
+                "[platform]\ntrusted-apps = [\"org.example.Calls\", \"calls\"]",
+                "t.toml:2: platform.trusted-apps: must be an array of Flatpak app ids (e.g. [\"org.example.Calls\"]: two or more dot-separated parts of letters, digits, _ and -); 'calls' is not one"
+            ),
+            (
+                "[platform]\ntrusted-apps = [\"org..x\"]",
+                "t.toml:2: platform.trusted-apps: must be an array of Flatpak app ids (e.g. [\"org.example.Calls\"]: two or more dot-separated parts of letters, digits, _ and -); 'org..x' is not one"
+            ),
+            (
+                "[platform]\ntrusted-apps = [3]",
+                "t.toml:2: platform.trusted-apps: must be an array of Flatpak app ids (e.g. [\"org.example.Calls\"]: two or more dot-separated parts of letters, digits, _ and -); a non-string is not one"
+            ),
             (
                 "[apps.mpv]\ncategory = \"loud\"",
                 "t.toml:2: apps.mpv.category: category 'loud' is not one of ambient, solo-ambient, playback, record, play-and-record"

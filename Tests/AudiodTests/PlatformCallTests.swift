@@ -496,6 +496,30 @@ struct PlatformCallTests {
         #expect(waitFor(10) { players.status(server, music) == "Paused" }, "the host callaudiod's call did not count")
     }
 
+    @Test("[platform] trusted-apps: a sandboxed app the user trusts may own a platform name")
+    func trustedPlatformApp() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        let config = "\(server.directory)/audiod.toml"
+        try "[platform]\ntrusted-apps = [\"org.mobian_project\"]\n".write(
+            toFile: config, atomically: true, encoding: .utf8)
+        let cad = try mock(
+            server, name: "org.mobian_project.CallAudio", path: "/org/mobian_project/CallAudio", address: address,
+            system: false, flatpakApp: "org.mobian_project")
+        defer { cad.stop() }
+        let d = try Daemon.start(server, arguments: ["--log-level", "debug", "--config", config])
+        defer { d.stop() }
+        let callaudiod = { () -> [String: DBusValue]? in
+            guard case .success(let out) = d.client.manager("ListPlatformSources"),
+                case .array(_, let rows)? = out.first
+            else { return nil }
+            return rows.compactMap(\.propertyMap).first { $0["name"]?.stringValue == "callaudiod" }
+        }
+        #expect(waitFor(10) { callaudiod()?["found"] == .bool(true) }, "\(callaudiod() ?? [:])")
+        #expect(callaudiod()?["refused"] == .string(""))
+    }
+
     // MARK: Bad input and liars
 
     @Test(
