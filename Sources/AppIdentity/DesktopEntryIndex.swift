@@ -7,7 +7,7 @@ import Glibc
 /// directory deleted and made again is followed again; a full inotify queue means a full rescan. Below a data
 /// directory it never descends through a directory symlink (no walk out of the tree, no loops); entry files may be
 /// symlinks (Flatpak exports its entries so) and are read through them; a data directory that is itself a symlink
-/// (NixOS profiles) is resolved. Loop-confined; `fd` is watched by the owner's loop, which calls `refresh()` when it
+/// (NixOS profiles) is resolved when it is read (a link pointed elsewhere later is seen at the next rescan). Loop-confined; `fd` is watched by the owner's loop, which calls `refresh()` when it
 /// is readable.
 public final class DesktopEntryIndex: DesktopEntries {
     /// The `applications` directories, most important first (an id found in an earlier one wins).
@@ -99,24 +99,23 @@ public final class DesktopEntryIndex: DesktopEntries {
         guard !events.isEmpty else { return false }
         var dirty: Set<String> = []
         var structure = false
+        if events.contains(where: { $0.mask & UInt32(IN_Q_OVERFLOW) != 0 }) {
+            // Events were lost — an IN_IGNORED among them, maybe, so a watch kept here may be gone: every watch is
+            // dropped and every data directory read and watched afresh.
+            overflows += 1
+            for wd in watched.keys { inotify_rm_watch(fd, wd) }
+            watched.removeAll()
+            for d in directories { scan(d) }
+            followMissing()
+            rebuild()
+            return true
+        }
         for e in events {
-            if e.mask & UInt32(IN_Q_OVERFLOW) != 0 {
-                // Events were lost: every data directory is read again.
-                overflows += 1
-                dirty.formUnion(directories)
-                structure = true
-                continue
-            }
             guard let w = watched[e.wd] else { continue }
-            if e.mask & UInt32(IN_IGNORED) != 0 {
-                // The directory is gone: its watch went with it.
-                watched[e.wd] = nil
-                structure = true
-            } else if e.mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
-                // Deleted, or moved away (a moved directory's watch would follow it elsewhere): the path is followed
-                // afresh.
-                inotify_rm_watch(fd, e.wd)
-                watched[e.wd] = nil
+            if e.mask & UInt32(IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+                // Deleted, or moved away (a moved directory's watches would follow it elsewhere): its watch and those
+                // below it go, and the path is followed afresh.
+                forget(below: w.path)
                 structure = true
             }
             if let root = w.root {
@@ -132,6 +131,14 @@ public final class DesktopEntryIndex: DesktopEntries {
         return true
     }
 
+    /// Drops the watch of `path` and of every directory below it.
+    private func forget(below path: String) {
+        for (wd, w) in watched where w.path == path || w.path.hasPrefix(path + "/") {
+            inotify_rm_watch(fd, wd)
+            watched[wd] = nil
+        }
+    }
+
     /// Each data directory that does not exist (yet, or any more) is followed from its nearest existing parent: a
     /// directory made on the way down is followed in turn, and the data directory is read once it is there.
     /// Parent watches no longer needed are dropped. A directory made just before its parent's watch was added sends
@@ -144,16 +151,18 @@ public final class DesktopEntryIndex: DesktopEntries {
             for root in directories {
                 if Self.isDirectory(root) {
                     // Made since it was last read (its entries are read now), or there all along.
-                    if !watched.values.contains(where: { $0.root == root }) { scan(root) }
+                    let top = Self.resolved(root)
+                    if !watched.values.contains(where: { $0.root == root && $0.path == top }) { scan(root) }
                     continue
                 }
                 found[root] = nil
                 var parent = root
-                while let slash = parent.lastIndex(of: "/"), slash > parent.startIndex {
-                    parent = String(parent[..<slash])
-                    if Self.isDirectory(parent) { break }
+                while let slash = parent.lastIndex(of: "/") {
+                    // Under a top-level directory that does not exist either (/nix), / itself is watched.
+                    parent = slash == parent.startIndex ? "/" : String(parent[..<slash])
+                    if parent == "/" || Self.isDirectory(parent) { break }
                 }
-                if !parent.isEmpty, parent != root { needed.insert(parent) }
+                if !parent.isEmpty, parent != root, Self.isDirectory(parent) { needed.insert(parent) }
             }
             var added = false
             for parent in needed where !watched.values.contains(where: { $0.root == nil && $0.path == parent }) {
@@ -182,12 +191,14 @@ public final class DesktopEntryIndex: DesktopEntries {
         scans += 1
         var entries: [String: DesktopEntry] = [:]
         // A data directory that is itself a symlink (a NixOS profile) is read where it leads, once per scan.
-        let real = realpath(root, nil).map { p -> String in
-            defer { free(p) }
-            return String(cString: p)
-        }
-        walk(real ?? root, root: root, prefix: "", depth: 0, into: &entries)
+        walk(Self.resolved(root), root: root, prefix: "", depth: 0, into: &entries)
         found[root] = entries
+    }
+
+    private static func resolved(_ path: String) -> String {
+        guard let p = realpath(path, nil) else { return path }
+        defer { free(p) }
+        return String(cString: p)
     }
 
     private func walk(

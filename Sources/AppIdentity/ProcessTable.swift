@@ -180,8 +180,9 @@ extension ProcessTable {
             case false?: why = "with a root of its own"
             case nil:
                 // Another user's process (a system service) keeps its root from us, and is no sandbox of ours; one of
-                // ours that does is not believed.
-                if owner(of: pid) == getuid() { why = "whose root cannot be read" }
+                // ours that does is not believed; one that exited meanwhile is gone.
+                guard let uid = owner(of: pid) else { return .gone }
+                if uid == getuid() { why = "whose root cannot be read" }
             }
         }
         let app = flatpakApp(of: pid)?.id

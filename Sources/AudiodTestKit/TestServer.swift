@@ -590,6 +590,26 @@ public func playback(_ server: TestServer, name: String? = nil, role: String? = 
     return try server.spawn(argv + extra)
 }
 
+/// The command line that runs a program in a bwrap sandbox looking like Flatpak's (ENVIRONMENT: a root of its own
+/// — bwrap's tmpfs — with the host's programs read-only, a pid namespace of its own, /tmp for the run's sockets) and,
+/// with `flatpakApp`, `.flatpak-info` naming that app. Binding the host's / writable would let bwrap make the
+/// /.flatpak-info mount point on the host, and then every host process looks like a broken Flatpak to PipeWire.
+public func flatpakSandbox(_ server: TestServer, flatpakApp: String? = nil, instance: String = "1") throws -> [String] {
+    var wrap = [
+        "bwrap", "--unshare-pid", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
+        "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+        "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev", "--bind", "/tmp", "/tmp",
+    ]
+    if let flatpakApp {
+        let info = "\(server.directory)/flatpak-info-\(flatpakApp)-\(instance)"
+        try
+            "[Application]\nname=\(flatpakApp)\nruntime=runtime/org.freedesktop.Platform/x86_64/23.08\n\n[Instance]\ninstance-id=\(instance)\n"
+            .write(toFile: info, atomically: true, encoding: .utf8)
+        wrap += ["--ro-bind", info, "/.flatpak-info"]
+    }
+    return wrap
+}
+
 /// A cgroup named `name` (it may have several parts: `user@0.service/init.scope`) in a cgroup2 subtree of the test's
 /// own — an app scope as GNOME names them, a user manager's scope; nil (with a line saying why) where the machine has
 /// no writable cgroup2 hierarchy. `cleanup` removes it once its processes are gone.

@@ -29,7 +29,7 @@ public final class BusLink {
     private let address: String?
     private var watches: [Weak<NameWatch>] = []
     /// Flatpak app ids the user trusts to own any followed platform name from a sandbox (the config's
-    /// `trusted-platform-apps`): someone who knowingly runs such a service sandboxed.
+    /// `[platform] trusted-apps`): someone who knowingly runs such a service sandboxed.
     public var trustedAppIDs: Set<String> = []
     private var namespaces: [(namespace: String, rule: String, changed: (String, String, String) -> Void)] = []
     private var signalHandlers: [(DBusMessage) -> Void] = []
@@ -317,16 +317,18 @@ public final class NameWatch {
     /// The owner being checked (`speakers`), until the bus says who it is.
     private var checking: String?
 
-    private func appeared(_ unique: String) {
+    private func appeared(_ unique: String, attempt: Int = 1) {
         guard let speakers, let link else { return believe(unique) }
         generation += 1
         let mine = generation
         checking = unique
         link.busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
             guard let self, self.generation == mine, self.checking == unique else { return }
-            self.checking = nil
             var pid: UInt32?
             if case .uint32(let p)? = r?.arguments.first { pid = p }
+            // No answer (a busy bus at login timed out): asked again before the owner is refused for good.
+            if r == nil, attempt < 3 { return self.appeared(unique, attempt: attempt + 1) }
+            self.checking = nil
             guard let why = Self.refusal(of: pid, speakers: speakers.union(link.trustedAppIDs), name: self.name) else {
                 self.refused = ""
                 return self.believe(unique)

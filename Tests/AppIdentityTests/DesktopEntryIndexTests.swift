@@ -65,7 +65,13 @@ import Testing
         try write(apps + "/two.desktop")
         index.refresh()
         #expect(index.entry(id: "two") != nil)
-        // Moved away and made again: the moved directory is not taken for the path.
+        // Moved away (to the trash, a rename) with a subdirectory in it, and made again: neither the moved
+        // directory nor its subdirectory's watch is taken for the path.
+        try mkdir(apps + "/wine")
+        index.refresh()
+        try write(apps + "/wine/notepad.desktop")
+        index.refresh()
+        #expect(index.entry(id: "wine-notepad") != nil)
         try FileManager.default.moveItem(atPath: apps, toPath: tree + "/old")
         index.refresh()
         #expect(index.entry(id: "two") == nil)
@@ -73,8 +79,12 @@ import Testing
         try write(apps + "/three.desktop")
         index.refresh()
         try write(apps + "/four.desktop")
+        try mkdir(apps + "/wine")
+        index.refresh()
+        try write(apps + "/wine/regedit.desktop")
         index.refresh()
         #expect(index.entry(id: "three") != nil && index.entry(id: "four") != nil)
+        #expect(index.entry(id: "wine-regedit") != nil, "the re-made subdirectory is not followed")
     }
 
     @Test func aDirectorySymlinkIsNeverWalkedAndAnEntrySymlinkIsRead() throws {

@@ -11,6 +11,8 @@ import Testing
         #expect("game\nsession 9 begins: fake".escapingControls == "game\\nsession 9 begins: fake")
         #expect("a\tb\rc\u{0}d\u{7f}".escapingControls == "a\\tb\\rc\\x00d\\x7f")
         #expect("csi\u{9b}31m".escapingControls == "csi\\u{9b}31m", "a C1 control some terminals obey")
+        #expect("abc\u{202e}fed".escapingControls == "abc\\u{202e}fed", "a bidi override reorders what a line shows")
+        #expect("a\u{2028}b\u{2066}c".escapingControls == "a\\u{2028}b\\u{2066}c")
         #expect(
             !"\u{1b}\n\u{9b}x".escapingControls.unicodeScalars.contains {
                 $0.value < 0x20 || (0x7f...0x9f).contains($0.value)

@@ -51,6 +51,21 @@ struct DesktopIdentityTests {
         d.client.property(session, API.session.name, "Category")?.stringValue
     }
 
+    /// Launches a desktop entry whose program is ffplay as a GLib launcher does (`gio launch`: the process gets
+    /// GIO_LAUNCHED_DESKTOP_FILE and its pid) and returns the pid of its stream once the server lists it.
+    func launchFFplay(_ server: TestServer, _ entry: String) throws -> UInt32 {
+        _ = try server.spawn(["gio", "launch", entry], environment: ["SDL_AUDIODRIVER": "pulse"], log: "gio.log")
+        var game: ObservedStream?
+        #expect(
+            waitFor(20) {
+                game = (try? server.playbackStreams())?.first {
+                    ($0.properties["application.process.binary"] ?? "") == "ffplay"
+                }
+                return game != nil
+            }, "no ffplay stream: \(server.file("gio.log"))")
+        return try #require(game?.pid)
+    }
+
     func sounds(_ server: TestServer, pid: pid_t) -> Bool {
         guard let s = server.playbackStream(pid: pid) else { return false }
         return !s.muted && !s.corked
@@ -68,17 +83,7 @@ struct DesktopIdentityTests {
             exec: "ffplay -nodisp -loglevel quiet -loop 0 \(tone)")
         let d = try Daemon.start(server)
         defer { d.stop() }
-        // As a GLib launcher does: the process gets GIO_LAUNCHED_DESKTOP_FILE and its pid.
-        _ = try server.spawn(["gio", "launch", entry], environment: ["SDL_AUDIODRIVER": "pulse"], log: "gio.log")
-        var game: ObservedStream?
-        #expect(
-            waitFor(20) {
-                game = (try? server.playbackStreams())?.first {
-                    ($0.properties["application.process.binary"] ?? "") == "ffplay"
-                }
-                return game != nil
-            }, "no ffplay stream: \(server.file("gio.log"))")
-        let gamePID = try #require(game?.pid)
+        let gamePID = try launchFFplay(server, entry)
         // gio launch starts the game detached (its parent is init, not the test): end it by its pid.
         defer { _ = kill(pid_t(gamePID), SIGKILL) }
         let (found, ok) = waitForApp(d, pid: gamePID, timeout: 10, until: { category(d, $0.session) == "ambient" })
@@ -122,16 +127,7 @@ struct DesktopIdentityTests {
             exec: "ffplay -nodisp -loglevel quiet -loop 0 \(tone)"
         )
         #expect(entry.hasPrefix(apps))
-        _ = try server.spawn(["gio", "launch", entry], environment: ["SDL_AUDIODRIVER": "pulse"], log: "gio.log")
-        var game: ObservedStream?
-        #expect(
-            waitFor(20) {
-                game = (try? server.playbackStreams())?.first {
-                    ($0.properties["application.process.binary"] ?? "") == "ffplay"
-                }
-                return game != nil
-            }, "no ffplay stream: \(server.file("gio.log"))")
-        let gamePID = try #require(game?.pid)
+        let gamePID = try launchFFplay(server, entry)
         defer { _ = kill(pid_t(gamePID), SIGKILL) }
         let (found, ok) = waitForApp(d, pid: gamePID, timeout: 10, until: { category(d, $0.session) == "ambient" })
         #expect(ok, "the late game is not ambient: \(String(describing: found?.identity))")

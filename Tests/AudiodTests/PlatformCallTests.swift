@@ -33,20 +33,8 @@ struct PlatformCallTests {
     func mock(
         _ server: TestServer, name: String, path: String, address: String, system: Bool, flatpakApp: String? = nil
     ) throws -> Mock {
-        var wrap: [String] = []
-        if let flatpakApp {
-            wrap = [
-                "bwrap", "--unshare-pid", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
-                "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-                "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev", "--bind", "/tmp", "/tmp",
-            ]
-            if !flatpakApp.isEmpty {
-                let info = "\(server.directory)/flatpak-info-\(flatpakApp)"
-                try "[Application]\nname=\(flatpakApp)\n\n[Instance]\ninstance-id=1\n"
-                    .write(toFile: info, atomically: true, encoding: .utf8)
-                wrap += ["--ro-bind", info, "/.flatpak-info"]
-            }
-        }
+        // An empty app id: a sandbox without .flatpak-info.
+        let wrap = try flatpakApp.map { try flatpakSandbox(server, flatpakApp: $0.isEmpty ? nil : $0) } ?? []
         let child = try server.spawn(
             wrap + ["/usr/bin/python3", "-m", "dbusmock", system ? "--system" : "--session", "-m", name, path, name],
             environment: system ? ["DBUS_SYSTEM_BUS_ADDRESS": address] : [:], log: "\(name).log")
@@ -55,6 +43,11 @@ struct PlatformCallTests {
             waitFor(
                 10,
                 {
+                    // The name is asked of the bus first: a call to an activatable name nobody owns yet (GameMode's)
+                    // would have the bus start the real service, which would then own it instead of the mock.
+                    guard case .success(let owned) = bus.callBus("NameHasOwner", [.string(name)]),
+                        owned.first == .bool(true)
+                    else { return false }
                     if case .success = bus.callAny(destination: name, path, "org.freedesktop.DBus.Peer", "Ping", []) {
                         return true
                     }
@@ -478,6 +471,14 @@ struct PlatformCallTests {
         #expect(players.status(server, music) == "Playing", "a squatter's call paused the music")
         let status = try server.runStatus([TestServer.builtProduct("audioctl"), "status"]).output
         #expect(status.contains("callaudiod (session bus): not believed — refused: owned by pid"), "\(status)")
+        // A sandbox with no app id at all (no .flatpak-info) owning GameMode's name is refused too.
+        let squatGame = try mock(
+            server, name: "com.feralinteractive.GameMode", path: "/com/feralinteractive/GameMode", address: address,
+            system: false, flatpakApp: "")
+        defer { squatGame.stop() }
+        #expect(
+            waitFor(10) { sources()["GameMode"]?["refused"]?.stringValue?.contains("with no app id") == true },
+            "\(sources()["GameMode"] ?? [:])")
         // GNOME Calls in its own sandbox is believed.
         #expect(waitFor(10) { sources()["GNOME Calls"]?["found"] == .bool(true) }, "\(sources()["GNOME Calls"] ?? [:])")
         #expect(sources()["GNOME Calls"]?["refused"] == .string(""))

@@ -15,21 +15,7 @@ struct SandboxTests {
     func sandboxed(_ server: TestServer, _ argv: [String], flatpakApp: String? = nil, instance: String = "1") throws
         -> Child
     {
-        // A root of its own (bwrap's tmpfs) with the host's programs read-only: binding the host's / writable
-        // would let bwrap create the /.flatpak-info mount point on the host, and then every host process looks
-        // like a broken Flatpak to PipeWire. /tmp holds the run's sockets.
-        var wrap = [
-            "bwrap", "--unshare-pid", "--die-with-parent", "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc",
-            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev", "--bind", "/tmp", "/tmp",
-        ]
-        if let flatpakApp {
-            let info = "\(server.directory)/flatpak-info-\(flatpakApp)-\(instance)"
-            try
-                "[Application]\nname=\(flatpakApp)\nruntime=runtime/org.freedesktop.Platform/x86_64/23.08\n\n[Instance]\ninstance-id=\(instance)\n"
-                .write(toFile: info, atomically: true, encoding: .utf8)
-            wrap += ["--ro-bind", info, "/.flatpak-info"]
-        }
+        let wrap = try flatpakSandbox(server, flatpakApp: flatpakApp, instance: instance)
         return try server.spawn(wrap + argv)
     }
 
