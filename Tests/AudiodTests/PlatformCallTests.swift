@@ -419,6 +419,15 @@ struct PlatformCallTests {
 
     // MARK: Whose voice a platform name carries
 
+    /// `ListPlatformSources`, by source name.
+    func platformSources(_ d: Daemon) -> [String: [String: DBusValue]] {
+        guard case .success(let out) = d.client.manager("ListPlatformSources"), case .array(_, let rows)? = out.first
+        else { return [:] }
+        var byName: [String: [String: DBusValue]] = [:]
+        for r in rows.compactMap(\.propertyMap) { byName[r["name"]?.stringValue ?? ""] = r }
+        return byName
+    }
+
     @Test(
         "a sandboxed app that owns org.mobian_project.CallAudio first is not believed; GNOME Calls sandboxed as org.gnome.Calls is"
     )
@@ -443,14 +452,7 @@ struct PlatformCallTests {
         let d = try Daemon.start(server)
         defer { d.stop() }
         let (_, music) = try players.mpv(server, heardBy: d)
-        let sources = { () -> [String: [String: DBusValue]] in
-            guard case .success(let out) = d.client.manager("ListPlatformSources"),
-                case .array(_, let rows)? = out.first
-            else { return [:] }
-            var byName: [String: [String: DBusValue]] = [:]
-            for r in rows.compactMap(\.propertyMap) { byName[r["name"]?.stringValue ?? ""] = r }
-            return byName
-        }
+        let sources = { platformSources(d) }
         #expect(
             waitFor(10) { sources()["callaudiod"]?["refused"]?.stringValue?.contains("org.mobian_project") == true },
             "\(sources()["callaudiod"] ?? [:]) \(server.file("audiod.log").suffix(1500))")
@@ -511,12 +513,7 @@ struct PlatformCallTests {
         defer { cad.stop() }
         let d = try Daemon.start(server, arguments: ["--log-level", "debug", "--config", config])
         defer { d.stop() }
-        let callaudiod = { () -> [String: DBusValue]? in
-            guard case .success(let out) = d.client.manager("ListPlatformSources"),
-                case .array(_, let rows)? = out.first
-            else { return nil }
-            return rows.compactMap(\.propertyMap).first { $0["name"]?.stringValue == "callaudiod" }
-        }
+        let callaudiod = { platformSources(d)["callaudiod"] }
         #expect(waitFor(10) { callaudiod()?["found"] == .bool(true) }, "\(callaudiod() ?? [:])")
         #expect(callaudiod()?["refused"] == .string(""))
     }
