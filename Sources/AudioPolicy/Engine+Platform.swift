@@ -78,10 +78,16 @@ extension Engine {
         removeSession(pc.session)
     }
 
-    /// The platform call owns the call app's streams, before any tag or pid.
+    /// The platform call owns the call app's streams, before any tag or pid — known by what an app cannot claim for
+    /// itself: its Flatpak app id, the launcher scope it runs in, or its program matched to the call app's desktop
+    /// entry. `application.id`, `application.name` and `GIO_LAUNCHED_DESKTOP_FILE` are the app's own words: any app
+    /// could say it is GNOME Calls, join the call and never be silenced.
     func platformCallOwner(_ st: StreamState) -> SessionID? {
         guard let pc = platformCall, let app = pc.info.appID else { return nil }
-        let named = st.info.applicationID == app || st.info.app?.names.contains { $0.name == app } == true
+        let named =
+            st.info.app?.names.contains {
+                $0.name == app && [.flatpak, .launcherScope, .desktopEntryMatch].contains($0.source)
+            } == true
         return named ? pc.session : nil
     }
 

@@ -90,6 +90,19 @@ import Testing
         #expect(h.engine.streamView(.playback(5))?.policyMuted == false)
         #expect(h.view(call)?.isImplicit == true)
         #expect(h.view(call)?.identity.source == "platform")
+        // An app that only says it is GNOME Calls — its application.id, or the desktop file a launcher named in its
+        // environment — is not the call's: it is an app of its own, silenced in silent mode like any ambient one.
+        for (i, claimed) in [AppProfile.Source.applicationID, .launcherEnvironment].enumerated() {
+            let liar = AppProfile(names: [.init("org.gnome.Calls", claimed)])
+            let id = StreamID.playback(UInt32(6 + i))
+            var info = StreamInfo(
+                id: id, processChain: [UInt32(60 + i)], applicationName: "Calls", app: liar)
+            info.role = "event"
+            info.applicationID = "org.gnome.Calls"
+            _ = h.send(.streamAppeared(info))
+            #expect(h.engine.streamView(id)?.session != call, "\(claimed): joined the call")
+            #expect(h.engine.streamView(id)?.policyMuted == true, "\(claimed): not silenced in silent mode")
+        }
         // Nobody drives it over the bus: it follows the platform's call services alone.
         #expect(
             h.deactivate(call).last
