@@ -403,10 +403,14 @@ extension Engine {
     func gameEvidence(_ s: SessionState, roles: Set<String>, profile: AppProfile?) -> CategoryReason.GameEvidence? {
         if roles.contains("game") { return .role }
         if let e = profile?.entry, e.isGame { return .entry(e) }
-        if !gamePids.isEmpty {
+        if !gameRegistrations.isEmpty {
             for id in s.allStreams {
-                guard let chain = streams[id]?.info.processChain else { continue }
-                if let pid = chain.first(where: gamePids.contains) { return .gameMode(pid) }
+                guard let info = streams[id]?.info else { continue }
+                // The nearest registered process decides: itself, or what it started that is the same app.
+                guard let at = info.processChain.firstIndex(where: { gameRegistrations[$0] != nil }),
+                    let reg = gameRegistrations[info.processChain[at]]
+                else { continue }
+                if at == 0 || reg.covers(info.app) { return .gameMode(reg.pid) }
             }
         }
         if let steam = profile?.steamGame { return .steam(steam) }
@@ -513,10 +517,11 @@ extension Engine {
         out.timers.append(.cancelTimer(.linger(id)))
     }
 
-    mutating func gameModeGames(_ pids: Set<UInt32>) {
-        guard pids != gamePids else { return }
-        let changed = pids.symmetricDifference(gamePids)
-        gamePids = pids
+    mutating func gameModeGames(_ games: [UInt32: GameRegistration]) {
+        guard games != gameRegistrations else { return }
+        let changed = Set(games.keys).symmetricDifference(gameRegistrations.keys).union(
+            games.keys.filter { games[$0] != gameRegistrations[$0] })
+        gameRegistrations = games
         var affected: Set<SessionID> = []
         for pid in changed {
             for sid in streamsByAncestor[pid] ?? [] {

@@ -54,8 +54,8 @@ public struct Engine: Sendable {
     var lastPrimary: SessionID?
     /// Processes that exited while the server still lists their streams.
     var goneProcesses: Set<UInt32> = []
-    /// Host pids GameMode has registered as games.
-    var gamePids: Set<UInt32> = []
+    /// The processes GameMode has registered as games, by host pid.
+    var gameRegistrations: [UInt32: GameRegistration] = [:]
     /// The platform's calls as one (SPEC §10), while there is any.
     var platformCall: PlatformCallState?
     /// Sessions interrupted by the microphone switch, by the source muted.
@@ -212,7 +212,7 @@ public struct Engine: Sendable {
         case .deviceAppeared(let d): deviceAppearedAt[d] = now
         case .deviceRemoved(let d): deviceRemoved(d)
         case .timerFired(let t): timerFired(t)
-        case .gameModeGames(let pids): gameModeGames(pids)
+        case .gameModeGames(let games): gameModeGames(games)
         case .platformCall(let call): platformCallChanged(call)
         case .platformCallSourceLost(let remaining): platformCallChanged(remaining, notify: false)
         case .microphoneMuted(let source, let muted, let isDefault):

@@ -57,9 +57,9 @@ public enum Event: Sendable, Equatable {
     case deviceRemoved(String)
     /// A timer the engine scheduled has fired.
     case timerFired(TimerID)
-    /// The host pids GameMode has registered as games now (`com.feralinteractive.GameMode`; empty when it is gone):
-    /// game evidence for the apps whose process chains hold one (SPEC §7).
-    case gameModeGames(Set<UInt32>)
+    /// The processes GameMode has registered as games now, by host pid (`com.feralinteractive.GameMode`; empty when
+    /// it is gone): game evidence for the registered process and for what it starts that is the same app (SPEC §7).
+    case gameModeGames([UInt32: GameRegistration])
     /// The platform's calls, merged over every source (SPEC §10); nil when there is none.
     case platformCall(PlatformCall?)
     /// The bus of a call source was lost (the system bus, for ModemManager; SPEC §10): its calls ended without
@@ -94,6 +94,39 @@ public struct NewSession: Sendable, Equatable {
         self.pid = pid
         self.applicationName = applicationName
         self.lifetime = lifetime
+    }
+}
+
+/// A process GameMode registered as a game, with what says which app it is (read from /proc by the platform): its
+/// registration counts for itself, and for a process it starts only when that one is the same app — not one with a
+/// Flatpak app id or launcher scope of its own, and nothing a shell or launcher starts (a registered shell does not
+/// make every program run from it a game).
+public struct GameRegistration: Sendable, Equatable {
+    public var pid: UInt32
+    public var flatpakID: String?
+    /// The desktop id of its launcher scope (`app-gnome-….scope`).
+    public var scopeID: String?
+    /// A shell, an interpreter or a launcher (`IdentityResolver.isLauncher`).
+    public var isLauncher: Bool
+
+    public init(pid: UInt32, flatpakID: String? = nil, scopeID: String? = nil, isLauncher: Bool = false) {
+        self.pid = pid
+        self.flatpakID = flatpakID
+        self.scopeID = scopeID
+        self.isLauncher = isLauncher
+    }
+
+    /// Whether a process this one started, whose app is `profile`, is its game too.
+    func covers(_ profile: AppProfile?) -> Bool {
+        guard !isLauncher else { return false }
+        for n in profile?.names ?? [] {
+            switch n.source {
+            case .flatpak where n.name != flatpakID: return false
+            case .launcherScope where n.name != scopeID: return false
+            default: continue
+            }
+        }
+        return true
     }
 }
 

@@ -37,7 +37,7 @@ extension Event {
         case .timerFired(.voiceCallEnd(let id)): "\(id) has not both captured and played for the linger"
         case .timerFired(.callLinkOverdue(let id)): "\(Self.words(id)) was announced but not linked in time"
         case .timerFired(.handover(let id)): "\(id) took over the audio but has made no sound for the linger"
-        case .gameModeGames(let pids): "GameMode lists \(pids.count) game\(pids.count == 1 ? "" : "s")"
+        case .gameModeGames(let games): "GameMode lists \(games.count) game\(games.count == 1 ? "" : "s")"
         case .platformCall(let call?):
             "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
         case .platformCall(nil): "the platform's last call ended"

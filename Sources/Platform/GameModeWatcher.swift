@@ -1,3 +1,4 @@
+import AppIdentity
 import AudioPolicy
 import DBusTransport
 import Logging
@@ -15,7 +16,7 @@ final class GameModeWatcher {
     private let watch: NameWatch
     private weak var host: PlatformHost?
     private var logger: Logger
-    private var games: Set<UInt32> = []
+    private var games: [UInt32: GameRegistration] = [:]
     /// Registrations refused (kept so that the log says it once per pid), bounded like `games`.
     private var refusedPids: Set<UInt32> = []
     private let notAnApp: (UInt32) -> NotAnApp?
@@ -54,10 +55,10 @@ final class GameModeWatcher {
         switch member {
         case "GameRegistered":
             guard games.count < Self.maximumGames, admits(UInt32(pid)) else { return }
-            games.insert(UInt32(pid))
+            games[UInt32(pid)] = Self.registration(UInt32(pid))
         case "GameUnregistered":
             refusedPids.remove(UInt32(pid))
-            guard games.remove(UInt32(pid)) != nil else { return }
+            guard games.removeValue(forKey: UInt32(pid)) != nil else { return }
         default: return
         }
         logger.debug("GameMode: \(member) \(pid)")
@@ -72,13 +73,24 @@ final class GameModeWatcher {
                 self.logger.debug("GameMode: ListGames did not answer with a(io)")
                 return
             }
-            var pids: Set<UInt32> = []
             for case .structure(let fields) in items.prefix(Self.maximumGames) {
-                if case .int32(let pid)? = fields.first, pid > 0, admits(UInt32(pid)) { pids.insert(UInt32(pid)) }
+                if case .int32(let pid)? = fields.first, pid > 0, self.games[UInt32(pid)] == nil,
+                    self.games.count < Self.maximumGames, self.admits(UInt32(pid))
+                {
+                    self.games[UInt32(pid)] = Self.registration(UInt32(pid))
+                }
             }
-            self.games.formUnion(pids)
             self.host?.handle(.gameModeGames(self.games))
         }
+    }
+
+    /// What says which app the registered process is: what it starts counts as its game only when it is the same app
+    /// (`GameRegistration.covers`).
+    static func registration(_ pid: UInt32) -> GameRegistration {
+        let (facts, _) = ProcessReader.facts(pid: pid, chain: [pid], applicationID: nil, flatpakID: nil)
+        return GameRegistration(
+            pid: pid, flatpakID: ProcessTable.flatpakApp(of: pid)?.id, scopeID: facts.scopeID,
+            isLauncher: facts.program.map(IdentityResolver.isLauncher) ?? false)
     }
 
     /// Whether a registration of `pid` is game evidence: not when the process is no app's (logged once per pid).
@@ -97,6 +109,6 @@ final class GameModeWatcher {
         guard !games.isEmpty else { return }
         games.removeAll()
         logger.info("GameMode went away")
-        host?.handle(.gameModeGames([]))
+        host?.handle(.gameModeGames([:]))
     }
 }

@@ -117,7 +117,7 @@ import Testing
                     id: id, path: "/apps/\(id).desktop", categories: categories, foundThrough: .launcherEnvironment))
         }
         var all: [Effect] = []
-        all += h.send(.gameModeGames([300]))
+        all += h.send(.gameModeGames([300: GameRegistration(pid: 300)]))
         all += h.send(
             .playerAppeared(PlayerInfo(id: PlayerID("org.mpris.MediaPlayer2.mpv"), pid: 200, status: .playing)))
         // The player, from its desktop entry (Player) and with MPRIS: primary audio, if anything decided.
@@ -142,5 +142,47 @@ import Testing
         #expect(streamOps(all) == [.setStreamMute(.playback(2), false), .setStreamVolume(.playback(2), user)])
         #expect(h.engine.sessionIDs.isEmpty, "the restore made sessions: \(h.engine.sessionIDs)")
         #expect(h.engine.primaryAudioSession == nil)
+    }
+}
+
+/// GameMode's registrations (SPEC §7, issue 43): a registration counts for the registered process, and for what it
+/// starts only when that is the same app.
+@Suite struct GameModeRegistrationScenarioTests {
+    func category(_ h: Harness, _ stream: UInt32) -> Category? {
+        h.engine.streamView(.playback(stream))?.session.flatMap { h.view($0)?.configuration.category }
+    }
+
+    @Test func aRegisteredShellMakesNothingItStartsAGameButIsOneItself() {
+        var h = Harness()
+        _ = h.send(.gameModeGames([300: GameRegistration(pid: 300, isLauncher: true)]))
+        _ = h.play(1, pid: 301, chain: [300], role: "music", name: "player")
+        #expect(category(h, 1) == .playback, "a program run from a registered shell became a game")
+        _ = h.play(2, pid: 300, role: "music", name: "bash")
+        #expect(category(h, 2) == .ambient, "the registered process itself is a game")
+    }
+
+    @Test func aChildWithAnAppIdentityOfItsOwnIsNotTheRegisteredGame() {
+        var h = Harness()
+        _ = h.send(.gameModeGames([400: GameRegistration(pid: 400, scopeID: "org.example.Game")]))
+        // The game's own helper: no identity of its own, or the game's scope — the game's.
+        _ = h.play(1, pid: 401, chain: [400], role: "music", name: "game-audio")
+        #expect(category(h, 1) == .ambient)
+        let helper = AppProfile(names: [.init("org.example.Game", .launcherScope)])
+        _ = h.send(
+            .streamAppeared(
+                StreamInfo(id: .playback(2), processChain: [402, 400], applicationName: "helper", app: helper)))
+        #expect(category(h, 2) == .ambient)
+        // A browser the game opened (a Flatpak of its own) and a player in a scope of its own are not the game.
+        for (i, own) in [AppProfile.Name("org.mozilla.firefox", .flatpak), .init("org.example.Music", .launcherScope)]
+            .enumerated()
+        {
+            let index = UInt32(3 + i)
+            var info = StreamInfo(
+                id: .playback(index), processChain: [410 + UInt32(i), 400], applicationName: "other",
+                app: AppProfile(names: [own]))
+            info.role = "music"
+            _ = h.send(.streamAppeared(info))
+            #expect(category(h, index) == .playback, "\(own.name) became the registered game")
+        }
     }
 }

@@ -389,7 +389,7 @@ struct Simulation {
             userVolume[id] = .normal
             step(.streamAppeared(info))
         case .gameMode(let pids):
-            step(.gameModeGames(pids))
+            step(.gameModeGames(Dictionary(uniqueKeysWithValues: pids.map { ($0, GameRegistration(pid: $0)) })))
         case .newAppStream(let pid, let e):
             guard !exited.contains(pid) else { return }
             let id = StreamID.playback(nextIndex)
