@@ -121,6 +121,11 @@ final class PromiseRun {
     /// audiod processes started so far, and which one ran (or had run last) when the user last changed each key.
     var runs = 0
     var userChangeRun: [String: Int] = [:]
+    /// Keys whose last user change came from a stream whose mute was in doubt (`App.muteInDoubt`): the server saved
+    /// that stream's mute with the user's volume — audiod's policy mute, maybe, which audiod rightly puts back on the
+    /// key's next stream — so the next stream's mute is in doubt too (seed 609158 on PipeWire: the user turned up a
+    /// video interrupted by policy; the next video started muted and audiod unmuted it, the user's mute "lost").
+    var muteInDoubtKeys: Set<String> = []
     var log: [String] = []
     var reached: Set<String> = []
     var locked = false
@@ -302,6 +307,7 @@ final class PromiseRun {
             // cannot know which the key last saved — the user's, or a sibling's that audiod put back — and takes a
             // start at the value it just gave a sibling for its own (seed 668651 on WirePlumber 0.5's role keys).
             if mutes.count > 1, userChangeRun[key] != runs { muteInDoubt = true }
+            if muteInDoubtKeys.contains(key) { muteInDoubt = true }
         }
         mutes.insert(muted)
         volumes.insert(volume)
@@ -433,6 +439,7 @@ final class PromiseRun {
         apps[i].muteInDoubt = false
         userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (mute, apps[i].userVolume)
+        muteInDoubtKeys.remove(apps[i].key)
         userMutes[apps[i].key, default: [false]].insert(mute)
         return "the user \(mute ? "mutes" : "unmutes") \(apps[i].label) in the mixer"
     }
@@ -448,6 +455,7 @@ final class PromiseRun {
         apps[i].userVolume = v
         userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (apps[i].userMuted, v)
+        if apps[i].muteInDoubt { muteInDoubtKeys.insert(apps[i].key) } else { muteInDoubtKeys.remove(apps[i].key) }
         userVolumes[apps[i].key, default: [65536]].insert(v)
         return "the user sets \(apps[i].label)'s volume to \(v * 100 / 65536) %"
     }
