@@ -96,6 +96,12 @@ final class PromiseRun {
         /// The start of a stream begun while audiod ran left its mute in doubt (see `adopt`): either value is the
         /// user's until the user sets this stream's mute.
         var muteInDoubt = false
+        /// The same for its volume: a stream that started with a value the user never gave its key (a leaked duck)
+        /// is put back to a user value of the key — the last one the user set, or one the server saved later from a
+        /// sibling's start (seed 583807 on PipeWire: the user set 30 % while audiod was down, a later sibling started
+        /// at 100 % and was ducked, the next started with that duck and audiod put it back to 100 %). Any of these is
+        /// the user's until the user sets this stream's volume.
+        var volumesInDoubt: Set<UInt32> = []
         /// When the watcher saw its stream linked (monotonic ns).
         var linkedAt: UInt64 = 0
     }
@@ -278,6 +284,7 @@ final class PromiseRun {
         var volume = saved.volume
         var note = ""
         var muteInDoubt = false
+        var volumesInDoubt: Set<UInt32> = []
         // The server's restore database gives a new stream the values its key last saved — from whichever stream of
         // the key changed last, audiod's own restores included — so a user value of the key, not always the last.
         // Promise 1b: never a value audiod applied. Judged on streams started while audiod is down: nothing races.
@@ -297,7 +304,11 @@ final class PromiseRun {
             // then writes, two round trips to the watcher's one. A start value the user never gave the key is
             // audiod's (a fresh policy mute or duck, or a leak it corrects); the user's is then the default.
             muted = mutes.contains(initial.muted) ? initial.muted : false
-            if volumes.contains(where: { close($0, initial.volume) }) { volume = initial.volume }
+            if volumes.contains(where: { close($0, initial.volume) }) {
+                volume = initial.volume
+            } else if volumes.count > 1 {
+                volumesInDoubt = volumes
+            }
             // Neither report says which mute the stream started with when the first one shows a mute the user gave
             // the key once but not last: the restore database may hold it (a sibling's older value, put back by
             // audiod), or audiod's write came before the watcher's read (its mute of the new stream, or a leak its
@@ -309,6 +320,12 @@ final class PromiseRun {
             if mutes.count > 1, userChangeRun[key] != runs { muteInDoubt = true }
             if muteInDoubtKeys.contains(key) { muteInDoubt = true }
         }
+        if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
+            print(
+                "promises: \(label) started at muted=\(initial.muted) volume=\(initial.volume); the key's last user values "
+                    + "muted=\(saved.muted) volume=\(saved.volume); taken: muted=\(muted) volume=\(volume) in doubt \(muteInDoubt)"
+            )
+        }
         mutes.insert(muted)
         volumes.insert(volume)
         userMutes[key] = mutes
@@ -316,7 +333,7 @@ final class PromiseRun {
         apps.append(
             App(
                 label: label, pid: pid, key: key, name: s.name, game: game, userMuted: muted,
-                userVolume: volume, child: child, muteInDoubt: muteInDoubt,
+                userVolume: volume, child: child, muteInDoubt: muteInDoubt, volumesInDoubt: volumesInDoubt,
                 linkedAt: DispatchTime.now().uptimeNanoseconds))
         return "\(label) (pid \(pid), key \(key)\(note))"
     }
@@ -453,6 +470,7 @@ final class PromiseRun {
         let v: UInt32 = [19661, 32768, 52429, 65536][pick(4)]
         _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "\(v)"])
         apps[i].userVolume = v
+        apps[i].volumesInDoubt = []
         userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (apps[i].userMuted, v)
         if apps[i].muteInDoubt { muteInDoubtKeys.insert(apps[i].key) } else { muteInDoubtKeys.remove(apps[i].key) }
@@ -624,7 +642,8 @@ final class PromiseRun {
         var v: [String] = []
         for a in apps {
             guard let s = stream(of: a) else { continue }
-            if (s.muted != a.userMuted && !a.muteInDoubt) || !close(s.volume, a.userVolume) {
+            let volumeOK = close(s.volume, a.userVolume) || a.volumesInDoubt.contains { close(s.volume, $0) }
+            if (s.muted != a.userMuted && !a.muteInDoubt) || !volumeOK {
                 v.append(
                     "\(when): \(a.label) muted=\(s.muted) volume=\(s.volume), the user's: muted=\(a.userMuted) volume=\(a.userVolume)"
                 )
@@ -724,7 +743,10 @@ final class PromiseRun {
             // 3. The user's mute is never lost; a volume is the user's, or the user's ducked.
             if a.userMuted && !a.muteInDoubt && !s.muted { v.append("\(a.label): the user's mute was lost") }
             let ducked = UInt32((Double(a.userVolume) * Double(factor) / 65536).rounded())
-            if !close(s.volume, a.userVolume) && !close(s.volume, ducked) {
+            let eitherInDoubt = a.volumesInDoubt.contains {
+                close(s.volume, $0) || close(s.volume, UInt32((Double($0) * Double(factor) / 65536).rounded()))
+            }
+            if !close(s.volume, a.userVolume) && !close(s.volume, ducked) && !eitherInDoubt {
                 v.append("\(a.label): volume \(s.volume), neither the user's \(a.userVolume) nor ducked \(ducked)")
             }
             // 2. No game is heard while anything is primary audio.
