@@ -36,6 +36,12 @@ final class MPRISWatcher {
     /// dropped, and the player stayed `Stopped` while it played).
     private var lookups = PlayerLookups()
     private let maximumPlayers: Int
+    /// Names one connection may have followed or being looked up at once. A player registers one or two (an alias
+    /// is dropped once looked up); an app that takes hundreds — a sandboxed app may own any number of
+    /// `org.mpris.MediaPlayer2.<appid>.N` — must not fill `maximumPlayers` so that real players go unfollowed.
+    static let namesPerConnection = 4
+    /// Connections told once that they hold too many names (bounded).
+    private var flooding: Set<String> = []
 
     init(link: BusLink, host: PlatformHost, maximumPlayers: Int, logger: Logger) {
         self.link = link
@@ -120,14 +126,30 @@ final class MPRISWatcher {
                 metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
             return
         }
+        if let owner, tooMany(name, owner, counting: 0) { return }
         lookups.begin(name, owner: owner)
         if let owner { return lookUp(name, unique: owner) }
         busCall("GetNameOwner", [.string(name)]) { [weak self] r in
             var unique: String?
             if case .string(let u)? = r?.arguments.first { unique = u }
             guard let self, self.lookups.ownerAnswered(name, unique), let unique else { return }
+            // This look-up counts already.
+            if self.tooMany(name, unique, counting: 1) { return self.lookups.failed(name, unique) }
             self.lookUp(name, unique: unique)
         }
+    }
+
+    /// Whether the connection `unique` holds `namesPerConnection` names followed or looked up besides `counting` of
+    /// them (said once per connection).
+    private func tooMany(_ name: String, _ unique: String, counting: Int) -> Bool {
+        let held = players.values.count { $0.unique == unique } + lookups.owned(by: unique) - counting
+        guard held >= Self.namesPerConnection else { return false }
+        if flooding.count < 64, flooding.insert(unique).inserted {
+            logger.notice(
+                "MPRIS: \(unique) owns more than \(Self.namesPerConnection) player names; the others (\(name) first) are not followed"
+            )
+        }
+        return true
     }
 
     private func lookUp(_ name: String, unique: String) {

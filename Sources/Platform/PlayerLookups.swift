@@ -17,6 +17,8 @@ struct PlayerLookups {
     func isLookingUp(_ name: String) -> Bool { pending[name] != nil }
     /// Whether `unique` is the owner of a name being looked up (its signals are followed from then on).
     func follows(_ unique: String) -> Bool { pending.values.contains { $0.unique == unique } }
+    /// How many names of the connection `unique` are being looked up.
+    func owned(by unique: String) -> Int { pending.values.count { $0.unique == unique } }
 
     /// A look-up starts; `owner` when NameOwnerChanged said it, nil when GetNameOwner must ask.
     mutating func begin(_ name: String, owner: String?) { pending[name] = Lookup(unique: owner) }

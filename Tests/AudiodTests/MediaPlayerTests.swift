@@ -160,6 +160,33 @@ struct MediaPlayerTests {
         #expect(waitFor(10) { status(server, a) == "Playing" }, "the player did not resume after the call")
     }
 
+    @Test(
+        "1,000 MPRIS names from one connection take no room from real players: mpv started afterwards is paused by a call"
+    )
+    func mprisNameFlood() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let squatter = try BusClient(
+            address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", recordSignals: false)
+        defer { squatter.close() }
+        // As a sandboxed app may: any number of org.mpris.MediaPlayer2.<appid>.N, none of them a player.
+        for i in 0..<1_000 {
+            let r = squatter.callBus(
+                "RequestName", [.string("org.mpris.MediaPlayer2.org.example.Squat.instance\(i)"), .uint32(4)])
+            if case .failure(let e) = r { Issue.record("RequestName \(i): \(e)") }
+        }
+        #expect(
+            waitFor(10) { server.file("audiod.log").contains("owns more than 4 player names") },
+            "no line about the flood: \(server.file("audiod.log").suffix(1000))")
+        let (_, a) = try mpv(server, heardBy: d)
+        let call = try playback(server, name: "softphone", role: "phone")
+        defer { call.kill() }
+        _ = try server.waitForPlaybackStream(pid: call.pid)
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "the call did not pause mpv after the flood")
+    }
+
     @Test("headphones unplugged: the player is paused, not moved to the speakers")
     func headphonesUnplugged() throws {
         let server = try TestServer(.pulseaudio)
