@@ -69,14 +69,16 @@ public enum IdentityResolver {
         add(f.scopeID, .launcherScope)
         add(f.launchedID, .launcherEnvironment)
         add(f.applicationID, .applicationID)
+        var programEntry: String?
         if let program = f.program, !isLauncher(program) {
             // Two entries that run this program and disagree on what it is are no match.
             let matches = entries.entries(program: program).filter { !$0.isTerminal }
-            if !matches.isEmpty, Set(matches.map(\.decision)).count == 1,
-                let e = matches.min(by: { $0.id < $1.id }), !names.contains(where: { $0.name == e.id })
-            {
-                names.append(AppProfile.Name(e.id, .desktopEntryMatch))
-                found.append((e, .desktopEntryMatch))
+            if !matches.isEmpty, Set(matches.map(\.decision)).count == 1, let e = matches.min(by: { $0.id < $1.id }) {
+                programEntry = e.id
+                if !names.contains(where: { $0.name == e.id }) {
+                    names.append(AppProfile.Name(e.id, .desktopEntryMatch))
+                    found.append((e, .desktopEntryMatch))
+                }
             }
         }
         add(f.program, .process, lookUp: false)
@@ -85,6 +87,6 @@ public enum IdentityResolver {
         let entry = deciding.map { e, source in
             AppProfile.Entry(id: e.id, path: e.path, categories: e.categories, foundThrough: source)
         }
-        return AppProfile(names: names, entry: entry, steamGame: f.steamGame)
+        return AppProfile(names: names, entry: entry, steamGame: f.steamGame, programEntry: programEntry)
     }
 }

@@ -30,6 +30,13 @@ public enum ProcessReader {
         return (f, notes)
     }
 
+    /// The desktop id of the process's launcher scope or service, nil when it has none or its cgroup cannot be read.
+    public static func scopeID(_ pid: UInt32) -> String? {
+        read("/proc/\(pid)/cgroup", limit: 4096).flatMap {
+            LauncherIDs.desktopID(cgroup: String(decoding: $0, as: UTF8.self))
+        }
+    }
+
     /// The file name of a process's executable (`/proc/PID/exe`), nil when it cannot be read.
     public static func executableName(_ pid: UInt32) -> String? {
         var buffer = [CChar](repeating: 0, count: 4096)

@@ -62,11 +62,16 @@ public struct AppProfile: Sendable, Equatable {
     public var entry: Entry?
     /// Steam's environment (`SteamAppId`/`SteamGameId`) on the process or an ancestor: game evidence.
     public var steamGame: String?
+    /// The desktop id the process's program (`/proc/PID/exe`) matched, when one entry (or several that agree) runs
+    /// it — kept even where a stronger source gave the same name, so that a rule that trusts only the program knows
+    /// it was the program that said it.
+    public var programEntry: String?
 
-    public init(names: [Name], entry: Entry? = nil, steamGame: String? = nil) {
+    public init(names: [Name], entry: Entry? = nil, steamGame: String? = nil, programEntry: String? = nil) {
         self.names = names
         self.entry = entry
         self.steamGame = steamGame
+        self.programEntry = programEntry
     }
 
     /// The strongest name.

@@ -78,16 +78,21 @@ extension Engine {
         removeSession(pc.session)
     }
 
-    /// The platform call owns the call app's streams, before any tag or pid — known by what an app cannot claim for
-    /// itself: its Flatpak app id, the launcher scope it runs in, or its program matched to the call app's desktop
-    /// entry. `application.id`, `application.name` and `GIO_LAUNCHED_DESKTOP_FILE` are the app's own words: any app
-    /// could say it is GNOME Calls, join the call and never be silenced.
+    /// The platform call owns the call app's streams, before any tag or pid — known by what a sandboxed app cannot
+    /// claim for itself: a sandboxed stream only by its Flatpak app id; a host stream by the launcher scope it runs
+    /// in, or by its program (`/proc/PID/exe`) matched to the call app's desktop entry. `application.id`,
+    /// `application.name` and `GIO_LAUNCHED_DESKTOP_FILE` are the app's own words: any app could say it is GNOME
+    /// Calls, join the call and never be silenced. (A host program of the user can name itself anything; what
+    /// this keeps is the sandbox boundary.)
     func platformCallOwner(_ st: StreamState) -> SessionID? {
-        guard let pc = platformCall, let app = pc.info.appID else { return nil }
-        let named =
-            st.info.app?.names.contains {
-                $0.name == app && [.flatpak, .launcherScope, .desktopEntryMatch].contains($0.source)
-            } == true
+        guard let pc = platformCall, let app = pc.info.appID, let profile = st.info.app else { return nil }
+        let named: Bool
+        if let flatpak = profile.names.first(where: { $0.source == .flatpak }) {
+            named = flatpak.name == app
+        } else {
+            named =
+                profile.names.contains { $0.source == .launcherScope && $0.name == app } || profile.programEntry == app
+        }
         return named ? pc.session : nil
     }
 

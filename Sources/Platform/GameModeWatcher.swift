@@ -86,11 +86,13 @@ final class GameModeWatcher {
 
     /// What says which app the registered process is: what it starts counts as its game only when it is the same app
     /// (`GameRegistration.covers`).
+    /// A process whose program cannot be read (it exited, or /proc hides it) counts as a launcher: its registration
+    /// covers itself only.
     static func registration(_ pid: UInt32) -> GameRegistration {
-        let (facts, _) = ProcessReader.facts(pid: pid, chain: [pid], applicationID: nil, flatpakID: nil)
+        let program = ProcessReader.executableName(pid)
         return GameRegistration(
-            pid: pid, flatpakID: ProcessTable.flatpakApp(of: pid)?.id, scopeID: facts.scopeID,
-            isLauncher: facts.program.map(IdentityResolver.isLauncher) ?? false)
+            pid: pid, flatpakID: ProcessTable.flatpakApp(of: pid)?.id, scopeID: ProcessReader.scopeID(pid),
+            isLauncher: program.map(IdentityResolver.isLauncher) ?? true)
     }
 
     /// Whether a registration of `pid` is game evidence: not when the process is no app's (logged once per pid).

@@ -42,6 +42,11 @@ final class MPRISWatcher {
     static let namesPerConnection = 4
     /// Connections told once that they hold too many names (bounded).
     private var flooding: Set<String> = []
+    /// Names not looked up for want of a free slot, in order, looked up as slots free (bounded): with a flood of
+    /// names on the bus at start, a real player among them must still get its turn.
+    private var deferred: [String] = []
+    private var deferredSet: Set<String> = []
+    static let maximumDeferred = 4_096
 
     init(link: BusLink, host: PlatformHost, maximumPlayers: Int, logger: Logger) {
         self.link = link
@@ -121,9 +126,13 @@ final class MPRISWatcher {
     private func appeared(_ name: String, owner: String?) {
         guard !Self.proxies.contains(name), players[name] == nil, !lookups.isLookingUp(name) else { return }
         guard players.count + lookups.count < maximumPlayers else {
-            logger.warning(
-                "MPRIS player not followed: too many players",
-                metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
+            if deferred.count < Self.maximumDeferred, deferredSet.insert(name).inserted {
+                deferred.append(name)
+            } else if !deferredSet.contains(name) {
+                logger.warning(
+                    "MPRIS player not followed: too many players",
+                    metadata: ["name": "\(name)", "limit": "\(maximumPlayers)"])
+            }
             return
         }
         if let owner, tooMany(name, owner, counting: 0) { return }
@@ -132,7 +141,9 @@ final class MPRISWatcher {
         busCall("GetNameOwner", [.string(name)]) { [weak self] r in
             var unique: String?
             if case .string(let u)? = r?.arguments.first { unique = u }
-            guard let self, self.lookups.ownerAnswered(name, unique), let unique else { return }
+            guard let self else { return }
+            defer { self.lookUpDeferred() }
+            guard self.lookups.ownerAnswered(name, unique), let unique else { return }
             // This look-up counts already.
             if self.tooMany(name, unique, counting: 1) { return self.lookups.failed(name, unique) }
             self.lookUp(name, unique: unique)
@@ -157,9 +168,14 @@ final class MPRISWatcher {
         // dropped rather than ending or completing the new look-up.
         busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
             guard let self, self.lookups.isCurrent(name, unique) else { return }
-            guard let pid = r?.arguments.first?.uint32Value else { return self.lookups.failed(name, unique) }
+            guard let pid = r?.arguments.first?.uint32Value else {
+                self.lookups.failed(name, unique)
+                return self.lookUpDeferred()
+            }
             self.readStatus(name, unique: unique, attemptsLeft: 5) { [weak self] read in
-                guard let self, let status = self.lookups.finish(name, unique, read: read) else { return }
+                guard let self else { return }
+                defer { self.lookUpDeferred() }
+                guard let status = self.lookups.finish(name, unique, read: read) else { return }
                 // One process, several names: the first is the player; the rest add nothing.
                 if let other = self.players.values.first(where: { $0.pid == pid }) {
                     self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
@@ -217,7 +233,19 @@ final class MPRISWatcher {
         }
     }
 
+    /// Looks up names that waited for a free slot, while there is one (each asks for its owner anew: it may have
+    /// gone, or changed, meanwhile).
+    private func lookUpDeferred() {
+        while !deferred.isEmpty, players.count + lookups.count < maximumPlayers {
+            let name = deferred.removeFirst()
+            deferredSet.remove(name)
+            appeared(name, owner: nil)
+        }
+    }
+
     private func vanished(_ name: String) {
+        defer { lookUpDeferred() }
+        if deferredSet.remove(name) != nil { deferred.removeAll { $0 == name } }
         lookups.vanished(name)
         confirmations.removeValue(forKey: name)?.cancel()
         confirmations.removeValue(forKey: "get " + name)?.cancel()

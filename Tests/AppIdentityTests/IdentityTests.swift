@@ -150,5 +150,12 @@ struct ResolverTests {
         two.list.append(
             DesktopEntry(id: "org.example.Viewer", path: "/a/v.desktop", categories: ["Player"], program: "ffplay"))
         #expect(IdentityResolver.resolve(ProcessFacts(pid: 5, program: "ffplay"), two).entry == nil)
+        // The program's entry is kept even where application.id already gave the same name (the platform call
+        // trusts the program, not application.id).
+        let same = IdentityResolver.resolve(
+            ProcessFacts(pid: 5, applicationID: "org.example.SpaceGame", program: "ffplay"), entries)
+        #expect(same.names.map(\.source) == [.applicationID, .process])
+        #expect(same.programEntry == "org.example.SpaceGame")
+        #expect(IdentityResolver.resolve(ProcessFacts(pid: 5, program: "python3"), entries).programEntry == nil)
     }
 }

@@ -103,6 +103,24 @@ import Testing
             #expect(h.engine.streamView(id)?.session != call, "\(claimed): joined the call")
             #expect(h.engine.streamView(id)?.policyMuted == true, "\(claimed): not silenced in silent mode")
         }
+        // A Flatpak that ships a program named as the call app's: its program matches the entry, but a sandboxed
+        // stream is known only by its Flatpak id.
+        var evil = StreamInfo(
+            id: .playback(8), processChain: [80], applicationName: "Calls",
+            app: AppProfile(
+                names: [.init("com.example.Evil", .flatpak), .init("org.gnome.Calls", .desktopEntryMatch)],
+                programEntry: "org.gnome.Calls"))
+        evil.role = "event"
+        _ = h.send(.streamAppeared(evil))
+        #expect(h.engine.streamView(.playback(8))?.session != call, "a sandboxed program named as Calls joined")
+        // The host's GNOME Calls that also says org.gnome.Calls in its application.id (the resolver keeps the name
+        // once, under that weaker source) and runs in another scope (its autostarted daemon): its program says it.
+        let host = AppProfile(
+            names: [.init("org.gnome.Calls-daemon", .launcherScope), .init("org.gnome.Calls", .applicationID)],
+            programEntry: "org.gnome.Calls")
+        _ = h.send(
+            .streamAppeared(StreamInfo(id: .playback(9), processChain: [90], applicationName: "Calls", app: host)))
+        #expect(h.engine.streamView(.playback(9))?.session == call, "the host's Calls is not the call's")
         // Nobody drives it over the bus: it follows the platform's call services alone.
         #expect(
             h.deactivate(call).last

@@ -166,25 +166,36 @@ struct MediaPlayerTests {
     func mprisNameFlood() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
-        let d = try Daemon.start(server)
-        defer { d.stop() }
         let squatter = try BusClient(
             address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "", recordSignals: false)
         defer { squatter.close() }
-        // As a sandboxed app may: any number of org.mpris.MediaPlayer2.<appid>.N, none of them a player.
-        for i in 0..<1_000 {
-            let r = squatter.callBus(
-                "RequestName", [.string("org.mpris.MediaPlayer2.org.example.Squat.instance\(i)"), .uint32(4)])
-            if case .failure(let e) = r { Issue.record("RequestName \(i): \(e)") }
+        // As a sandboxed app may: any number of org.mpris.MediaPlayer2.<appid>.N, none of them a player — half on
+        // the bus before audiod starts (its first listing), half after.
+        let squat = { (range: Range<Int>) in
+            for i in range {
+                let r = squatter.callBus(
+                    "RequestName", [.string("org.mpris.MediaPlayer2.org.example.Squat.instance\(i)"), .uint32(4)])
+                if case .failure(let e) = r { Issue.record("RequestName \(i): \(e)") }
+            }
         }
+        squat(0..<500)
+        // A player already running when audiod starts, listed among the flood's names.
+        let (_, a) = try mpv(server)
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        squat(500..<1_000)
         #expect(
             waitFor(10) { server.file("audiod.log").contains("owns more than 4 player names") },
             "no line about the flood: \(server.file("audiod.log").suffix(1000))")
-        let (_, a) = try mpv(server, heardBy: d)
+        let (_, b) = try mpv(server, heardBy: d)
+        #expect(
+            waitFor(10) { server.file("audiod.log").contains("MPRIS player") && server.file("audiod.log").contains(a) },
+            "the player running at start was not followed: \(server.file("audiod.log").suffix(1000))")
         let call = try playback(server, name: "softphone", role: "phone")
         defer { call.kill() }
         _ = try server.waitForPlaybackStream(pid: call.pid)
-        #expect(waitFor(10) { status(server, a) == "Paused" }, "the call did not pause mpv after the flood")
+        #expect(waitFor(10) { status(server, a) == "Paused" }, "the call did not pause the mpv running at start")
+        #expect(waitFor(10) { status(server, b) == "Paused" }, "the call did not pause mpv started after the flood")
     }
 
     @Test("headphones unplugged: the player is paused, not moved to the speakers")

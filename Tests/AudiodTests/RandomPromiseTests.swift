@@ -132,6 +132,10 @@ final class PromiseRun {
     /// key's next stream — so the next stream's mute is in doubt too (seed 609158 on PipeWire: the user turned up a
     /// video interrupted by policy; the next video started muted and audiod unmuted it, the user's mute "lost").
     var muteInDoubtKeys: Set<String> = []
+    /// Per key, the volumes the server may have saved since the user's last volume change: that one and the values
+    /// the key's streams started at since (a sibling's start is saved too). A stream that starts with a volume the
+    /// user never gave the key (a leaked duck) may be put back to any of these.
+    var volumesSinceUserChange: [String: Set<UInt32>] = [:]
     var log: [String] = []
     var reached: Set<String> = []
     var locked = false
@@ -306,8 +310,9 @@ final class PromiseRun {
             muted = mutes.contains(initial.muted) ? initial.muted : false
             if volumes.contains(where: { close($0, initial.volume) }) {
                 volume = initial.volume
-            } else if volumes.count > 1 {
-                volumesInDoubt = volumes
+            } else {
+                let since = volumesSinceUserChange[key] ?? [saved.volume]
+                if since.count > 1 { volumesInDoubt = since }
             }
             // Neither report says which mute the stream started with when the first one shows a mute the user gave
             // the key once but not last: the restore database may hold it (a sibling's older value, put back by
@@ -318,7 +323,9 @@ final class PromiseRun {
             // cannot know which the key last saved — the user's, or a sibling's that audiod put back — and takes a
             // start at the value it just gave a sibling for its own (seed 668651 on WirePlumber 0.5's role keys).
             if mutes.count > 1, userChangeRun[key] != runs { muteInDoubt = true }
-            if muteInDoubtKeys.contains(key) { muteInDoubt = true }
+            // Once: the next stream takes the key's doubtful mute back off (the server saves that), and the one after
+            // starts from what the user gave the key.
+            if muteInDoubtKeys.remove(key) != nil { muteInDoubt = true }
         }
         if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
             print(
@@ -328,6 +335,7 @@ final class PromiseRun {
         }
         mutes.insert(muted)
         volumes.insert(volume)
+        volumesSinceUserChange[key, default: [saved.volume]].insert(volume)
         userMutes[key] = mutes
         userVolumes[key] = volumes
         apps.append(
@@ -471,6 +479,7 @@ final class PromiseRun {
         _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "\(v)"])
         apps[i].userVolume = v
         apps[i].volumesInDoubt = []
+        volumesSinceUserChange[apps[i].key] = [v]
         userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (apps[i].userMuted, v)
         if apps[i].muteInDoubt { muteInDoubtKeys.insert(apps[i].key) } else { muteInDoubtKeys.remove(apps[i].key) }
