@@ -127,11 +127,6 @@ final class PromiseRun {
     /// audiod processes started so far, and which one ran (or had run last) when the user last changed each key.
     var runs = 0
     var userChangeRun: [String: Int] = [:]
-    /// Keys whose last user change came from a stream whose mute was in doubt (`App.muteInDoubt`): the server saved
-    /// that stream's mute with the user's volume — audiod's policy mute, maybe, which audiod rightly puts back on the
-    /// key's next stream — so the next stream's mute is in doubt too (seed 609158 on PipeWire: the user turned up a
-    /// video interrupted by policy; the next video started muted and audiod unmuted it, the user's mute "lost").
-    var muteInDoubtKeys: Set<String> = []
     /// Per key, the volumes the server may have saved since the user's last volume change: that one and the values
     /// the key's streams started at since (a sibling's start is saved too). A stream that starts with a volume the
     /// user never gave the key (a leaked duck) may be put back to any of these.
@@ -323,9 +318,6 @@ final class PromiseRun {
             // cannot know which the key last saved — the user's, or a sibling's that audiod put back — and takes a
             // start at the value it just gave a sibling for its own (seed 668651 on WirePlumber 0.5's role keys).
             if mutes.count > 1, userChangeRun[key] != runs { muteInDoubt = true }
-            // Once: the next stream takes the key's doubtful mute back off (the server saves that), and the one after
-            // starts from what the user gave the key.
-            if muteInDoubtKeys.remove(key) != nil { muteInDoubt = true }
         }
         if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
             print(
@@ -464,7 +456,6 @@ final class PromiseRun {
         apps[i].muteInDoubt = false
         userChangeRun[apps[i].key] = runs
         lastUser[apps[i].key] = (mute, apps[i].userVolume)
-        muteInDoubtKeys.remove(apps[i].key)
         userMutes[apps[i].key, default: [false]].insert(mute)
         return "the user \(mute ? "mutes" : "unmutes") \(apps[i].label) in the mixer"
     }
@@ -481,8 +472,13 @@ final class PromiseRun {
         apps[i].volumesInDoubt = []
         volumesSinceUserChange[apps[i].key] = [v]
         userChangeRun[apps[i].key] = runs
-        lastUser[apps[i].key] = (apps[i].userMuted, v)
-        if apps[i].muteInDoubt { muteInDoubtKeys.insert(apps[i].key) } else { muteInDoubtKeys.remove(apps[i].key) }
+        // A mute in doubt is not the user's to record: the server saved the stream's shown mute with the volume —
+        // audiod's policy mute, maybe, which audiod rightly takes back off the key's next stream (seed 609158 on
+        // PipeWire: the user turned up a video interrupted by policy; the next video started muted and audiod
+        // unmuted it, "the user's mute lost"). The key's last mute stays the last one the user surely set, and a
+        // stream starting at the other is in doubt by the rule in `start`.
+        let mute = apps[i].muteInDoubt ? (lastUser[apps[i].key]?.muted ?? false) : apps[i].userMuted
+        lastUser[apps[i].key] = (mute, v)
         userVolumes[apps[i].key, default: [65536]].insert(v)
         return "the user sets \(apps[i].label)'s volume to \(v * 100 / 65536) %"
     }
