@@ -10,8 +10,8 @@ public enum ProcessReader {
     ) -> (facts: ProcessFacts, notes: [String]) {
         var notes: [String] = []
         var f = ProcessFacts(pid: pid, chain: chain, flatpakID: flatpakID, applicationID: applicationID)
-        if let cgroup = read("/proc/\(pid)/cgroup", limit: 4096) {
-            f.scopeID = LauncherIDs.desktopID(cgroup: String(decoding: cgroup, as: UTF8.self))
+        if let cgroup = cgroup(pid) {
+            f.scopeID = LauncherIDs.desktopID(cgroup: cgroup)
         } else {
             notes.append("cgroup of \(pid) unreadable")
         }
@@ -31,10 +31,10 @@ public enum ProcessReader {
     }
 
     /// The desktop id of the process's launcher scope or service, nil when it has none or its cgroup cannot be read.
-    public static func scopeID(_ pid: UInt32) -> String? {
-        read("/proc/\(pid)/cgroup", limit: 4096).flatMap {
-            LauncherIDs.desktopID(cgroup: String(decoding: $0, as: UTF8.self))
-        }
+    public static func scopeID(_ pid: UInt32) -> String? { cgroup(pid).flatMap(LauncherIDs.desktopID(cgroup:)) }
+
+    private static func cgroup(_ pid: UInt32) -> String? {
+        read("/proc/\(pid)/cgroup", limit: 4096).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// The file name of a process's executable (`/proc/PID/exe`), nil when it cannot be read.

@@ -519,8 +519,7 @@ extension Engine {
 
     mutating func gameModeGames(_ games: [UInt32: GameRegistration]) {
         guard games != gameRegistrations else { return }
-        let changed = Set(games.keys).symmetricDifference(gameRegistrations.keys).union(
-            games.keys.filter { games[$0] != gameRegistrations[$0] })
+        let changed = Set(games.keys).union(gameRegistrations.keys).filter { games[$0] != gameRegistrations[$0] }
         gameRegistrations = games
         var affected: Set<SessionID> = []
         for pid in changed {
