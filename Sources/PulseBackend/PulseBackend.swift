@@ -346,7 +346,8 @@ public final class PulseBackend {
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
         execute(session.report(id, now: monotonicNow()))
-        if session.ledger.userValuesRevision != userValuesWritten, userValuesTimer == nil {
+        if session.streamRecord(id) != streamRecordsWritten[id] { streamRecordsChanged = true }
+        if session.ledger.userValuesRevision != userValuesWritten || streamRecordsChanged, userValuesTimer == nil {
             // At most once a second: an app fading its own volume changes its key at a stream's pace.
             userValuesTimer = loop.timer(afterNanoseconds: 1_000_000_000) { [weak self] in
                 self?.userValuesTimer = nil
@@ -355,8 +356,10 @@ public final class PulseBackend {
         }
     }
 
-    /// What `KeyUserValues` keeps was last written at this ledger revision.
+    /// What `KeyUserValues` keeps was last written at this ledger revision, with these streams' own values.
     private var userValuesWritten: UInt64 = 0
+    private var streamRecordsWritten: [StreamID: KeyUserValues.StreamRecord] = [:]
+    private var streamRecordsChanged = false
     private var userValuesTimer: LoopTimer?
 
     /// Writes the keys' user values now if they changed since the file was written (a stop's last chance).
@@ -368,12 +371,17 @@ public final class PulseBackend {
     }
 
     private func writeUserValues() {
-        guard session.ledger.userValuesRevision != userValuesWritten else { return }
+        guard session.ledger.userValuesRevision != userValuesWritten || streamRecordsChanged else { return }
         userValuesWritten = session.ledger.userValuesRevision
+        streamRecordsWritten = session.streamRecords()
+        streamRecordsChanged = false
         guard let journal = options.journalPath else { return }
         let path = KeyUserValues.path(besideJournal: journal)
+        var values = session.ledger.userValues
+        values.serverCookie = session.ledger.currentServerCookie
+        values.streams = streamRecordsWritten
         do {
-            try session.ledger.userValues.write(to: path)
+            try values.write(to: path)
         } catch {
             logger.error("cannot write the keys' user values", metadata: ["path": "\(path)", "error": "\(error)"])
         }

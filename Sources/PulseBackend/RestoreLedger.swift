@@ -83,14 +83,25 @@ public struct RestoreLedger {
     /// Counts the changes of the keys' user values: the backend keeps them in a file when it moves.
     public private(set) var userValuesRevision: UInt64 = 0
 
-    /// The keys' last user values: from the file an earlier run kept (`KeyUserValues`), and for it.
+    /// The keys' last user values: from the file an earlier run kept (`KeyUserValues`), and for it. The file's
+    /// stream lines are the session's to write (`ServerSession.streamRecords`); read, they are what the earlier run
+    /// last knew of the streams it left.
     public var userValues: KeyUserValues {
         get { KeyUserValues(muted: userMuteByKey, volume: userVolumeByKey) }
         set {
             userMuteByKey = newValue.muted
             userVolumeByKey = newValue.volume
+            leftStreams = newValue.streams
+            leftStreamsCookie = newValue.serverCookie
         }
     }
+
+    /// The streams an earlier run left, with their own user values then, in the server run `leftStreamsCookie`: a
+    /// stream of the same run that shows other values was changed while audiod was down. Only the first
+    /// connection's listing looks at them.
+    private var leftStreams: [StreamID: KeyUserValues.StreamRecord] = [:]
+    private var leftStreamsCookie: UInt32?
+    private var connections = 0
 
     /// Policy values audiod held on (or had just lifted from) each key's streams when the connection dropped: a
     /// server that comes back may give them to the key's next stream — module-stream-restore saved them at once,
@@ -136,6 +147,9 @@ public struct RestoreLedger {
 
     public func key(of id: StreamID) -> String? { keys[id] }
 
+    /// The server run this connection talks to (`pa_server_info.cookie`).
+    public var currentServerCookie: UInt32? { serverCookie }
+
     /// A stream's first report names its entry.
     public mutating func keyed(_ id: StreamID, _ key: String?) {
         keys[id] = key
@@ -145,6 +159,8 @@ public struct RestoreLedger {
     /// A connection to the server run `cookie` is up. Leaks recorded in another run keep their values, but not which
     /// streams existed before them: stream indices start again with each run.
     public mutating func connected(serverCookie cookie: UInt32) {
+        connections += 1
+        if connections > 1 || leftStreamsCookie != cookie { leftStreams.removeAll() }
         if serverCookie != cookie {
             for key in Array(leaks.keys) { leaks[key]?.existedBefore = nil }
             // The server came back with what it saved before it went: what audiod held on a key then may be in the
@@ -271,16 +287,7 @@ public struct RestoreLedger {
             }
             if userMuted == nil, held?.unmute != true { keyMute = shownMuted }
         }
-        if let keyVolume, userVolumeByKey[key] != keyVolume {
-            userVolumeByKey[key] = keyVolume
-            if userVolumeByKey.count > KeyUserValues.limit { userVolumeByKey = [key: keyVolume] }
-            userValuesRevision &+= 1
-        }
-        if let keyMute, userMuteByKey[key] != keyMute {
-            userMuteByKey[key] = keyMute
-            if userMuteByKey.count > KeyUserValues.limit { userMuteByKey = [key: keyMute] }
-            userValuesRevision &+= 1
-        }
+        setUserValues(of: key, muted: keyMute, volume: keyVolume)
         guard held == nil else { return [] }
         // The user's change is saved after every policy value audiod set on the key before it. (What the server
         // saved before stays known: on PipeWire the user's change is saved a second later, and a server that dies
@@ -296,6 +303,53 @@ public struct RestoreLedger {
             userChangeOrder[key] = order
         }
         return journal
+    }
+
+    /// A stream found at connection, which an earlier run of audiod left with its own mute and volume recorded: a
+    /// field it shows that is neither that nor what the journal says audiod left there (`left`) was changed while
+    /// audiod was down — by the user, or the app — and the server saved it into the key, as it saves a change seen
+    /// live. The key's last user values take it (seed 776710 on PipeWire 1.4: the user set a game stream to 50 %
+    /// while audiod was down; a leaked duck on the role's next game stream went back to a sibling's 100 %). Of two
+    /// streams of a key changed while audiod was down, which was changed last cannot be known: the one reported last wins.
+    /// Returns the leak keys whose journal line changed.
+    public mutating func foundAtConnection(
+        _ id: StreamID, muted: Bool, volume: [UInt32], left: PolicyValues?
+    ) -> [String] {
+        guard let record = leftStreams.removeValue(forKey: id), let key = keys[id], record.key == key else {
+            return []
+        }
+        func close(_ a: [UInt32], _ b: [UInt32]) -> Bool {
+            a.count == b.count && Volume(channels: a).isClose(to: Volume(channels: b), tolerance: volumeTolerance)
+        }
+        let mutedByAudiod = left?.mute == true && muted
+        let userMuted = muted != record.muted && !mutedByAudiod ? muted : nil
+        let volumeByAudiod = left?.volume.map { close($0.channels, volume) } ?? false
+        let userVolume = !close(volume, record.volume) && !volumeByAudiod ? volume : nil
+        guard userMuted != nil || userVolume != nil else { return [] }
+        guard mutedByAudiod || volumeByAudiod else {
+            return changed(
+                id, byAudiod: false, userMuted: userMuted, userVolume: userVolume, shownMuted: muted,
+                shownVolume: volume)
+        }
+        // The server saved the whole stream, audiod's value in the other field with it: the key's leak stays (what
+        // a live change of a stream audiod holds something on does).
+        setUserValues(
+            of: key, muted: userMuted ?? (mutedByAudiod ? nil : muted),
+            volume: userVolume ?? (volumeByAudiod ? left?.userVolume?.channels : volume))
+        return []
+    }
+
+    private mutating func setUserValues(of key: String, muted: Bool?, volume: [UInt32]?) {
+        if let volume, userVolumeByKey[key] != volume {
+            userVolumeByKey[key] = volume
+            if userVolumeByKey.count > KeyUserValues.limit { userVolumeByKey = [key: volume] }
+            userValuesRevision &+= 1
+        }
+        if let muted, userMuteByKey[key] != muted {
+            userMuteByKey[key] = muted
+            if userMuteByKey.count > KeyUserValues.limit { userMuteByKey = [key: muted] }
+            userValuesRevision &+= 1
+        }
     }
 
     /// A stream ended, showing `muted`. Returns the leak keys whose journal line changed.

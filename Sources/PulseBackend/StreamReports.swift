@@ -127,6 +127,23 @@ extension ServerSession {
     /// Not yet reported to the engine (on PipeWire: not yet linked).
     public func unreported(_ id: StreamID) -> Bool { streams[id].map { $0.fed == nil } ?? false }
 
+    /// A reported stream's own mute and volume — what it shows, with the mute and duck audiod holds on it taken off —
+    /// for `KeyUserValues`, so that the next run can tell what changed while audiod was down.
+    public func streamRecord(_ id: StreamID) -> KeyUserValues.StreamRecord? {
+        guard let t = streams[id], t.fed != nil, let key = ledger.key(of: id) else { return nil }
+        let held = ledger.applied[id]
+        let muted = held?.unmute == true ? false : t.raw.muted
+        let volume = held?.appliedVolume != nil ? held?.restoreVolume?.channels ?? t.raw.volume : t.raw.volume
+        return KeyUserValues.StreamRecord(key: key, muted: muted, volume: volume)
+    }
+
+    /// `streamRecord` of every reported stream.
+    public func streamRecords() -> [StreamID: KeyUserValues.StreamRecord] {
+        var all: [StreamID: KeyUserValues.StreamRecord] = [:]
+        for id in streams.keys { all[id] = streamRecord(id) }
+        return all
+    }
+
     // MARK: Reads
 
     /// The server announced a new or changed stream: read it.
@@ -248,7 +265,12 @@ extension ServerSession {
             return out
         }
         let props = mergedProperties(t.raw)
-        if t.fed == nil { ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record)) }
+        if t.fed == nil {
+            ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record))
+            if t.preexisting {
+                out.leaks += ledger.foundAtConnection(id, muted: t.raw.muted, volume: t.raw.volume, left: t.recovered)
+            }
+        }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.
         var left = t.recovered
         if let r = left, t.fed == nil {

@@ -24,12 +24,73 @@ struct KeyUserValuesTests {
             volume: ["sink-input-by-media-role:phone": [52429, 52429], "-": [65536]])
         try values.write(to: path)
         #expect(try KeyUserValues.load(from: path) == values)
+        var withStreams = values
+        withStreams.serverCookie = 4_000_000_000
+        withStreams.streams = [
+            .playback(12): .init(key: "sink-input-by-media-role:game", muted: false, volume: [32768, 32768]),
+            .record(3): .init(key: "source-output-by-application-name:Rec order", muted: true, volume: [65536]),
+        ]
+        try withStreams.write(to: path)
+        #expect(try KeyUserValues.load(from: path) == withStreams)
+        try Data("audiod-user-values 1\na 1 -\n".utf8).write(to: URL(fileURLWithPath: path))
+        #expect(try KeyUserValues.load(from: path) == KeyUserValues(muted: ["a": true]), "an older file is read")
+    }
+
+    /// Seed 776710 on PipeWire 1.4: the user set a game stream to 50 % while audiod was down. The server saved it
+    /// into the role's entry; a duck leaked on the role's next stream goes back to 50 %, not to a sibling's 100 %.
+    @Test func aChangeMadeWhileAudiodWasDownIsTheKeysLastUserValue() throws {
+        let key = "sink-input-by-media-role:game"
+        let (changed, same, ducked) = (StreamID.playback(12), StreamID.playback(13), StreamID.playback(14))
+        let before = KeyUserValues(
+            volume: [key: [65536, 65536]], serverCookie: 77,
+            streams: [
+                changed: .init(key: key, muted: false, volume: [65536, 65536]),
+                same: .init(key: key, muted: false, volume: [65536, 65536]),
+                ducked: .init(key: key, muted: false, volume: [65536, 65536]),
+            ])
+        let leak = Journal.Leak(unmute: false, appliedVolume: [38326, 38326], restoreVolume: [65536, 65536])
+        func started(cookie: UInt32, changedShows volume: [UInt32], muted: Bool = false) -> (
+            RestoreLedger, PolicyValues?
+        ) {
+            var l = RestoreLedger(
+                volumeTolerance: 64, leakWindowNanoseconds: 2_000_000_000, restoreSettleNanoseconds: 2_000_000_000)
+            l.savesLate = true
+            l.userValues = before
+            l.connected(serverCookie: cookie)
+            for id in [changed, same, ducked] { l.keyed(id, key) }
+            _ = l.foundAtConnection(changed, muted: muted, volume: volume, left: nil)
+            _ = l.foundAtConnection(same, muted: false, volume: [65536, 65536], left: nil)
+            // Still at the duck the journal says audiod left: audiod's, not a change.
+            _ = l.foundAtConnection(
+                ducked, muted: false, volume: [38326, 38326],
+                left: PolicyValues(mute: false, volume: Volume(channels: [38326, 38326])))
+            // Later in this run audiod left a duck in the entry (killed while it ducked the role).
+            l.recorded(leak, for: key)
+            let next = StreamID.playback(20)
+            l.keyed(next, key)
+            return (
+                l, l.shown(next, first: true, preexisting: false, muted: false, volume: [38326, 38326], now: 0).values
+            )
+        }
+        let (learned, put) = started(cookie: 77, changedShows: [32768, 32768])
+        #expect(learned.userValues.volume[key] == [32768, 32768])
+        #expect(put?.userVolume == Volume(channels: [32768, 32768]))
+        let (unchanged, _) = started(cookie: 77, changedShows: [65536, 65536])
+        #expect(unchanged.userValues.volume[key] == [65536, 65536], "nothing changed while audiod was down")
+        let (otherRun, _) = started(cookie: 78, changedShows: [32768, 32768])
+        #expect(otherRun.userValues.volume[key] == [65536, 65536], "another server run's stream 12 is another stream")
+        let (muted, _) = started(cookie: 77, changedShows: [65536, 65536], muted: true)
+        #expect(muted.userValues.muted[key] == true, "a mute set while audiod was down is the key's")
     }
 
     @Test func aDamagedFileIsAnErrorThatNamesTheLine() throws {
         let path = KeyUserValues.path(besideJournal: Self.tempPath())
         try KeyUserValues(muted: ["a": true]).write(to: path)
-        for bad in ["audiod-user-values 2\n", "audiod-user-values 1\na 2 -\n", "audiod-user-values 1\na - 1,x\n"] {
+        for bad in [
+            "audiod-user-values 3\n", "audiod-user-values 1\na 2 -\n", "audiod-user-values 1\na - 1,x\n",
+            "audiod-user-values 2\nstream 7 x 1 a 0 65536\n", "audiod-user-values 2\nstream 7 p 1 a 0 -\n",
+            "audiod-user-values 2\nstream 7 p 1 a 0 1\nstream 8 p 2 a 0 1\n",
+        ] {
             try Data(bad.utf8).write(to: URL(fileURLWithPath: path))
             #expect(throws: JournalError.self) { try KeyUserValues.load(from: path) }
         }
