@@ -59,16 +59,37 @@ public struct Journal: Codable, Equatable, Sendable {
         public var userMute: Bool { unmute ? false : userMuted ?? false }
     }
 
+    /// A policy value a server that saves late (WirePlumber: 1 s after the last change it saw) may still hold in
+    /// its saved state, though not in what it gives new streams now: written to or lifted from the key's streams
+    /// since the server's last quiet second. A server that dies before its next save comes back with it.
+    public struct Unsaved: Equatable, Sendable {
+        public var leak: Leak
+        /// When it was written (`CLOCK_REALTIME`, seconds): an audiod started again much later takes the server to
+        /// have saved since.
+        public var at: UInt64
+        public init(leak: Leak, at: UInt64) {
+            self.leak = leak
+            self.at = at
+        }
+    }
+
     /// `pa_server_info.cookie` of the server run the entries refer to.
     public var serverCookie: UInt32
     public var entries: [Entry]
     /// By restore key.
     public var leaks: [String: Leak]
+    /// By restore key (not in the JSON of earlier releases).
+    public var unsaved: [String: Unsaved] = [:]
 
-    public init(serverCookie: UInt32 = 0, entries: [Entry] = [], leaks: [String: Leak] = [:]) {
+    private enum CodingKeys: String, CodingKey { case serverCookie, entries, leaks }
+
+    public init(
+        serverCookie: UInt32 = 0, entries: [Entry] = [], leaks: [String: Leak] = [:], unsaved: [String: Unsaved] = [:]
+    ) {
         self.serverCookie = serverCookie
         self.entries = entries
         self.leaks = leaks
+        self.unsaved = unsaved
     }
 
     public var isEmpty: Bool { entries.isEmpty && leaks.isEmpty }
@@ -113,13 +134,17 @@ public struct Journal: Codable, Equatable, Sendable {
 /// - `L <key> <unmute 0|1> <applied volume|-> <user volume|-> [<user's mute 0|1|-> [<highest index seen>]]` — a
 ///   restore-database entry may hold a policy value (streams of the journal's server run up to that index existed
 ///   before it did);
-/// - `l <key>` — it does not.
+/// - `l <key>` — it does not;
+/// - `U <key> <unmute 0|1> <applied volume|-> <user volume|-> <user's mute 0|1|-> <written at>` — a server that saves
+///   late may still hold this policy value in its saved state (`Journal.Unsaved`);
+/// - `u <key>` — it has saved since.
 public final class JournalLog {
     public let path: String
     private var fd: Int32 = -1
     private var cookie: UInt32 = 0
     private var entries: [UInt64: Journal.Entry] = [:]
     private var leaks: [String: Journal.Leak] = [:]
+    private var unsaved: [String: Journal.Unsaved] = [:]
     private var lines = 0
     private var exists = false
 
@@ -128,7 +153,9 @@ public final class JournalLog {
 
     /// What the file says now.
     public var written: Journal {
-        Journal(serverCookie: cookie, entries: entries.keys.sorted().compactMap { entries[$0] }, leaks: leaks)
+        Journal(
+            serverCookie: cookie, entries: entries.keys.sorted().compactMap { entries[$0] }, leaks: leaks,
+            unsaved: unsaved)
     }
 
     /// Brings the file to `journal` (the whole of it: for connecting and the rare changes of leaks).
@@ -138,7 +165,16 @@ public final class JournalLog {
         for k in entries.keys where new[k] == nil { changed.append((k, nil)) }
         var leakChanges: [(String, Journal.Leak?)] = journal.leaks.map { ($0.key, $0.value) }
         for k in leaks.keys where journal.leaks[k] == nil { leakChanges.append((k, nil)) }
-        try update(cookie: journal.serverCookie, entries: changed, leaks: leakChanges, removeWhenEmpty: true)
+        var unsavedChanges: [(String, Journal.Unsaved?)] = journal.unsaved.map { ($0.key, $0.value) }
+        for k in unsaved.keys where journal.unsaved[k] == nil { unsavedChanges.append((k, nil)) }
+        try update(
+            cookie: journal.serverCookie, entries: changed, leaks: leakChanges, unsaved: unsavedChanges,
+            removeWhenEmpty: true)
+    }
+
+    /// Records what the server may not have saved yet, by key (nil: it has saved since).
+    public func update(cookie newCookie: UInt32, unsaved changes: [(String, Journal.Unsaved?)]) throws {
+        try update(cookie: newCookie, entries: [], leaks: [], unsaved: changes)
     }
 
     /// Records these streams' entries (nil: audiod holds nothing there any more), without looking at the others:
@@ -160,7 +196,8 @@ public final class JournalLog {
     /// unlink the file every time, on the path of the mute.
     private func update(
         cookie newCookie: UInt32, entries changed: [(UInt64, Journal.Entry?)],
-        leaks leakChanges: [(String, Journal.Leak?)], removeWhenEmpty: Bool = false
+        leaks leakChanges: [(String, Journal.Leak?)], unsaved unsavedChanges: [(String, Journal.Unsaved?)] = [],
+        removeWhenEmpty: Bool = false
     ) throws {
         var out = ""
         var added = 0
@@ -178,13 +215,18 @@ public final class JournalLog {
             out += l.map { Self.line(leak: k, $0) } ?? "l \(Self.encode(k))\n"
             added += 1
         }
+        for (k, u) in unsavedChanges.sorted(by: { $0.0 < $1.0 }) where unsaved[k] != u {
+            unsaved[k] = u
+            out += u.map { Self.line(unsaved: k, $0) } ?? "u \(Self.encode(k))\n"
+            added += 1
+        }
+        let empty = entries.isEmpty && leaks.isEmpty && unsaved.isEmpty
         let cookieChanged = newCookie != cookie
         cookie = newCookie
         guard
-            added > 0 || cookieChanged || (!exists && !(entries.isEmpty && leaks.isEmpty))
-                || (removeWhenEmpty && exists && entries.isEmpty && leaks.isEmpty)
+            added > 0 || cookieChanged || (!exists && !empty) || (removeWhenEmpty && exists && empty)
         else { return }
-        if entries.isEmpty && leaks.isEmpty && (removeWhenEmpty || !exists) {
+        if empty && (removeWhenEmpty || !exists) {
             if fd >= 0 { Glibc.close(fd) }
             fd = -1
             if exists || FileManager.default.fileExists(atPath: path) { unlink(path) }
@@ -192,7 +234,8 @@ public final class JournalLog {
             lines = 0
             return
         }
-        if !exists || fd < 0 || cookieChanged || lines + added > 2 * (entries.count + leaks.count) + 32 {
+        if !exists || fd < 0 || cookieChanged || lines + added > 2 * (entries.count + leaks.count + unsaved.count) + 32
+        {
             try rewrite()
             return
         }
@@ -238,6 +281,7 @@ public final class JournalLog {
         var text = "audiod-journal 1 \(cookie)\n"
         for k in entries.keys.sorted() { if let e = entries[k] { text += Self.line(e) } }
         for (k, l) in leaks.sorted(by: { $0.key < $1.key }) { text += Self.line(leak: k, l) }
+        for (k, u) in unsaved.sorted(by: { $0.key < $1.key }) { text += Self.line(unsaved: k, u) }
         let temp = path + ".new"
         let t = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard t >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
@@ -251,7 +295,7 @@ public final class JournalLog {
         }
         // The descriptor now writes the renamed file: appends go on where the rewrite ended.
         exists = true
-        lines = entries.count + leaks.count
+        lines = entries.count + leaks.count + unsaved.count
     }
 
     // MARK: Lines
@@ -269,6 +313,12 @@ public final class JournalLog {
         if l.userMuted != nil || l.existedBefore != nil { line += " " + (l.userMuted.map { $0 ? "1" : "0" } ?? "-") }
         if let before = l.existedBefore { line += " \(before)" }
         return line + "\n"
+    }
+
+    private static func line(unsaved key: String, _ u: Journal.Unsaved) -> String {
+        let l = u.leak
+        return "U \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume)) "
+            + "\(l.userMuted.map { $0 ? "1" : "0" } ?? "-") \(u.at)\n"
     }
 
     private static func volume(_ v: [UInt32]?) -> String {
@@ -384,6 +434,18 @@ public final class JournalLog {
                 case "l":
                     guard f.count == 2 else { throw fail() }
                     j.leaks[try decode(f[1])] = nil
+                case "U":
+                    guard f.count == 7, f[2] == "0" || f[2] == "1", ["0", "1", "-"].contains(f[5]),
+                        let at = UInt64(f[6])
+                    else { throw fail() }
+                    j.unsaved[try decode(f[1])] = Journal.Unsaved(
+                        leak: Journal.Leak(
+                            unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]),
+                            restoreVolume: try parseVolume(f[4]), userMuted: f[5] == "-" ? nil : f[5] == "1"),
+                        at: at)
+                case "u":
+                    guard f.count == 2 else { throw fail() }
+                    j.unsaved[try decode(f[1])] = nil
                 default:
                     throw fail()
                 }

@@ -99,6 +99,14 @@ public final class PulseBackend {
 
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
+    /// What an earlier run's journal says the server may not have saved yet, for the first connection.
+    private var earlierPendingSaves: [String: Journal.Unsaved] = [:]
+    private var earlierCookie: UInt32?
+    /// What the journal's `U` lines say now (`RestoreLedger.pendingSaves`), with when each was written.
+    private var pendingSavesWritten: [String: Journal.Unsaved] = [:]
+    /// An earlier run's pending save older than this (seconds) was saved since: the server saves a second after
+    /// the last change, and nothing kept changing meanwhile (nothing of audiod's did).
+    static let pendingSaveLifetimeSeconds: UInt64 = 5
     private var journalLog: JournalLog?
     /// Set while a new connection's streams are first reported.
     private var holdingJournal = false
@@ -128,6 +136,8 @@ public final class PulseBackend {
             }
         }
         recovery = loaded
+        earlierPendingSaves = loaded?.unsaved ?? [:]
+        earlierCookie = loaded?.serverCookie
         var identifier = StreamIdentifier()
         identifier.keepsNotes = logger.logLevel <= .debug
         session = ServerSession(
@@ -139,7 +149,7 @@ public final class PulseBackend {
                 restoreSettleNanoseconds: options.restoreSettleNanoseconds),
             initialBackoffNanoseconds: options.initialBackoffNanoseconds,
             maximumBackoffNanoseconds: options.maximumBackoffNanoseconds, identifier: identifier)
-        if let r = loaded, let path = options.journalPath {
+        if let r = loaded, !r.isEmpty, let path = options.journalPath {
             logger.notice(
                 "journal found: \(r.entries.count) stream change(s) of a previous run to undo",
                 metadata: ["path": "\(path)"])
@@ -311,6 +321,13 @@ public final class PulseBackend {
     /// gone into restore-database leaks.
     private func recover(_ server: ServerInfo) {
         session.ledger.connected(serverCookie: server.cookie)
+        if !earlierPendingSaves.isEmpty {
+            let wall = UInt64(max(0, time(nil)))
+            let young = earlierPendingSaves.filter { wall &- $0.value.at <= Self.pendingSaveLifetimeSeconds }
+            session.ledger.resumePendingSaves(
+                young.mapValues(\.leak), sameServerRun: earlierCookie == server.cookie, now: monotonicNow())
+            earlierPendingSaves.removeAll()
+        }
         guard let journal = recovery else { return }
         recovery = nil
         let found = session.recover(journal, serverCookie: server.cookie)
@@ -346,6 +363,7 @@ public final class PulseBackend {
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
         execute(session.report(id, now: monotonicNow()))
+        journalPendingSaves()
         if session.streamRecord(id) != streamRecordsWritten[id] { streamRecordsChanged = true }
         if session.ledger.userValuesRevision != userValuesWritten || streamRecordsChanged, userValuesTimer == nil {
             // At most once a second: an app fading its own volume changes its key at a stream's pace.
@@ -816,8 +834,23 @@ public final class PulseBackend {
     /// nobody would put the user's back (seed 6 of the random test).
     public func afterServerSaved(wrote: Bool, _ done: @escaping () -> Void) {
         let wait = wrote ? session.flavor?.savesStateAfterNanoseconds ?? 0 : 0
-        guard wait > 0, let t = loop.timer(afterNanoseconds: wait + 100_000_000, done) else { return done() }
+        let saved = { [weak self] in
+            self?.forgetPendingSaves()
+            done()
+        }
+        guard wait > 0, let t = loop.timer(afterNanoseconds: wait + 100_000_000, saved) else { return saved() }
         saveWait = t
+    }
+
+    /// The server has saved: the journal's `U` lines go (a clean stop leaves no journal behind).
+    private func forgetPendingSaves() {
+        guard !pendingSavesWritten.isEmpty else { return }
+        pendingSavesWritten.removeAll()
+        journaling { log, cookie in
+            var j = session.journal(cookie: cookie)
+            j.unsaved = [:]
+            try log.write(j)
+        }
     }
 
     /// The wait of `afterServerSaved`.
@@ -876,6 +909,26 @@ public final class PulseBackend {
     public func updateApplied(_ changes: [(StreamID, AppliedChange?)]) {
         loop.assertOnLoop()
         execute(session.appliedChanged(changes, now: monotonicNow()))
+        journalPendingSaves()
+    }
+
+    /// The journal's `U` lines brought to what the server may not have saved yet (only where it saves late).
+    private func journalPendingSaves() {
+        guard isConnected, !holdingJournal else { return }
+        let pending = session.ledger.pendingSaves(now: monotonicNow())
+        guard pending != pendingSavesWritten.mapValues(\.leak) else { return }
+        let wall = UInt64(max(0, time(nil)))
+        var changes: [(String, Journal.Unsaved?)] = []
+        for (key, leak) in pending where pendingSavesWritten[key]?.leak != leak {
+            let u = Journal.Unsaved(leak: leak, at: wall)
+            pendingSavesWritten[key] = u
+            changes.append((key, u))
+        }
+        for key in pendingSavesWritten.keys where pending[key] == nil {
+            pendingSavesWritten[key] = nil
+            changes.append((key, nil))
+        }
+        journaling { log, cookie in try log.update(cookie: cookie, unsaved: changes) }
     }
 
     private func journalStreams(_ ids: [StreamID]) {
@@ -926,7 +979,17 @@ public final class PulseBackend {
 
     /// The whole journal, for connecting and for repairing the leaks.
     private func writeJournal() {
-        journaling { log, cookie in try log.write(session.journal(cookie: cookie)) }
+        let pending = session.ledger.pendingSaves(now: monotonicNow())
+        pendingSavesWritten = pendingSavesWritten.filter { pending[$0.key] == $0.value.leak }
+        let wall = UInt64(max(0, time(nil)))
+        for (key, leak) in pending where pendingSavesWritten[key] == nil {
+            pendingSavesWritten[key] = Journal.Unsaved(leak: leak, at: wall)
+        }
+        journaling { log, cookie in
+            var j = session.journal(cookie: cookie)
+            j.unsaved = pendingSavesWritten
+            try log.write(j)
+        }
     }
 }
 

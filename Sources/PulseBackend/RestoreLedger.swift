@@ -115,12 +115,15 @@ public struct RestoreLedger {
     /// The policy values audiod held on each key's streams at the server's last quiet second: what it saved then.
     private var savedPolicyByKey: [String: [Journal.Leak]] = [:]
     private var lastActivity: UInt64 = 0
+    /// The server saved everything up to this moment: the activity before its last quiet second.
+    private var savedUpTo: UInt64 = 0
     static let savesAfterQuietNanoseconds: UInt64 = 1_000_000_000
     static let dropMarginNanoseconds: UInt64 = 500_000_000
 
     /// A stream change at `now`: a quiet second before it means the server has saved everything until then.
     private mutating func activity(_ now: UInt64, quiet: UInt64 = RestoreLedger.savesAfterQuietNanoseconds) {
         if savesLate, now &- lastActivity >= quiet {
+            savedUpTo = lastActivity
             unsavedByKey.removeAll()
             savedPolicyByKey.removeAll()
             // The entry holds what changed last: a value audiod set before the user's last change of the key is not
@@ -560,6 +563,45 @@ public struct RestoreLedger {
         // The keys' last user values stay: the server's database keeps them across its restart (seed 380805: after a
         // restart audiod muted a stream the user had muted, and the key's next stream, started with that mute, was
         // unmuted as a leak). Only a user's change within the second before a crash was not saved yet.
+    }
+
+    /// The policy values a server that saves late may hold in its saved state, by key, besides what audiod holds
+    /// (the journal's entries say that): what a drop now would count as held (`connectionDropped`) — set on or lifted
+    /// from the key's streams since the server's last quiet second, and what it saved then. Kept in the journal so
+    /// that an audiod killed and started again still knows them if the server dies before its next save (random
+    /// test, seed 287041 on PipeWire 0.3.65: audiod lifted a duck from mpv, was killed within the second and started
+    /// again, and the server, killed a moment later, gave mpv's next stream the duck, which no audiod knew of).
+    public func pendingSaves(now: UInt64) -> [String: Journal.Leak] {
+        guard savesLate, now &- lastActivity < Self.savesAfterQuietNanoseconds + Self.dropMarginNanoseconds else {
+            return [:]
+        }
+        var lists: [String: [Journal.Leak]] = [:]
+        for (id, l) in lifted where l.at > savedUpTo {
+            if let key = keys[id] { lists[key, default: []].append(l.leak) }
+        }
+        for (key, list) in recentByKey { lists[key, default: []] += list.filter { $0.at > savedUpTo }.map(\.leak) }
+        for (key, list) in unsavedByKey { lists[key, default: []] += list }
+        for (key, list) in savedPolicyByKey { lists[key, default: []] += list }
+        var held: [String: [Journal.Leak]] = [:]
+        for (id, change) in applied { if let key = keys[id] { held[key, default: []].append(Journal.Leak(change)) } }
+        var out: [String: Journal.Leak] = [:]
+        for (key, list) in lists {
+            let mine = held[key] ?? []
+            let rest = list.filter { !mine.contains($0) }
+            if let merged = rest.reversed().reduce(Journal.Leak?.none, { $1.merged(with: $0) }) { out[key] = merged }
+        }
+        return out
+    }
+
+    /// What an earlier run's journal says the server may not have saved yet (`pendingSaves`). Of the same server
+    /// run, it stays unsaved until the server's next quiet second, as this run's own writes do; of another (the server
+    /// restarted while audiod was down, maybe before it saved), it is the key's leak.
+    public mutating func resumePendingSaves(_ pending: [String: Journal.Leak], sameServerRun: Bool, now: UInt64) {
+        guard savesLate, !pending.isEmpty else { return }
+        for (key, leak) in pending.sorted(by: { $0.key < $1.key }) {
+            if sameServerRun { unsaved(leak, for: key) } else { recordHeld([leak], for: key) }
+        }
+        if sameServerRun { lastActivity = max(lastActivity, now) }
     }
 
     /// The journal's entry for a stream audiod holds something on.

@@ -49,16 +49,28 @@ struct JournalLogTests {
                     userMuted: step % 2 == 0)
             }
             if step % 11 == 0 { j.leaks["key \(step % 4)"] = nil }
+            // What a server that saves late may not have saved yet comes and goes with the steps.
+            if step % 5 == 0 {
+                j.unsaved["late key \(step % 3)"] = Journal.Unsaved(
+                    leak: Journal.Leak(
+                        unmute: step % 2 == 0, appliedVolume: step % 3 == 0 ? [13_107] : nil,
+                        restoreVolume: step % 3 == 0 ? [65_536] : nil, userMuted: step % 4 == 0 ? true : nil),
+                    at: 1_700_000_000 + UInt64(step))
+            }
+            if step % 9 == 0 { j.unsaved["late key \(step % 3)"] = nil }
             j.entries.sort { $0.index < $1.index }
             try log.write(j)
             let read = try #require(try Journal.load(from: p))
             #expect(Set(read.entries.map(\.index)) == Set(j.entries.map(\.index)), "step \(step)")
             #expect(read.entries.sorted { $0.index < $1.index } == j.entries, "step \(step)")
             #expect(read.leaks == j.leaks && read.serverCookie == 42, "step \(step)")
+            #expect(read.unsaved == j.unsaved, "step \(step)")
             lines = (try String(contentsOfFile: p, encoding: .utf8)).split(separator: "\n").count
         }
         // Rewritten whenever the lines outnumber what they describe: the file never grows with the steps.
-        #expect(lines <= 2 * (j.entries.count + j.leaks.count) + 34, "\(lines) lines for \(j.entries.count) entries")
+        #expect(
+            lines <= 2 * (j.entries.count + j.leaks.count + j.unsaved.count) + 34,
+            "\(lines) lines for \(j.entries.count) entries")
     }
 
     @Test func namesAndKeysOfAnyTextSurvive() throws {

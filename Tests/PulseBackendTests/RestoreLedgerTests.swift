@@ -324,6 +324,44 @@ struct RestoreLedgerTests {
         #expect(Self.appear(&q, StreamID.playback(2), volume: Self.ducked, now: 10_000 * Self.ms) == nil)
     }
 
+    /// Seed 287041 on PipeWire 0.3.65: audiod lifted a duck from mpv, was killed within the second and started
+    /// again; the server, killed a moment later, came back with the duck saved and gave it to mpv's next stream.
+    @Test func aLiftTheServerHadNotSavedWhenAudiodWasKilledIsKnownToTheNextRun() {
+        let a = StreamID.playback(1)
+        var killed = Self.ledger(savesLate: true)
+        _ = Self.appear(&killed, a)
+        _ = killed.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        #expect(killed.pendingSaves(now: 100 * Self.ms).isEmpty, "a duck audiod holds is the journal's entry")
+        _ = killed.update([(a, nil)], muted: { _ in false }, now: 3_000 * Self.ms)
+        let pending = killed.pendingSaves(now: 3_200 * Self.ms)
+        #expect(pending[Self.key]?.appliedVolume == Self.ducked, "the lifted duck may still be in the saved state")
+        #expect(killed.pendingSaves(now: 5_000 * Self.ms).isEmpty, "saved after a quiet second")
+
+        // The next run, on the same server run: the server dies before its next quiet second.
+        var next = Self.ledger(savesLate: true)
+        next.connected(serverCookie: 7)
+        next.resumePendingSaves(pending, sameServerRun: true, now: 10_000 * Self.ms)
+        _ = Self.appear(&next, a, preexisting: true, now: 10_100 * Self.ms)
+        next.connectionDropped(now: 10_600 * Self.ms)
+        next.connected(serverCookie: 8)
+        let values = Self.appear(&next, StreamID.playback(2), volume: Self.ducked, now: 12_000 * Self.ms)
+        #expect(values?.volume == Volume(channels: Self.ducked))
+        #expect(values?.userVolume == Volume(channels: Self.full))
+        // The server saved before it died: nothing to put back.
+        var saved = Self.ledger(savesLate: true)
+        saved.connected(serverCookie: 7)
+        saved.resumePendingSaves(pending, sameServerRun: true, now: 10_000 * Self.ms)
+        _ = Self.appear(&saved, a, preexisting: true, now: 10_100 * Self.ms)
+        saved.connectionDropped(now: 14_000 * Self.ms)
+        saved.connected(serverCookie: 8)
+        #expect(Self.appear(&saved, StreamID.playback(2), volume: Self.ducked, now: 15_000 * Self.ms) == nil)
+        // The server restarted while audiod was down: the key's leak.
+        var restarted = Self.ledger(savesLate: true)
+        restarted.connected(serverCookie: 8)
+        restarted.resumePendingSaves(pending, sameServerRun: false, now: 10_000 * Self.ms)
+        #expect(restarted.leaks[Self.key]?.appliedVolume == Self.ducked)
+    }
+
     @Test func aLeakedDuckIsPutBackToTheKeysLastUserVolumeNotTheDuckedSiblings() {
         // The user turns stream 1 of the key down to 30 %; audiod ducks stream 2 of it (at 100 %). The key's next
         // stream starts ducked: audiod's, and what goes back is the key's last volume of the user's, 30 %.
