@@ -104,9 +104,14 @@ public final class PulseBackend {
     private var earlierCookie: UInt32?
     /// What the journal's `U` lines say now (`RestoreLedger.pendingSaves`), with when each was written.
     private var pendingSavesWritten: [String: Journal.Unsaved] = [:]
-    /// An earlier run's pending save older than this (seconds) was saved since: the server saves a second after
-    /// the last change, and nothing kept changing meanwhile (nothing of audiod's did).
+    /// An earlier run's pending save older than this (seconds) was saved since, when the server still runs: it
+    /// saves a second after the last change, and nothing of audiod's changed meanwhile.
     static let pendingSaveLifetimeSeconds: UInt64 = 5
+    /// …and when the server restarted meanwhile: its restart, the unit's `RestartSec=` and audiod's back-off come
+    /// between the save it missed and this run's connection.
+    static let pendingSaveLifetimeAcrossRestartSeconds: UInt64 = 60
+    /// Fires when the server has saved what the journal's `U` lines say, to take them out.
+    private var pendingSavesTimer: LoopTimer?
     private var journalLog: JournalLog?
     /// Set while a new connection's streams are first reported.
     private var holdingJournal = false
@@ -157,7 +162,11 @@ public final class PulseBackend {
         if let path = options.journalPath {
             let valuesPath = KeyUserValues.path(besideJournal: path)
             do {
-                session.ledger.userValues = try KeyUserValues.load(from: valuesPath)
+                var values = try KeyUserValues.load(from: valuesPath)
+                // Without the journal, a duck the killed run still holds would look like a change made while it was
+                // down: the streams' records are only compared against a journal that was read.
+                if damaged != nil { values.streams = [:] }
+                session.ledger.userValues = values
             } catch {
                 logger.warning(
                     "\(valuesPath) is damaged (\(error)); a policy value a stream starts with goes back to its sibling's volume, not the app's last one, until the user changes it again"
@@ -323,9 +332,13 @@ public final class PulseBackend {
         session.ledger.connected(serverCookie: server.cookie)
         if !earlierPendingSaves.isEmpty {
             let wall = UInt64(max(0, time(nil)))
-            let young = earlierPendingSaves.filter { wall &- $0.value.at <= Self.pendingSaveLifetimeSeconds }
-            session.ledger.resumePendingSaves(
-                young.mapValues(\.leak), sameServerRun: earlierCookie == server.cookie, now: monotonicNow())
+            let same = earlierCookie == server.cookie
+            let lifetime = same ? Self.pendingSaveLifetimeSeconds : Self.pendingSaveLifetimeAcrossRestartSeconds
+            let young = earlierPendingSaves.filter { wall &- $0.value.at <= lifetime }
+            session.ledger.resumePendingSaves(young.mapValues(\.leak), sameServerRun: same, now: monotonicNow())
+            // Still pending, they keep the second they were written: a run killed again and again within seconds
+            // must not keep them young.
+            if same { pendingSavesWritten = young }
             earlierPendingSaves.removeAll()
         }
         guard let journal = recovery else { return }
@@ -833,7 +846,10 @@ public final class PulseBackend {
     /// `--restore`: on PipeWire a server that dies before then comes back with audiod's policy values saved, and
     /// nobody would put the user's back (seed 6 of the random test).
     public func afterServerSaved(wrote: Bool, _ done: @escaping () -> Void) {
-        let wait = wrote ? session.flavor?.savesStateAfterNanoseconds ?? 0 : 0
+        var wait = wrote ? session.flavor?.savesStateAfterNanoseconds ?? 0 : 0
+        // What the journal's `U` lines say the server has not saved yet (a lift just before the stop, or a killed
+        // run's, taken up by `--restore`): the lines go only once it has, so wait for that too.
+        if let settle = session.ledger.pendingSavesSettle(now: monotonicNow()) { wait = max(wait, settle) }
         let saved = { [weak self] in
             self?.forgetPendingSaves()
             done()
@@ -916,19 +932,28 @@ public final class PulseBackend {
     private func journalPendingSaves() {
         guard isConnected, !holdingJournal else { return }
         let pending = session.ledger.pendingSaves(now: monotonicNow())
-        guard pending != pendingSavesWritten.mapValues(\.leak) else { return }
-        let wall = UInt64(max(0, time(nil)))
-        var changes: [(String, Journal.Unsaved?)] = []
-        for (key, leak) in pending where pendingSavesWritten[key]?.leak != leak {
-            let u = Journal.Unsaved(leak: leak, at: wall)
-            pendingSavesWritten[key] = u
-            changes.append((key, u))
+        if pending != pendingSavesWritten.mapValues(\.leak) {
+            let wall = UInt64(max(0, time(nil)))
+            var changes: [(String, Journal.Unsaved?)] = []
+            for (key, leak) in pending where pendingSavesWritten[key]?.leak != leak {
+                let u = Journal.Unsaved(leak: leak, at: wall)
+                pendingSavesWritten[key] = u
+                changes.append((key, u))
+            }
+            for key in pendingSavesWritten.keys where pending[key] == nil {
+                pendingSavesWritten[key] = nil
+                changes.append((key, nil))
+            }
+            journaling { log, cookie in try log.update(cookie: cookie, unsaved: changes) }
         }
-        for key in pendingSavesWritten.keys where pending[key] == nil {
-            pendingSavesWritten[key] = nil
-            changes.append((key, nil))
+        // Once the server has saved, the lines go, even if nothing else happens by then (one timer, armed while
+        // lines are written; activity meanwhile only moves the moment).
+        guard !pendingSavesWritten.isEmpty, pendingSavesTimer == nil else { return }
+        let settle = session.ledger.pendingSavesSettle(now: monotonicNow()) ?? 0
+        pendingSavesTimer = loop.timer(afterNanoseconds: settle + 10_000_000) { [weak self] in
+            self?.pendingSavesTimer = nil
+            self?.journalPendingSaves()
         }
-        journaling { log, cookie in try log.update(cookie: cookie, unsaved: changes) }
     }
 
     private func journalStreams(_ ids: [StreamID]) {

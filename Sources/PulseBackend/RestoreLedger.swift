@@ -314,13 +314,8 @@ public struct RestoreLedger {
     /// live. The key's last user values take it (seed 776710 on PipeWire 1.4: the user set a game stream to 50 %
     /// while audiod was down; a leaked duck on the role's next game stream went back to a sibling's 100 %). Of two
     /// streams of a key changed while audiod was down, which was changed last cannot be known: the one reported last wins.
-    /// Returns the leak keys whose journal line changed.
-    public mutating func foundAtConnection(
-        _ id: StreamID, muted: Bool, volume: [UInt32], left: PolicyValues?
-    ) -> [String] {
-        guard let record = leftStreams.removeValue(forKey: id), let key = keys[id], record.key == key else {
-            return []
-        }
+    public mutating func foundAtConnection(_ id: StreamID, muted: Bool, volume: [UInt32], left: PolicyValues?) {
+        guard let record = leftStreams.removeValue(forKey: id), let key = keys[id], record.key == key else { return }
         func close(_ a: [UInt32], _ b: [UInt32]) -> Bool {
             a.count == b.count && Volume(channels: a).isClose(to: Volume(channels: b), tolerance: volumeTolerance)
         }
@@ -328,18 +323,14 @@ public struct RestoreLedger {
         let userMuted = muted != record.muted && !mutedByAudiod ? muted : nil
         let volumeByAudiod = left?.volume.map { close($0.channels, volume) } ?? false
         let userVolume = !close(volume, record.volume) && !volumeByAudiod ? volume : nil
-        guard userMuted != nil || userVolume != nil else { return [] }
-        guard mutedByAudiod || volumeByAudiod else {
-            return changed(
-                id, byAudiod: false, userMuted: userMuted, userVolume: userVolume, shownMuted: muted,
-                shownVolume: volume)
-        }
-        // The server saved the whole stream, audiod's value in the other field with it: the key's leak stays (what
-        // a live change of a stream audiod holds something on does).
+        guard userMuted != nil || userVolume != nil else { return }
+        // The server saved the whole stream: the field audiod holds goes in as the user's value under it. The key's
+        // leak stays: when the change was saved against a leak recorded later (the record is up to a second old) is
+        // not known, and a stream found later in this listing may carry the leak still — put back, it now goes to
+        // the user's new value.
         setUserValues(
             of: key, muted: userMuted ?? (mutedByAudiod ? nil : muted),
             volume: userVolume ?? (volumeByAudiod ? left?.userVolume?.channels : volume))
-        return []
     }
 
     private mutating func setUserValues(of key: String, muted: Bool?, volume: [UInt32]?) {
@@ -571,6 +562,13 @@ public struct RestoreLedger {
     /// that an audiod killed and started again still knows them if the server dies before its next save (random
     /// test, seed 287041 on PipeWire 0.3.65: audiod lifted a duck from mpv, was killed within the second and started
     /// again, and the server, killed a moment later, gave mpv's next stream the duck, which no audiod knew of).
+    /// How long from `now` until the server has saved what `pendingSaves` holds (nil: nothing pending).
+    public func pendingSavesSettle(now: UInt64) -> UInt64? {
+        guard !pendingSaves(now: now).isEmpty else { return nil }
+        let at = lastActivity &+ Self.savesAfterQuietNanoseconds &+ Self.dropMarginNanoseconds
+        return at > now ? at - now : 0
+    }
+
     public func pendingSaves(now: UInt64) -> [String: Journal.Leak] {
         guard savesLate, now &- lastActivity < Self.savesAfterQuietNanoseconds + Self.dropMarginNanoseconds else {
             return [:]

@@ -268,7 +268,7 @@ extension ServerSession {
         if t.fed == nil {
             ledger.keyed(id, RestoreKey.of(props, record: id.kind == .record))
             if t.preexisting {
-                out.leaks += ledger.foundAtConnection(id, muted: t.raw.muted, volume: t.raw.volume, left: t.recovered)
+                ledger.foundAtConnection(id, muted: t.raw.muted, volume: t.raw.volume, left: t.recovered)
             }
         }
         // What audiod left on the stream goes to the engine with the report: it decides what to put back.

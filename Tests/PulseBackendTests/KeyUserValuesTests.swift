@@ -57,15 +57,15 @@ struct KeyUserValuesTests {
             l.savesLate = true
             l.userValues = before
             l.connected(serverCookie: cookie)
+            // The journal says a duck leaked into the role's entry before audiod went down; it stays a leak.
+            l.recorded(leak, for: key)
             for id in [changed, same, ducked] { l.keyed(id, key) }
-            _ = l.foundAtConnection(changed, muted: muted, volume: volume, left: nil)
-            _ = l.foundAtConnection(same, muted: false, volume: [65536, 65536], left: nil)
+            l.foundAtConnection(changed, muted: muted, volume: volume, left: nil)
+            l.foundAtConnection(same, muted: false, volume: [65536, 65536], left: nil)
             // Still at the duck the journal says audiod left: audiod's, not a change.
-            _ = l.foundAtConnection(
+            l.foundAtConnection(
                 ducked, muted: false, volume: [38326, 38326],
                 left: PolicyValues(mute: false, volume: Volume(channels: [38326, 38326])))
-            // Later in this run audiod left a duck in the entry (killed while it ducked the role).
-            l.recorded(leak, for: key)
             let next = StreamID.playback(20)
             l.keyed(next, key)
             return (
@@ -81,6 +81,20 @@ struct KeyUserValuesTests {
         #expect(otherRun.userValues.volume[key] == [65536, 65536], "another server run's stream 12 is another stream")
         let (muted, _) = started(cookie: 77, changedShows: [65536, 65536], muted: true)
         #expect(muted.userValues.muted[key] == true, "a mute set while audiod was down is the key's")
+
+        // The user muted a stream audiod had ducked: the mute is the user's, the volume under the duck the key's.
+        var l = RestoreLedger(
+            volumeTolerance: 64, leakWindowNanoseconds: 2_000_000_000, restoreSettleNanoseconds: 2_000_000_000)
+        l.savesLate = true
+        l.userValues = before
+        l.connected(serverCookie: 77)
+        l.keyed(ducked, key)
+        l.foundAtConnection(
+            ducked, muted: true, volume: [38326, 38326],
+            left: PolicyValues(
+                mute: false, volume: Volume(channels: [38326, 38326]), userVolume: Volume(channels: [52429, 52429])))
+        #expect(l.userValues.muted[key] == true)
+        #expect(l.userValues.volume[key] == [52429, 52429])
     }
 
     @Test func aDamagedFileIsAnErrorThatNamesTheLine() throws {
