@@ -231,6 +231,29 @@ public final class ScriptedPlayer: @unchecked Sendable {
 
     public var receivedCalls: [String] { calls.withLock { $0 } }
 
+    /// A `PropertiesChanged` whose metadata holds `bytes` of text, beside its status: a player (or a liar holding a
+    /// player's name) that sends far more than any player does.
+    public func emitOversizedChange(bytes: Int) {
+        let status = state.withLock { $0.status }
+        let c = connection
+        loop.sync {
+            guard let c = c?.value,
+                let s = DBusMessage.signal(
+                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
+                    member: "PropertiesChanged")
+            else { return }
+            s.append([
+                .string("org.mpris.MediaPlayer2.Player"),
+                .properties([
+                    ("Metadata", .properties([("xesam:comment", .strings([String(repeating: "x", count: bytes)]))])),
+                    ("PlaybackStatus", .string(status)),
+                ]),
+                .strings([]),
+            ])
+            _ = c.send(s)
+        }
+    }
+
     private func emitStatus(_ status: String) {
         let c = connection
         loop.sync {

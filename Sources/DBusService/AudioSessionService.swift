@@ -153,6 +153,10 @@ public final class AudioSessionService {
                 "audiod could not read the arguments of \(c.message.member ?? "this call") (\(c.message.signature))"))
     }
 
+    /// The most bytes of arguments a call to audiod may carry: every bound of a call's content (16 options, names of
+    /// 255 bytes) fits many times over.
+    static let maximumArgumentBytes = 64 * 1024
+
     static func invalidArgs(_ message: String) -> DBusError {
         DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: message)
     }
@@ -220,6 +224,17 @@ public final class AudioSessionService {
                 m,
                 Self.invalidArgs(
                     "\(member) takes (\(method.inputSignature)), not (\(m.signature))"))
+        }
+        // Counted before anything is decoded: any peer may send a message as large as the bus allows (libdbus has
+        // validated it by now, ~1 ms per MB), and decoding a dictionary of a million entries would hold the loop for
+        // everyone.
+        let bytes = m.argumentBytes(upTo: Self.maximumArgumentBytes)
+        guard bytes <= Self.maximumArgumentBytes else {
+            return fail(
+                m,
+                Self.limitExceeded(
+                    "\(member)'s arguments are over \(Self.maximumArgumentBytes) bytes (audiod's calls take under 4 KB); nothing of them was read"
+                ))
         }
         if method.decides, host?.acceptsRequests != true { return fail(m, Self.shuttingDown) }
         let call = VTable.Call(message: m, args: m.arguments, session: session)

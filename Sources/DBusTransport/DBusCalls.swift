@@ -153,6 +153,99 @@ public final class DBusMessage {
         return out
     }
 
+    /// The message's first argument if it is a string, read alone.
+    public func peekFirstString() -> String? {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0, dbus_message_iter_get_arg_type(&iter) == TypeCode.string else {
+            return nil
+        }
+        var p: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&iter, &p)
+        return p.map { String(cString: $0) }
+    }
+
+    /// The size of the message's arguments as marshaled, counted without decoding them: an array counts by its
+    /// length prefix, a string by its length; a structure's or variant's contents are counted the same way. Counting
+    /// stops once it passes `limit` (the answer is then some size above it). What any peer may send audiod is
+    /// checked with it before anything is decoded.
+    public func argumentBytes(upTo limit: Int) -> Int {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0 else { return 0 }
+        var total = 0
+        Self.count(&iter, into: &total, limit: limit, depth: 0)
+        return total
+    }
+
+    private static func count(_ iter: inout DBusMessageIter, into total: inout Int, limit: Int, depth: Int) {
+        while total <= limit {
+            let type = dbus_message_iter_get_arg_type(&iter)
+            switch type {
+            case TypeCode.invalid: return
+            case TypeCode.array:
+                var sub = DBusMessageIter()
+                dbus_message_iter_recurse(&iter, &sub)
+                total += 4 + Int(audiod_dbus_iter_array_bytes(&sub))
+            case TypeCode.string, TypeCode.objectPath, TypeCode.signature:
+                var p: UnsafePointer<CChar>?
+                dbus_message_iter_get_basic(&iter, &p)
+                total += 5 + (p.map { strlen($0) } ?? 0)
+            case TypeCode.variant, TypeCode.structure, TypeCode.dictEntry:
+                // The protocol nests at most 64 deep; libdbus validated that already.
+                var sub = DBusMessageIter()
+                dbus_message_iter_recurse(&iter, &sub)
+                total += 8
+                if depth < 64 { count(&sub, into: &total, limit: limit, depth: depth + 1) }
+            default:
+                total += 8
+            }
+            if dbus_message_iter_next(&iter) == 0 { return }
+        }
+    }
+
+    /// What `peekDictionaryEntry` found.
+    public enum DictionaryPeek: Equatable {
+        /// The entry's value (nil: no such entry, or the value did not decode).
+        case value(DBusValue?)
+        /// The dictionary is larger than the bound: nothing of it was decoded.
+        case tooLarge(bytes: Int, entries: Int)
+    }
+
+    /// One entry of the `a{s…}` dictionary that is the message's argument `argument`, decoded alone: the others are
+    /// skipped by their length prefixes, unread. A peer's message may be tens of MB (libdbus has validated it by
+    /// now: ~1 ms per MB); decoding all of it would hold the loop far longer, for one value. A dictionary of more
+    /// than `maxBytes` bytes or `maxEntries` entries is `tooLarge` before anything in it is read. nil: the message
+    /// has no such argument, or it is not a dictionary with string keys.
+    public func peekDictionaryEntry(argument: Int, key wanted: String, maxBytes: Int, maxEntries: Int)
+        -> DictionaryPeek?
+    {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0 else { return nil }
+        for _ in 0..<argument where dbus_message_iter_next(&iter) == 0 { return nil }
+        guard dbus_message_iter_get_arg_type(&iter) == TypeCode.array, Self.iterSignature(&iter).hasPrefix("a{s")
+        else { return nil }
+        var sub = DBusMessageIter()
+        dbus_message_iter_recurse(&iter, &sub)
+        // Asked of the iterator inside the array, as libdbus's own element count does.
+        let bytes = Int(audiod_dbus_iter_array_bytes(&sub))
+        guard bytes <= maxBytes else { return .tooLarge(bytes: bytes, entries: 0) }
+        var entries = 0
+        var found: DBusValue?
+        while dbus_message_iter_get_arg_type(&sub) == TypeCode.dictEntry {
+            entries += 1
+            guard entries <= maxEntries else { return .tooLarge(bytes: bytes, entries: entries) }
+            var entry = DBusMessageIter()
+            dbus_message_iter_recurse(&sub, &entry)
+            var p: UnsafePointer<CChar>?
+            dbus_message_iter_get_basic(&entry, &p)
+            if found == nil, let p, String(cString: p) == wanted, dbus_message_iter_next(&entry) != 0 {
+                found = Self.read(&entry)
+                break
+            }
+            dbus_message_iter_next(&sub)
+        }
+        return .value(found)
+    }
+
     /// The descriptor that is the message's only argument (signature `h`), which the caller then owns; nil for any
     /// other message. `arguments` closes every descriptor a message carries: this is the one way to keep one, and
     /// only audiod's own logind inhibitor uses it (docs/API.md "Trust").

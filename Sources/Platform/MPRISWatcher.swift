@@ -47,6 +47,14 @@ final class MPRISWatcher {
     private var deferred: [String] = []
     private var deferredSet: Set<String> = []
     static let maximumDeferred = 4_096
+    /// The largest `PropertiesChanged` dictionary a followed player may send, and its most entries: MPRIS players
+    /// send a few KB (the Player interface has 14 properties; a track's metadata with a cover-art URL). A player that
+    /// sends more is dropped at its first such message: libdbus has validated it already (~1 ms per MB, measured
+    /// on a 32 MB message), and nothing of it is decoded.
+    static let maximumChangeBytes = 1 << 20
+    static let maximumChangeEntries = 256
+    /// Connections dropped for an oversized message: none of their names is followed again (bounded; said once).
+    private var oversized: Set<String> = []
 
     init(link: BusLink, host: PlatformHost, maximumPlayers: Int, logger: Logger) {
         self.link = link
@@ -71,7 +79,18 @@ final class MPRISWatcher {
             guard let self, m.interface == "org.freedesktop.DBus.Properties", m.member == "PropertiesChanged",
                 m.path == Self.path, m.signature == "sa{sv}as", let sender = m.sender, self.follows(sender)
             else { return }
-            self.propertiesChanged(sender: sender, m.arguments)
+            // Only the interface and the status are read: the rest (the track's metadata, cover art as a data URI)
+            // may be any size a player sends.
+            guard m.peekFirstString() == Self.playerInterface,
+                let peek = m.peekDictionaryEntry(
+                    argument: 1, key: "PlaybackStatus", maxBytes: Self.maximumChangeBytes,
+                    maxEntries: Self.maximumChangeEntries)
+            else { return }
+            switch peek {
+            case .value(.variant(let v)?): self.propertiesChanged(sender: sender, status: v.stringValue)
+            case .value: return
+            case .tooLarge(let bytes, let entries): self.tooLarge(sender, bytes: bytes, entries: entries)
+            }
         }
         busCall("ListNames", []) { [weak self] r in
             guard let self, case .array(_, let names)? = r?.arguments.first else { return }
@@ -105,12 +124,10 @@ final class MPRISWatcher {
         if !new.isEmpty { appeared(name, owner: new) }
     }
 
-    /// `PropertiesChanged` on /org/mpris/MediaPlayer2.
-    func propertiesChanged(sender: String, _ args: [DBusValue]) {
-        guard args.first?.stringValue == Self.playerInterface,
-            let raw = args.dropFirst().first?.propertyMap?["PlaybackStatus"]?.stringValue,
-            let status = PlaybackStatus(rawValue: raw)
-        else { return }
+    /// `PropertiesChanged` of the player interface on /org/mpris/MediaPlayer2, with the status it carried (nil:
+    /// none).
+    func propertiesChanged(sender: String, status raw: String?) {
+        guard let raw, let status = PlaybackStatus(rawValue: raw) else { return }
         if let name = byUnique[sender] {
             logger.debug("MPRIS status", metadata: ["player": "\(name)", "status": "\(raw)"])
             signalledSinceFollowed.insert(name)
@@ -120,6 +137,21 @@ final class MPRISWatcher {
         for name in lookups.signalled(sender, status) {
             logger.debug("MPRIS status during look-up", metadata: ["player": "\(name)", "status": "\(raw)"])
         }
+    }
+
+    /// A followed player (or one being looked up) sent a `PropertiesChanged` larger than the bound: it is no longer
+    /// followed, nor is any other name of its connection; its streams are arbitrated as any app's.
+    private func tooLarge(_ unique: String, bytes: Int, entries: Int) {
+        guard oversized.count < 1_024, oversized.insert(unique).inserted else { return }
+        let names = players.values.filter { $0.unique == unique }.map(\.name) + lookups.names(ownedBy: unique)
+        logger.warning(
+            "MPRIS player dropped: its PropertiesChanged is larger than audiod reads",
+            metadata: [
+                "connection": "\(unique)", "names": "\(names.sorted().joined(separator: ","))",
+                "bytes": "\(bytes)", "entries": "\(entries)",
+                "limit": "\(Self.maximumChangeBytes) bytes, \(Self.maximumChangeEntries) entries",
+            ])
+        for name in Set(names) { vanished(name) }
     }
 
     /// `owner`: the unique name, when NameOwnerChanged said it (then signals are followed from this moment on).
@@ -135,7 +167,7 @@ final class MPRISWatcher {
             }
             return
         }
-        if let owner, tooMany(name, owner, counting: 0) { return }
+        if let owner, oversized.contains(owner) || tooMany(name, owner, counting: 0) { return }
         lookups.begin(name, owner: owner)
         if let owner { return lookUp(name, unique: owner) }
         busCall("GetNameOwner", [.string(name)]) { [weak self] r in
@@ -144,6 +176,7 @@ final class MPRISWatcher {
             guard let self else { return }
             defer { self.lookUpDeferred() }
             guard self.lookups.ownerAnswered(name, unique), let unique else { return }
+            if self.oversized.contains(unique) { return self.lookups.failed(name, unique) }
             // This look-up counts already.
             if self.tooMany(name, unique, counting: 1) { return self.lookups.failed(name, unique) }
             self.lookUp(name, unique: unique)

@@ -59,4 +59,6 @@ struct PlayerLookups {
 
     /// The name lost its owner: its look-up ends.
     mutating func vanished(_ name: String) { pending[name] = nil }
+    /// The names whose look-up goes on with the connection `unique`.
+    func names(ownedBy unique: String) -> [String] { pending.filter { $0.value.unique == unique }.map(\.key) }
 }

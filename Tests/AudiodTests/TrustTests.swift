@@ -250,17 +250,28 @@ struct TrustTests {
         defer { server.stop() }
         let d = try Daemon.start(server, arguments: ["--log-level", "info"])
         defer { d.stop() }
-        let long = String(repeating: "x", count: 1_000_000)
+        // Over the name bound, under the bound of a call's size.
+        let long = String(repeating: "x", count: 1_000)
         let rule = d.client.manager(
             "SetApplicationCategory", [.string(long), .string("ambient"), .string("default"), .strings([])])
         guard case .failure(let e) = rule else {
-            Issue.record("a 1 MB rule name was accepted")
+            Issue.record("a 1 KB rule name was accepted")
             return
         }
         #expect(e.name == API.errorPrefix + "LimitExceeded" && e.message.contains("255"), "\(e)")
+        // Over the bound of a call's size: refused before anything is read.
+        let huge = d.client.manager(
+            "SetApplicationCategory",
+            [.string(String(repeating: "x", count: 1_000_000)), .string("ambient"), .string("default"), .strings([])])
+        guard case .failure(let hugeError) = huge else {
+            Issue.record("a 1 MB rule name was accepted")
+            return
+        }
+        #expect(
+            hugeError.name == API.errorPrefix + "LimitExceeded" && hugeError.message.contains("65536"), "\(hugeError)")
         let hint = d.client.manager("CreateSession", [.properties([("application-name", .string(long))])])
         guard case .failure(let h) = hint else {
-            Issue.record("a 1 MB application name was accepted")
+            Issue.record("a 1 KB application name was accepted")
             return
         }
         #expect(h.name == API.errorPrefix + "LimitExceeded", "\(h)")
@@ -674,6 +685,100 @@ struct StopAndRecoveryTests {
         #expect(
             waitFor(5) { player.receivedCalls.contains("Pause") },
             "audiod did not pause a player it should believe Playing: \(player.receivedCalls); \(server.file("audiod.log").suffix(1500))"
+        )
+    }
+}
+
+/// A followed MPRIS player that sends a `PropertiesChanged` far larger than any player does is dropped at the first
+/// one, with one line, and costs audiod no decoding: it goes on arbitrating meanwhile (issue 43).
+@Suite(.serialized)
+struct OversizedPlayerTests {
+    @Test(
+        "a followed player's 32 MB PropertiesChanged drops it with one line, and a game is still silenced by a video meanwhile",
+        arguments: ServerKind.tested)
+    func oversizedChange(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        let log = { server.file("audiod.log") }
+        let player = try ScriptedPlayer(address: address, name: "big")
+        defer { player.close() }
+        player.setStatus("Playing")
+        #expect(
+            waitFor(10) { log().contains("name=org.mpris.MediaPlayer2.big") && log().contains("MPRIS player") },
+            "the player was never followed: \(log().suffix(1500))")
+
+        player.emitOversizedChange(bytes: 32 << 20)
+        #expect(
+            waitFor(20) { log().contains("MPRIS player dropped") },
+            "a 32 MB PropertiesChanged did not drop the player: \(log().suffix(1500))")
+        // Its next one costs a look at its sender only, and says nothing more.
+        player.emitOversizedChange(bytes: 32 << 20)
+        usleep(500_000)
+        let lines = log().split(separator: "\n").filter { $0.contains("MPRIS player dropped") }
+        #expect(lines.count == 1, "\(lines)")
+        #expect(lines.first?.contains("org.mpris.MediaPlayer2.big") == true, "\(lines)")
+
+        // No longer followed: a playback session that takes the audio does not pause it over MPRIS.
+        let other = try playback(server, name: "other")
+        _ = try server.waitForPlaybackStream(pid: other.pid)
+        _ = try d.client.makeSession(pid: other.pid, "playback", activate: true)
+        usleep(1_000_000)
+        #expect(!player.receivedCalls.contains("Pause"), "a dropped player was still paused: \(player.receivedCalls)")
+
+        // Arbitration goes on while another 32 MB message is on its way: a video silences a game.
+        other.kill()
+        let game = try playback(server, name: "game", role: "game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(
+            waitFor(10) { server.playbackStream(pid: game.pid)?.muted == false },
+            "the game was silenced before any video: \(log().suffix(1500))")
+        player.emitOversizedChange(bytes: 32 << 20)
+        let started = Date()
+        let video = try playback(server, name: "video", role: "video")
+        #expect(
+            waitFor(10) { server.playbackStream(pid: game.pid)?.muted == true },
+            "the game was not silenced by the video: \(log().suffix(1500))")
+        let took = Date().timeIntervalSince(started)
+        _ = video
+        print(
+            "trust: \(kind): a game silenced \(Int(took * 1000)) ms after a video started behind a 32 MB PropertiesChanged (the video's process start and pactl polling included)"
+        )
+    }
+}
+
+/// A call to audiod larger than any of its calls is refused before anything in it is decoded.
+@Suite(.serialized)
+struct OversizedCallTests {
+    @Test(
+        "a CreateSession of a million hints is refused unread with LimitExceeded; another client is answered meanwhile")
+    func oversizedCall() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server, arguments: ["--log-level", "info"])
+        defer { d.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        let liar = try BusClient(address: address, recordSignals: false)
+        defer { liar.close() }
+        let hints: DBusValue = .properties((0..<1_000_000).map { ("hint-\($0)", .int32(Int32($0))) })
+        let started = Date()
+        let answer = liar.call(API.managerPath, API.manager.name, "CreateSession", [hints])
+        let took = Date().timeIntervalSince(started)
+        guard case .failure(let e) = answer else {
+            Issue.record("a million hints were taken: \(answer)")
+            return
+        }
+        #expect(e.name == API.errorPrefix + "LimitExceeded", "\(e)")
+        #expect(e.message.contains("nothing of them was read"), "\(e)")
+        // audiod still answers, and holds nothing of the call.
+        #expect(
+            waitFor(5) {
+                if case .success = d.client.call(API.managerPath, API.peer.name, "Ping") { true } else { false }
+            })
+        print(
+            "trust: a 1,000,000-hint CreateSession refused \(Int(took * 1000)) ms after the call began (the test's own marshaling in a debug build, the bus's transfer and libdbus's validation included)"
         )
     }
 }

@@ -348,3 +348,48 @@ import Testing
         }
     }
 }
+
+/// One entry of a peer's dictionary is read without decoding the rest, and an oversized dictionary is refused
+/// before anything in it is read (a followed MPRIS player's `PropertiesChanged`, issue 43).
+struct DictionaryPeekTests {
+    func propertiesChanged(_ entries: [(String, DBusValue)]) throws -> DBusMessage {
+        let s = try #require(
+            DBusMessage.signal(
+                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
+                member: "PropertiesChanged"))
+        let appended = s.append([.string("org.mpris.MediaPlayer2.Player"), .properties(entries), .strings([])])
+        #expect(appended)
+        return s
+    }
+
+    @Test("the status is found beside large metadata, and a dictionary over the bound is refused unread")
+    func peek() throws {
+        let metadata: DBusValue = .properties([("xesam:title", .string(String(repeating: "x", count: 200_000)))])
+        let m = try propertiesChanged([("Metadata", metadata), ("PlaybackStatus", .string("Playing"))])
+        #expect(m.peekFirstString() == "org.mpris.MediaPlayer2.Player")
+        #expect(
+            m.peekDictionaryEntry(argument: 1, key: "PlaybackStatus", maxBytes: 1 << 20, maxEntries: 8)
+                == .value(.variant(.string("Playing"))))
+        #expect(
+            m.peekDictionaryEntry(argument: 1, key: "Volume", maxBytes: 1 << 20, maxEntries: 8) == .value(nil))
+        guard
+            case .tooLarge(let bytes, _)? = m.peekDictionaryEntry(
+                argument: 1, key: "PlaybackStatus", maxBytes: 100_000, maxEntries: 8)
+        else {
+            Issue.record("a 200 KB dictionary passed a 100 KB bound")
+            return
+        }
+        #expect(bytes > 200_000)
+        let many = try propertiesChanged((0..<300).map { ("k\($0)", .int32(Int32($0))) })
+        let manyPeek = many.peekDictionaryEntry(
+            argument: 1, key: "PlaybackStatus", maxBytes: 1 << 20, maxEntries: 256)
+        guard case .tooLarge(_, let entries)? = manyPeek else {
+            Issue.record("300 entries passed a bound of 256: \(String(describing: manyPeek))")
+            return
+        }
+        #expect(entries == 257, "refused at the first entry over the bound")
+        // Not a dictionary, or no such argument: nothing.
+        #expect(m.peekDictionaryEntry(argument: 2, key: "x", maxBytes: 1 << 20, maxEntries: 8) == nil)
+        #expect(m.peekDictionaryEntry(argument: 5, key: "x", maxBytes: 1 << 20, maxEntries: 8) == nil)
+    }
+}
