@@ -7,8 +7,11 @@ import Glibc
 /// directory deleted and made again is followed again; a full inotify queue means a full rescan. Below a data
 /// directory it never descends through a directory symlink (no walk out of the tree, no loops); entry files may be
 /// symlinks (Flatpak exports its entries so) and are read through them; a data directory that is itself a symlink
-/// (NixOS profiles) is resolved when it is read (a link pointed elsewhere later is seen at the next rescan). Loop-confined; `fd` is watched by the owner's loop, which calls `refresh()` when it
-/// is readable.
+/// (NixOS profiles) is resolved when it is read (a link pointed elsewhere later is seen at the next rescan).
+///
+/// Confined to one thread — not the loop's: reading a desktop's entries takes ~10 ms, and a slow or hung mount under
+/// a data directory would hold whoever reads. The owner watches `fd` on its loop, has `refresh()` run on the index's
+/// thread, and hands decisions the `snapshot` it makes.
 public final class DesktopEntryIndex: DesktopEntries {
     /// The `applications` directories, most important first (an id found in an earlier one wins).
     public let directories: [String]
@@ -29,6 +32,8 @@ public final class DesktopEntryIndex: DesktopEntries {
     public private(set) var overflows = 0
     /// How many times a data directory was read (a burst of changes to one costs one).
     public private(set) var scans = 0
+    /// A pause before each rescan: the tests' stand-in for a slow or hung mount (`AUDIOD_TEST_DESKTOP_SCAN_DELAY_MS`).
+    public var rescanDelayNanoseconds: UInt64 = 0
     /// Files whose stamp is kept: bounded by the entries that exist.
     var stampCount: Int { stamps.count }
     /// At most this many entries in all: a directory flooded with files must not grow audiod without bound.
@@ -69,6 +74,9 @@ public final class DesktopEntryIndex: DesktopEntries {
     public func entries(program: String) -> [DesktopEntry] { (byProgram[program] ?? []).compactMap { byID[$0] } }
 
     public var count: Int { byID.count }
+
+    /// What the index holds now, for the thread that decides.
+    public var snapshot: DesktopEntrySnapshot { DesktopEntrySnapshot(byID: byID, byProgram: byProgram) }
 
     /// Reads inotify's events and rescans the data directories they concern, each once however many events it had
     /// (only the files that changed are read). Returns whether anything changed.
@@ -188,6 +196,13 @@ public final class DesktopEntryIndex: DesktopEntries {
     }
 
     private func scan(_ root: String) {
+        if rescanDelayNanoseconds > 0, scans >= directories.count {
+            var left = timespec(
+                tv_sec: Int(rescanDelayNanoseconds / 1_000_000_000),
+                tv_nsec: Int(rescanDelayNanoseconds % 1_000_000_000))
+            var rest = timespec()
+            while nanosleep(&left, &rest) != 0, errno == EINTR { left = rest }
+        }
         scans += 1
         var entries: [String: DesktopEntry] = [:]
         // A data directory that is itself a symlink (a NixOS profile) is read where it leads, once per scan.
@@ -283,4 +298,19 @@ public final class DesktopEntryIndex: DesktopEntries {
         }
         return out.count <= DesktopEntry.maximumBytes ? out : nil
     }
+}
+
+/// The desktop's entries as the index last read them: a value the deciding thread keeps while the index reads on.
+public struct DesktopEntrySnapshot: DesktopEntries, Sendable, Equatable {
+    private let byID: [String: DesktopEntry]
+    private let byProgram: [String: [String]]
+
+    init(byID: [String: DesktopEntry], byProgram: [String: [String]]) {
+        self.byID = byID
+        self.byProgram = byProgram
+    }
+
+    public func entry(id: String) -> DesktopEntry? { byID[id] }
+    public func entries(program: String) -> [DesktopEntry] { (byProgram[program] ?? []).compactMap { byID[$0] } }
+    public var count: Int { byID.count }
 }

@@ -73,7 +73,7 @@ public struct StreamIdentifier {
     private var processes: Processes
     private var kept: [[String?]: Kept] = [:]
     /// The desktop's entries; nil until they have been read (then only what /proc says names an app).
-    public private(set) var entries: DesktopEntryIndex?
+    public private(set) var entries: DesktopEntrySnapshot?
     /// Whether answers carry their notes (`--log-level debug`): none are formatted otherwise.
     public var keepsNotes = false
 
@@ -119,7 +119,7 @@ public struct StreamIdentifier {
     }
 
     /// The desktop entries were read, or changed: every answer kept is made again at its stream's next report.
-    public mutating func entriesChanged(_ index: DesktopEntryIndex) {
+    public mutating func entriesChanged(_ index: DesktopEntrySnapshot) {
         entries = index
         kept.removeAll()
     }

@@ -82,9 +82,14 @@ public final class PulseBackend {
     public var isConnected: Bool { session.isReady && server != nil && context != nil }
     private var reconnectTimer: LoopTimer?
 
-    /// The desktop's entries that identities are resolved against (`session.identifier`) are read off the loop at
-    /// start and kept current through inotify.
+    /// The desktop's entries that identities are resolved against (`session.identifier`) are read off the loop, on
+    /// `desktopQueue`, at start and as inotify says they change; decisions use the last snapshot meanwhile.
     private var desktopWatch: IOWatch?
+    private var desktopIndex: IndexBox?
+    private var desktopRescan: LoopTimer?
+    private let desktopQueue = DispatchQueue(label: "audiod.desktop-entries", qos: .utility)
+    /// A burst of changes (a package installing hundreds of entries) is read once, this long after its first event.
+    static let desktopDebounceNanoseconds: UInt64 = 100_000_000
     /// Every fact about the server and its streams, and every decision on them: where the connection is, which
     /// server it is, which replies are the truth, what the engine hears of each stream, who plays it and where
     /// audiod's values may sit in the restore database — the pure part, scripted without a server
@@ -468,29 +473,55 @@ public final class PulseBackend {
     private func loadDesktopEntries() {
         guard session.identifier.entries == nil, !loadingDesktopEntries else { return }
         loadingDesktopEntries = true
-        let dirs = DesktopEntryIndex.applicationDirectories(environment: ProcessInfo.processInfo.environment)
+        let env = ProcessInfo.processInfo.environment
+        let dirs = DesktopEntryIndex.applicationDirectories(environment: env)
+        // The tests' stand-in for a hung mount: every rescan waits this long (at most a minute).
+        let delay = env["AUDIOD_TEST_DESKTOP_SCAN_DELAY_MS"].flatMap { UInt64($0) }.map { min($0, 60_000) } ?? 0
         let loop = self.loop
         let me = loop.bind(self)
-        DispatchQueue.global(qos: .utility).async {
+        desktopQueue.async {
             let box = IndexBox(DesktopEntryIndex(directories: dirs))
-            loop.execute { me.value.desktopEntriesLoaded(box.index) }
+            box.index.rescanDelayNanoseconds = delay * 1_000_000
+            let snapshot = box.index.snapshot
+            let (fd, refused) = (box.index.fd, box.index.refused)
+            loop.execute { me.value.desktopEntriesLoaded(box, snapshot, fd: fd, refused: refused) }
         }
     }
 
-    private func desktopEntriesLoaded(_ i: DesktopEntryIndex) {
-        logger.debug("identity: \(i.count) desktop entries read", metadata: ["refused": "\(i.refused.count)"])
-        for path in i.refused.prefix(8) { logger.debug("identity: not a desktop entry, skipped: \(path)") }
-        if i.fd >= 0 {
-            desktopWatch = loop.watch(fd: i.fd, events: .input) { [weak self] _ in
-                guard let self, let index = self.session.identifier.entries, index.refresh() else { return }
-                self.rejudgeApps(index)
+    private func desktopEntriesLoaded(_ box: IndexBox, _ snapshot: DesktopEntrySnapshot, fd: Int32, refused: [String]) {
+        logger.debug("identity: \(snapshot.count) desktop entries read", metadata: ["refused": "\(refused.count)"])
+        for path in refused.prefix(8) { logger.debug("identity: not a desktop entry, skipped: \(path)") }
+        desktopIndex = box
+        if fd >= 0 {
+            desktopWatch = loop.watch(fd: fd, events: .input) { [weak self] _ in self?.desktopChanged() }
+        }
+        rejudgeApps(snapshot)
+    }
+
+    /// inotify has events: the watch rests (the descriptor stays readable until the index reads it) and, a moment
+    /// later, the index reads them and what they concern on its own thread; the loop gets the new snapshot.
+    private func desktopChanged() {
+        desktopWatch?.update([])
+        guard desktopRescan == nil, let box = desktopIndex else { return }
+        let loop = self.loop
+        let me = loop.bind(self)
+        let queue = desktopQueue
+        desktopRescan = loop.timer(afterNanoseconds: Self.desktopDebounceNanoseconds) {
+            queue.async {
+                let changed = box.index.refresh()
+                let snapshot = changed ? box.index.snapshot : nil
+                loop.execute {
+                    let backend = me.value
+                    backend.desktopRescan = nil
+                    backend.desktopWatch?.update(.input)
+                    if let snapshot { backend.rejudgeApps(snapshot) }
+                }
             }
         }
-        rejudgeApps(i)
     }
 
     /// The desktop entries changed (or arrived): every running app is identified again.
-    private func rejudgeApps(_ index: DesktopEntryIndex) {
+    private func rejudgeApps(_ index: DesktopEntrySnapshot) {
         logger.debug("identity: desktop entries now \(index.count); judging the running apps again")
         execute(session.desktopEntriesChanged(index))
     }
@@ -1052,7 +1083,7 @@ extension PulseBackend: PulseContextDelegate {
     }
 }
 
-/// Hands the index, read on a worker thread, to the loop thread; nothing touches it on the worker afterwards.
+/// The index, which only `desktopQueue` touches; the loop holds the box to hand it back there.
 private final class IndexBox: @unchecked Sendable {
     let index: DesktopEntryIndex
     init(_ i: DesktopEntryIndex) { index = i }

@@ -377,7 +377,7 @@ extension ServerSession {
 
     /// The desktop entries changed (or arrived): every reported stream's app is identified again at its next
     /// report. Reports them now (none while the first state is read: its listing reports them all).
-    public mutating func desktopEntriesChanged(_ index: DesktopEntryIndex) -> [ServerAction] {
+    public mutating func desktopEntriesChanged(_ index: DesktopEntrySnapshot) -> [ServerAction] {
         identifier.entriesChanged(index)
         guard !isEnumerating else { return [] }
         let ids = streams.filter { $0.value.fed != nil }.keys.sorted()

@@ -150,7 +150,7 @@ import Testing
         var (t, id) = Self.identifier(starts: [100: 5])
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: 0)
         #expect(id.keptCount == 1)
-        id.entriesChanged(DesktopEntryIndex(directories: []))
+        id.entriesChanged(DesktopEntryIndex(directories: []).snapshot)
         #expect(id.keptCount == 0)
         _ = id.identify(Self.props(pid: 100), client: 7, clientVouches: true, now: Self.ms)
         #expect(t.hostReads == 2)

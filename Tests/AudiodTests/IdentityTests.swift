@@ -136,6 +136,37 @@ struct DesktopIdentityTests {
         #expect(waitFor(10) { !sounds(server, pid: pid_t(gamePID)) }, "the late game plays over the video")
     }
 
+    @Test(
+        "a desktop-entry rescan that hangs (a slow mount) delays no decision: a video silences a game meanwhile",
+        arguments: [ServerKind.pulseaudio])
+    func hungRescan(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        // Every rescan after the first read takes 5 s, as a hung NFS home would.
+        let d = try Daemon.start(server, environment: ["AUDIOD_TEST_DESKTOP_SCAN_DELAY_MS": "5000"])
+        defer { d.stop() }
+        #expect(waitFor(10) { server.file("audiod.log").contains("desktop entries read") })
+        let game = try playback(server, name: "game", role: "game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(waitFor(10) { sounds(server, pid: game.pid) })
+        // An app is installed: the index starts its (slow) rescan.
+        _ = try desktopEntry(server, id: "org.example.Installed", categories: "Utility;", exec: "true")
+        usleep(300_000)
+        let started = Date()
+        let video = try playback(server, name: "video", role: "video")
+        #expect(
+            waitFor(10) { !sounds(server, pid: game.pid) },
+            "the game was not silenced: \(server.file("audiod.log").suffix(1500))")
+        let took = Date().timeIntervalSince(started)
+        _ = video
+        #expect(took < 2.5, "the game was silenced \(took) s after the video started: the 5 s rescan held the decision")
+        // The rescan ends and is taken in.
+        #expect(
+            waitFor(15) { server.file("audiod.log").contains("desktop entries now") },
+            "the rescan never landed: \(server.file("audiod.log").suffix(800))")
+        print("identity: a video silenced a game \(Int(took * 1000)) ms after it started, during a 5 s rescan")
+    }
+
     @Test("a program registered with the real gamemoded is a game", arguments: ServerKind.tested)
     func gameMode(kind: ServerKind) throws {
         guard
