@@ -137,6 +137,32 @@ struct DesktopIdentityTests {
     }
 
     @Test(
+        "a directory symlink under applications/ that points outside is not walked: its entries name no app",
+        arguments: [ServerKind.pulseaudio])
+    func directorySymlinkNotWalked(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let apps = try #require(server.environment["XDG_DATA_HOME"]) + "/applications"
+        let outside = server.directory + "/elsewhere"
+        try FileManager.default.createDirectory(atPath: apps, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        // Walked, this entry would make every pacat a game.
+        try "[Desktop Entry]\nType=Application\nName=Stray\nExec=pacat\nCategories=Game;\n"
+            .write(toFile: outside + "/stray.desktop", atomically: true, encoding: .utf8)
+        try FileManager.default.createSymbolicLink(atPath: apps + "/out", withDestinationPath: outside)
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(waitFor(10) { server.file("audiod.log").contains("desktop entries read") })
+        let plain = try playback(server, name: "plain")
+        _ = try server.waitForPlaybackStream(pid: plain.pid)
+        let (found, ok) = waitForApp(d, pid: UInt32(plain.pid), timeout: 10)
+        #expect(ok, "no session for pacat")
+        let reason = found?.identity["category-reason"]?.stringValue ?? ""
+        #expect(found.map { category(d, $0.session) } != "ambient", "pacat became a game: \(reason)")
+        #expect(!reason.contains("stray"), "the entry behind the directory symlink was read: \(reason)")
+    }
+
+    @Test(
         "a desktop-entry rescan that hangs (a slow mount) delays no decision: a video silences a game meanwhile",
         arguments: [ServerKind.pulseaudio])
     func hungRescan(kind: ServerKind) throws {

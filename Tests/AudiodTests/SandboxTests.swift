@@ -69,6 +69,51 @@ struct SandboxTests {
     }
 
     @Test(
+        "a Flatpak game installed after audiod started (exports made then, its entry a symlink into the app) is a game, silenced by a video",
+        arguments: servers)
+    func flatpakInstalledAfterStart(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let home = try #require(server.environment["HOME"])
+        let share = home + "/.local/share/flatpak"
+        // A fresh account: no Flatpak has ever been installed.
+        try? FileManager.default.removeItem(atPath: share)
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(waitFor(10) { server.file("audiod.log").contains("desktop entries read") })
+        // As `flatpak install --user` does: the app's files, then the exports, whose entry is a symlink into them.
+        let id = "org.example.FlatGame"
+        let exported = "\(share)/app/\(id)/current/active/export/share/applications"
+        try FileManager.default.createDirectory(atPath: exported, withIntermediateDirectories: true)
+        try "[Desktop Entry]\nType=Application\nName=Flat Game\nExec=flat-game\nCategories=Game;ActionGame;\n"
+            .write(toFile: "\(exported)/\(id).desktop", atomically: true, encoding: .utf8)
+        let exports = "\(share)/exports/share/applications"
+        try FileManager.default.createDirectory(atPath: exports, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(
+            atPath: "\(exports)/\(id).desktop", withDestinationPath: "\(exported)/\(id).desktop")
+        usleep(1_000_000)
+        // Its sound has no role: only the entry says it is a game.
+        _ = try sandboxed(
+            server, ["pacat", "--playback", "/dev/zero", "--client-name=flat-game"], flatpakApp: id)
+        #expect(waitFor(10) { stream(server, named: "flat-game") != nil })
+        let game = try #require(stream(server, named: "flat-game"))
+        var category: String?
+        #expect(
+            waitFor(10) {
+                category = sessionOf(d, index: game.index).flatMap {
+                    d.client.property($0, API.session.name, "Category")?.stringValue
+                }
+                return category == "ambient"
+            },
+            "the Flatpak game installed after start is \(category ?? "no session"): \(server.file("audiod.log").suffix(1500))"
+        )
+        _ = try playback(server, name: "video", role: "video")
+        #expect(
+            waitFor(10) { stream(server, named: "flat-game")?.muted == true },
+            "the late Flatpak game plays over the video")
+    }
+
+    @Test(
         "a Flatpak-looking sandboxed app is known by its app id: a rule for that id applies to its streams",
         arguments: servers)
     func flatpakAppRule(kind: ServerKind) throws {
