@@ -87,6 +87,7 @@ public enum IdentityResolver {
         let entry = deciding.map { e, source in
             AppProfile.Entry(id: e.id, path: e.path, categories: e.categories, foundThrough: source)
         }
-        return AppProfile(names: names, entry: entry, steamGame: f.steamGame, programEntry: programEntry)
+        return AppProfile(
+            names: names, entry: entry, steamGame: f.steamGame, programEntry: programEntry, program: f.program)
     }
 }

@@ -66,12 +66,18 @@ public struct AppProfile: Sendable, Equatable {
     /// it — kept even where a stronger source gave the same name, so that a rule that trusts only the program knows
     /// it was the program that said it.
     public var programEntry: String?
+    /// The process's program (the name of `/proc/PID/exe`), when read.
+    public var program: String?
 
-    public init(names: [Name], entry: Entry? = nil, steamGame: String? = nil, programEntry: String? = nil) {
+    public init(
+        names: [Name], entry: Entry? = nil, steamGame: String? = nil, programEntry: String? = nil,
+        program: String? = nil
+    ) {
         self.names = names
         self.entry = entry
         self.steamGame = steamGame
         self.programEntry = programEntry
+        self.program = program
     }
 
     /// The strongest name.

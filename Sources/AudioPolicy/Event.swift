@@ -108,17 +108,27 @@ public struct GameRegistration: Sendable, Equatable {
     public var scopeID: String?
     /// A shell, an interpreter or a launcher (`IdentityResolver.isLauncher`).
     public var isLauncher: Bool
+    /// Its program (the name of `/proc/PID/exe`).
+    public var program: String?
 
-    public init(pid: UInt32, flatpakID: String? = nil, scopeID: String? = nil, isLauncher: Bool = false) {
+    public init(
+        pid: UInt32, flatpakID: String? = nil, scopeID: String? = nil, isLauncher: Bool = false, program: String? = nil
+    ) {
         self.pid = pid
         self.flatpakID = flatpakID
         self.scopeID = scopeID
         self.isLauncher = isLauncher
+        self.program = program
     }
 
     /// Whether a process this one started, whose app is `profile`, is its game too.
     func covers(_ profile: AppProfile?) -> Bool {
         guard !isLauncher else { return false }
+        // Another program with a desktop entry of its own (a browser the game opened) is that entry's app: one
+        // entry runs one program, so it is not the registered process's entry.
+        if let mine = program, let theirs = profile?.program, theirs != mine, profile?.programEntry != nil {
+            return false
+        }
         for n in profile?.names ?? [] {
             switch n.source {
             case .flatpak where n.name != flatpakID: return false

@@ -92,7 +92,7 @@ final class GameModeWatcher {
         let program = ProcessReader.executableName(pid)
         return GameRegistration(
             pid: pid, flatpakID: ProcessTable.flatpakApp(of: pid)?.id, scopeID: ProcessReader.scopeID(pid),
-            isLauncher: program.map(IdentityResolver.isLauncher) ?? true)
+            isLauncher: program.map(IdentityResolver.isLauncher) ?? true, program: program)
     }
 
     /// Whether a registration of `pid` is game evidence: not when the process is no app's (logged once per pid).

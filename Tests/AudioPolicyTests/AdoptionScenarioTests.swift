@@ -161,6 +161,28 @@ import Testing
         #expect(category(h, 2) == .ambient, "the registered process itself is a game")
     }
 
+    @Test func aChildRunningAnotherProgramWithADesktopEntryOfItsOwnIsNotTheRegisteredGame() {
+        var h = Harness()
+        _ = h.send(.gameModeGames([500: GameRegistration(pid: 500, program: "game.x86_64")]))
+        func child(_ index: UInt32, pid: UInt32, program: String, entry: String?) {
+            var names = [AppProfile.Name(program, .process)]
+            if let entry { names.insert(.init(entry, .desktopEntryMatch), at: 0) }
+            var info = StreamInfo(
+                id: .playback(index), processChain: [pid, 500], applicationName: program,
+                app: AppProfile(names: names, programEntry: entry, program: program))
+            info.role = "music"
+            _ = h.send(.streamAppeared(info))
+        }
+        // The game forked (same program), or ran a helper no entry names: the game's.
+        child(1, pid: 501, program: "game.x86_64", entry: nil)
+        #expect(category(h, 1) == .ambient)
+        child(2, pid: 502, program: "crash-reporter", entry: nil)
+        #expect(category(h, 2) == .ambient)
+        // It opened a browser, whose program has its entry: the browser's, not the game.
+        child(3, pid: 503, program: "firefox", entry: "firefox")
+        #expect(category(h, 3) == .playback, "a browser the game opened became the game")
+    }
+
     @Test func aChildWithAnAppIdentityOfItsOwnIsNotTheRegisteredGame() {
         var h = Harness()
         _ = h.send(.gameModeGames([400: GameRegistration(pid: 400, scopeID: "org.example.Game")]))
