@@ -150,10 +150,14 @@ final class Feedbackd {
 struct EchoFilter {
     private var pending: [(profile: String, at: UInt64)] = []
     static let windowNanoseconds: UInt64 = 1_000_000_000
+    /// Writes waiting for their echo at once: a user flipping silent mode as fast as a keyboard repeats writes
+    /// ~30 a second; the oldest goes first.
+    static let maximumPending = 16
+    var pendingCount: Int { pending.count }
 
     mutating func wrote(_ profile: String, at now: UInt64) {
         pending.removeAll { now &- $0.at > Self.windowNanoseconds }
-        if pending.count >= 16 { pending.removeFirst() }
+        if pending.count >= Self.maximumPending { pending.removeFirst() }
         pending.append((profile, now))
     }
 

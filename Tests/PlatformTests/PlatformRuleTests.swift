@@ -118,6 +118,18 @@ struct FeedbackdRuleTests {
         #expect(took4)
     }
 
+    @Test("at most 16 writes wait for their echo: a flood of silent-mode flips keeps the newest")
+    func boundedEchoes() {
+        var f = EchoFilter()
+        for i in 0..<1_000 { f.wrote(i % 2 == 0 ? "quiet" : "full", at: UInt64(i) * 100_000) }
+        #expect(f.pendingCount == EchoFilter.maximumPending)
+        // The echoes of the 16 kept come back in order: only the last is taken (each earlier one is out of date).
+        var taken: [Bool] = []
+        for i in 984..<1_000 { taken.append(f.take(i % 2 == 0 ? "quiet" : "full", at: 100_000_000)) }
+        #expect(taken == Array(repeating: false, count: 15) + [true])
+        #expect(f.pendingCount == 0)
+    }
+
     @Test("a profile no write explains is the user's; an echo that never came is forgotten after a second")
     func userChange() {
         var f = EchoFilter()
