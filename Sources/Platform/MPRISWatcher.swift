@@ -1,3 +1,4 @@
+import AppIdentity
 import AudioPolicy
 import DBusTransport
 import Logging
@@ -19,6 +20,9 @@ final class MPRISWatcher {
         var name: String
         var unique: String
         var pid: UInt32
+        /// The Flatpak app id of its connection's process (for a real Flatpak, xdg-dbus-proxy's, whose root is the
+        /// app's), when it is sandboxed.
+        var app: String?
     }
 
     private let link: BusLink
@@ -42,6 +46,9 @@ final class MPRISWatcher {
     static let namesPerConnection = 4
     /// Connections told once that they hold too many names (bounded).
     private var flooding: Set<String> = []
+    /// Sandboxed apps told once that they have too many players (bounded). One app may open many connections, each
+    /// under `namesPerConnection`: its players are counted together, by its Flatpak app id.
+    private var floodingApps: Set<String> = []
     /// Names not looked up for want of a free slot, in order, looked up as slots free (bounded): with a flood of
     /// names on the bus at start, a real player among them must still get its turn.
     private var deferred: [String] = []
@@ -196,12 +203,28 @@ final class MPRISWatcher {
         return true
     }
 
+    /// Whether the sandboxed app `app` has `namesPerConnection` players followed already (said once per app).
+    private func tooManyOfApp(_ app: String?, _ name: String) -> Bool {
+        guard let app, players.values.count(where: { $0.app == app }) >= Self.namesPerConnection else { return false }
+        if floodingApps.count < 64, floodingApps.insert(app).inserted {
+            logger.notice(
+                "MPRIS: the sandboxed app \(app) has \(Self.namesPerConnection) players followed; its others (\(name) first) are not"
+            )
+        }
+        return true
+    }
+
     private func lookUp(_ name: String, unique: String) {
         // Each answer is for the look-up of this owner only: after a change of owner, the old one's answers are
         // dropped rather than ending or completing the new look-up.
         busCall("GetConnectionUnixProcessID", [.string(unique)]) { [weak self] r in
             guard let self, self.lookups.isCurrent(name, unique) else { return }
             guard let pid = r?.arguments.first?.uint32Value else {
+                self.lookups.failed(name, unique)
+                return self.lookUpDeferred()
+            }
+            let app = ProcessTable.flatpakApp(of: pid)?.id
+            if self.tooManyOfApp(app, name) {
                 self.lookups.failed(name, unique)
                 return self.lookUpDeferred()
             }
@@ -214,7 +237,9 @@ final class MPRISWatcher {
                     self.logger.debug("MPRIS alias ignored", metadata: ["name": "\(name)", "player": "\(other.name)"])
                     return
                 }
-                self.players[name] = Player(name: name, unique: unique, pid: pid)
+                // Look-ups of one app run side by side: counted again as each ends.
+                if self.tooManyOfApp(app, name) { return }
+                self.players[name] = Player(name: name, unique: unique, pid: pid, app: app)
                 self.byUnique[unique] = name
                 self.logger.info(
                     "MPRIS player", metadata: ["name": "\(name)", "pid": "\(pid)", "status": "\(status.rawValue)"])

@@ -198,6 +198,53 @@ struct MediaPlayerTests {
         #expect(waitFor(10) { status(server, b) == "Paused" }, "the call did not pause mpv started after the flood")
     }
 
+    @Test("one sandboxed app's player names on many connections: at most 4 of its players are followed")
+    func mprisNamesOfOneAppOnManyConnections() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        let bus = try BusClient(address: address, recordSignals: false)
+        defer { bus.close() }
+        // Eight connections, one name each (under the bound per connection), all from one Flatpak-looking app.
+        var squatters: [Child] = []
+        defer { for c in squatters { c.kill() } }
+        for i in 0..<8 {
+            let name = "org.mpris.MediaPlayer2.org.example.Squat.instance\(i)"
+            let wrap = try flatpakSandbox(server, flatpakApp: "org.example.Squat", instance: "\(i + 1)")
+            squatters.append(
+                try server.spawn(
+                    wrap + [
+                        "/usr/bin/python3", "-m", "dbusmock", "--session", "-m", name, "/org/mpris/MediaPlayer2", name,
+                    ],
+                    log: "squat\(i).log"))
+        }
+        let owned = {
+            (0..<8).filter { i in
+                if case .success(let r) = bus.callBus(
+                    "NameHasOwner", [.string("org.mpris.MediaPlayer2.org.example.Squat.instance\(i)")]),
+                    r.first == .bool(true)
+                {
+                    return true
+                }
+                return false
+            }.count
+        }
+        #expect(waitFor(20) { owned() == 8 }, "the sandboxed names were not all owned: \(owned())")
+        let log = { server.file("audiod.log") }
+        #expect(
+            waitFor(15) { log().contains("the sandboxed app org.example.Squat has 4 players followed") },
+            "no line about the app's players: \(log().suffix(1500))")
+        // Every look-up has ended (each player's Get fails five times, 200 ms apart).
+        usleep(3_000_000)
+        let followed = log().split(separator: "\n").filter {
+            $0.contains("MPRIS player") && $0.contains("org.example.Squat") && !$0.contains("not followed")
+                && !$0.contains("dropped")
+        }
+        #expect(followed.count == 4, "\(followed.count) of the app's 8 players followed: \(followed)")
+    }
+
     @Test("headphones unplugged: the player is paused, not moved to the speakers")
     func headphonesUnplugged() throws {
         let server = try TestServer(.pulseaudio)
