@@ -648,7 +648,10 @@ public struct RestoreLedger {
     /// audiod's.
     private func putBack(_ sources: [Journal.Leak], into entry: Entry, because: String) -> Repair {
         var r = Repair(key: entry.key, muted: entry.muted, volume: entry.volume, because: because)
-        if entry.muted, sources.contains(where: \.unmute) { r.muted = false }
+        // A key whose last change of the user's was a mute holds the user's mute, whatever audiod muted since (random
+        // test, seed 281009 on PulseAudio: the user muted a game stream; audiod's later mute of a sibling was
+        // repaired to unmuted, and the role's next game stream started without the user's mute).
+        if entry.muted, userMuteByKey[entry.key] != true, sources.contains(where: \.unmute) { r.muted = false }
         if let (_, user) = policyVolume(sources, shown: entry.volume) { r.volume = user }
         return r
     }

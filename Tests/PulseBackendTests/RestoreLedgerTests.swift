@@ -615,6 +615,17 @@ struct RestoreLedgerTests {
         #expect(
             l.repair(after: a, RestoreLedger.Entry(key: Self.other, muted: true, volume: Self.full), now: 3 * Self.ms)
                 == nil)
+        // Seed 281009: the user muted a sibling of the key before audiod muted this one — the entry's mute is the
+        // user's, and stays.
+        var u = Self.ledger()
+        let (sibling, game) = (StreamID.playback(5), StreamID.playback(6))
+        _ = Self.appear(&u, sibling)
+        _ = Self.appear(&u, game)
+        _ = u.changed(sibling, byAudiod: false, userMuted: true, shownMuted: true, shownVolume: Self.full)
+        _ = u.update([(game, Self.muted(game))], muted: { _ in true }, now: 4 * Self.ms)
+        let kept = u.repair(
+            after: game, RestoreLedger.Entry(key: Self.key, muted: true, volume: Self.full), now: 5 * Self.ms)
+        #expect(kept?.muted == true, "the repair of audiod's mute took out the user's own mute of the key")
     }
 
     @Test func repairingRecordedLeaksForgetsKeysTheServerHasNoEntryFor() {
