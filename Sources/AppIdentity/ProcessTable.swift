@@ -64,10 +64,14 @@ public enum ProcessTable {
     }
 
     /// A small /proc file in one `read(2)`, without Foundation: these reads sit on the path of every new stream.
+    /// Never blocks: a file under a process's root (`.flatpak-info`) is the process's to make, and a FIFO there
+    /// must not hold the loop. Only a regular file (or a /proc file, which says so too) is read.
     static func read(_ path: String, limit: Int = 4096) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
         var buffer = [UInt8](repeating: 0, count: limit)
         var total = 0
         while total < limit {

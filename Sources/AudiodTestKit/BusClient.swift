@@ -235,39 +235,28 @@ public final class ScriptedPlayer: @unchecked Sendable {
     /// player's name) that sends far more than any player does.
     public func emitOversizedChange(bytes: Int) {
         let status = state.withLock { $0.status }
-        let c = connection
-        loop.sync {
-            guard let c = c?.value,
-                let s = DBusMessage.signal(
-                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
-                    member: "PropertiesChanged")
-            else { return }
-            s.append([
-                .string("org.mpris.MediaPlayer2.Player"),
-                .properties([
-                    ("Metadata", .properties([("xesam:comment", .strings([String(repeating: "x", count: bytes)]))])),
-                    ("PlaybackStatus", .string(status)),
-                ]),
-                .strings([]),
-            ])
-            _ = c.send(s)
-        }
+        emitChange([
+            ("Metadata", .properties([("xesam:comment", .strings([String(repeating: "x", count: bytes)]))])),
+            ("PlaybackStatus", .string(status)),
+        ])
     }
 
-    private func emitStatus(_ status: String) {
+    private func emitStatus(_ status: String) { emitChange([("PlaybackStatus", .string(status))]) }
+
+    /// `PropertiesChanged` of the player interface with these properties.
+    private func emitChange(_ properties: [(String, DBusValue)]) {
         let c = connection
-        loop.sync {
-            guard let c = c?.value,
-                let s = DBusMessage.signal(
-                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
-                    member: "PropertiesChanged")
-            else { return }
-            s.append([
-                .string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(status))]),
-                .strings([]),
-            ])
-            _ = c.send(s)
-        }
+        loop.sync { c.map { Self.send(properties, on: $0.value) } }
+    }
+
+    private static func send(_ properties: [(String, DBusValue)], on c: DBusConnection) {
+        guard
+            let s = DBusMessage.signal(
+                path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
+                member: "PropertiesChanged")
+        else { return }
+        s.append([.string("org.mpris.MediaPlayer2.Player"), .properties(properties), .strings([])])
+        _ = c.send(s)
     }
 
     private func handle(_ m: DBusMessage, _ c: DBusConnection) {
@@ -281,17 +270,7 @@ public final class ScriptedPlayer: @unchecked Sendable {
                 }
                 return (s.status, s.getAnswer, s.announceOnGet)
             }
-            if let announce,
-                let s = DBusMessage.signal(
-                    path: "/org/mpris/MediaPlayer2", interface: "org.freedesktop.DBus.Properties",
-                    member: "PropertiesChanged")
-            {
-                s.append([
-                    .string("org.mpris.MediaPlayer2.Player"), .properties([("PlaybackStatus", .string(announce))]),
-                    .strings([]),
-                ])
-                _ = c.send(s)
-            }
+            if let announce { Self.send([("PlaybackStatus", .string(announce))], on: c) }
             guard let r = m.makeReturn() else { return }
             r.append([.variant(.string(answer ?? status))])
             _ = c.send(r)

@@ -202,6 +202,21 @@ public final class DBusMessage {
         }
     }
 
+    /// The string inside the variant that is the message's first argument, read alone (nil: not a variant holding a
+    /// string).
+    public func peekVariantString() -> String? {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iter) != 0, dbus_message_iter_get_arg_type(&iter) == TypeCode.variant else {
+            return nil
+        }
+        var sub = DBusMessageIter()
+        dbus_message_iter_recurse(&iter, &sub)
+        guard dbus_message_iter_get_arg_type(&sub) == TypeCode.string else { return nil }
+        var p: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&sub, &p)
+        return p.map { String(cString: $0) }
+    }
+
     /// What `peekDictionaryEntry` found.
     public enum DictionaryPeek: Equatable {
         /// The entry's value (nil: no such entry, or the value did not decode).

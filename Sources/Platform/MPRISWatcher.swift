@@ -149,8 +149,10 @@ final class MPRISWatcher {
     /// A followed player (or one being looked up) sent a `PropertiesChanged` larger than the bound: it is no longer
     /// followed, nor is any other name of its connection; its streams are arbitrated as any app's.
     private func tooLarge(_ unique: String, bytes: Int, entries: Int) {
-        guard oversized.count < 1_024, oversized.insert(unique).inserted else { return }
         let names = players.values.filter { $0.unique == unique }.map(\.name) + lookups.names(ownedBy: unique)
+        defer { for name in Set(names) { vanished(name) } }
+        // Remembered (and said) for at most 1,024 connections; each is dropped whatever the count.
+        guard oversized.count < 1_024, oversized.insert(unique).inserted else { return }
         logger.warning(
             "MPRIS player dropped: its PropertiesChanged is larger than audiod reads",
             metadata: [
@@ -158,7 +160,6 @@ final class MPRISWatcher {
                 "bytes": "\(bytes)", "entries": "\(entries)",
                 "limit": "\(Self.maximumChangeBytes) bytes, \(Self.maximumChangeEntries) entries",
             ])
-        for name in Set(names) { vanished(name) }
     }
 
     /// `owner`: the unique name, when NameOwnerChanged said it (then signals are followed from this moment on).
@@ -203,9 +204,14 @@ final class MPRISWatcher {
         return true
     }
 
-    /// Whether the sandboxed app `app` has `namesPerConnection` players followed already (said once per app).
-    private func tooManyOfApp(_ app: String?, _ name: String) -> Bool {
-        guard let app, players.values.count(where: { $0.app == app }) >= Self.namesPerConnection else { return false }
+    /// Whether the sandboxed app `app` has `namesPerConnection` players followed already — or followed and being
+    /// looked up, `countingLookUps` (said once per app).
+    private func tooManyOfApp(_ app: String?, _ name: String, countingLookUps: Bool = false) -> Bool {
+        guard let app else { return false }
+        let held =
+            players.values.count(where: { $0.app == app })
+            + (countingLookUps ? lookups.owned(byApp: app, besides: name) : 0)
+        guard held >= Self.namesPerConnection else { return false }
         if floodingApps.count < 64, floodingApps.insert(app).inserted {
             logger.notice(
                 "MPRIS: the sandboxed app \(app) has \(Self.namesPerConnection) players followed; its others (\(name) first) are not"
@@ -224,10 +230,11 @@ final class MPRISWatcher {
                 return self.lookUpDeferred()
             }
             let app = ProcessTable.flatpakApp(of: pid)?.id
-            if self.tooManyOfApp(app, name) {
+            if self.tooManyOfApp(app, name, countingLookUps: true) {
                 self.lookups.failed(name, unique)
                 return self.lookUpDeferred()
             }
+            if let app { self.lookups.owner(of: name, isOf: app) }
             self.readStatus(name, unique: unique, attemptsLeft: 5) { [weak self] read in
                 guard let self else { return }
                 defer { self.lookUpDeferred() }
@@ -280,7 +287,11 @@ final class MPRISWatcher {
             [.string(Self.playerInterface), .string("PlaybackStatus")]
         ) {
             [weak self] r in
-            if case .variant(.string(let s))? = r?.arguments.first, let status = PlaybackStatus(rawValue: s) {
+            // Only a reply of one variant holding a string is read, and only that string: a player may answer with
+            // anything, of any size.
+            if let r, r.kind == .methodReturn, r.signature == "v", let s = r.peekVariantString(),
+                let status = PlaybackStatus(rawValue: s)
+            {
                 return done(status)
             }
             guard let self, attemptsLeft > 1, r?.kind == .error else { return done(nil) }

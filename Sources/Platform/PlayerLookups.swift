@@ -10,6 +10,8 @@ struct PlayerLookups {
     private struct Lookup {
         var unique: String?
         var signalled: PlaybackStatus?
+        /// The Flatpak app id of its owner's process, once its pid is known.
+        var app: String?
     }
     private var pending: [String: Lookup] = [:]
 
@@ -19,6 +21,14 @@ struct PlayerLookups {
     func follows(_ unique: String) -> Bool { pending.values.contains { $0.unique == unique } }
     /// How many names of the connection `unique` are being looked up.
     func owned(by unique: String) -> Int { pending.values.count { $0.unique == unique } }
+
+    /// How many look-ups go on for names of the sandboxed app `app`, besides `name`'s.
+    func owned(byApp app: String, besides name: String) -> Int {
+        pending.count { $0.key != name && $0.value.app == app }
+    }
+
+    /// The owner of `name`'s look-up is a process of the sandboxed app `app`.
+    mutating func owner(of name: String, isOf app: String) { pending[name]?.app = app }
 
     /// A look-up starts; `owner` when NameOwnerChanged said it, nil when GetNameOwner must ask.
     mutating func begin(_ name: String, owner: String?) { pending[name] = Lookup(unique: owner) }

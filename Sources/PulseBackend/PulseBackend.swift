@@ -215,6 +215,12 @@ public final class PulseBackend {
     public func stop() {
         loop.assertOnLoop()
         saveUserValues()
+        // A rescan that has not begun waits for no one now; the watch is left as it was before it.
+        if let r = desktopRescan {
+            r.cancel()
+            desktopRescan = nil
+            desktopWatch?.update(.input)
+        }
         session.stop()
         reconnectTimer?.cancel()
         reconnectTimer = nil
@@ -506,7 +512,7 @@ public final class PulseBackend {
         let loop = self.loop
         let me = loop.bind(self)
         let queue = desktopQueue
-        desktopRescan = loop.timer(afterNanoseconds: Self.desktopDebounceNanoseconds) {
+        let rescan = loop.timer(afterNanoseconds: Self.desktopDebounceNanoseconds) {
             queue.async {
                 let changed = box.index.refresh()
                 let snapshot = changed ? box.index.snapshot : nil
@@ -518,6 +524,9 @@ public final class PulseBackend {
                 }
             }
         }
+        // Without a timer (no descriptor left for one), the watch is not left resting: events read later still count.
+        guard let rescan else { return desktopWatch?.update(.input) ?? () }
+        desktopRescan = rescan
     }
 
     /// The desktop entries changed (or arrived): every running app is identified again.
@@ -889,10 +898,12 @@ public final class PulseBackend {
         saveWait = t
     }
 
-    /// The server has saved: the journal's `U` lines go (a clean stop leaves no journal behind).
+    /// The server has saved: the journal's `U` lines go, and a journal that describes nothing else goes with them
+    /// (a clean stop leaves none behind, even when a `u` line was appended to it meanwhile).
     private func forgetPendingSaves() {
-        guard !pendingSavesWritten.isEmpty else { return }
         pendingSavesWritten.removeAll()
+        pendingSavesTimer?.cancel()
+        pendingSavesTimer = nil
         journaling { log, cookie in
             var j = session.journal(cookie: cookie)
             j.unsaved = [:]
