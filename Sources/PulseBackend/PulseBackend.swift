@@ -87,6 +87,9 @@ public final class PulseBackend {
     private var desktopWatch: IOWatch?
     private var desktopIndex: IndexBox?
     private var desktopRescan: LoopTimer?
+    /// At start, the first reports wait for the desktop entries this long at most (a hung mount decides nothing).
+    private var desktopWait: LoopTimer?
+    static let desktopWaitNanoseconds: UInt64 = 2_000_000_000
     private let desktopQueue = DispatchQueue(label: "audiod.desktop-entries", qos: .utility)
     /// A burst of changes (a package installing hundreds of entries) is read once, this long after its first event.
     static let desktopDebounceNanoseconds: UInt64 = 100_000_000
@@ -234,6 +237,8 @@ public final class PulseBackend {
         // A repair in progress ends with the connection; a client index of this server run means nothing in the next.
         probeTimer?.cancel()
         probeTimer = nil
+        desktopWait?.cancel()
+        desktopWait = nil
         for p in probes { p.close() }
         probes.removeAll()
         server = nil
@@ -265,9 +270,22 @@ public final class PulseBackend {
 
     private func ready() {
         guard let c = context else { return }
+        // At start the first reports also wait for the desktop entries, at most 2 s: a game launched from its entry
+        // and judged before they arrive plays beside a video until they do. Without a timer to bound it, no wait.
+        desktopWait?.cancel()
+        desktopWait = nil
+        if loadingDesktopEntries && desktopIndex == nil {
+            desktopWait = loop.timer(afterNanoseconds: Self.desktopWaitNanoseconds) { [weak self] in
+                guard let self else { return }
+                self.desktopWait = nil
+                self.logger.warning(
+                    "the desktop entries are still being read after 2 s; deciding without them until they arrive")
+                self.enumerated(.desktopEntries)
+            }
+        }
         // Subscribe first, then read everything: an event that arrives meanwhile triggers a read whose sequence
         // number orders it against the lists.
-        let listSeq = session.connected()
+        let listSeq = session.connected(awaitingDesktopEntries: desktopWait != nil)
         c.subscribe { [weak self] ok in
             if !ok { self?.logger.warning("subscription refused by the sound server") }
             self?.enumerated(.subscription)
@@ -483,9 +501,13 @@ public final class PulseBackend {
         let dirs = DesktopEntryIndex.applicationDirectories(environment: env)
         // The tests' stand-in for a hung mount: every rescan waits this long (at most a minute).
         let delay = env["AUDIOD_TEST_DESKTOP_SCAN_DELAY_MS"].flatMap { UInt64($0) }.map { min($0, 60_000) } ?? 0
+        // And for a first read slowed by a loaded machine (`AUDIOD_TEST_DESKTOP_FIRST_READ_DELAY_MS`).
+        let firstDelay =
+            env["AUDIOD_TEST_DESKTOP_FIRST_READ_DELAY_MS"].flatMap { UInt64($0) }.map { min($0, 60_000) } ?? 0
         let loop = self.loop
         let me = loop.bind(self)
         desktopQueue.async {
+            if firstDelay > 0 { usleep(useconds_t(firstDelay * 1000)) }
             let box = IndexBox(DesktopEntryIndex(directories: dirs))
             box.index.rescanDelayNanoseconds = delay * 1_000_000
             let snapshot = box.index.snapshot
@@ -502,6 +524,11 @@ public final class PulseBackend {
             desktopWatch = loop.watch(fd: fd, events: .input) { [weak self] _ in self?.desktopChanged() }
         }
         rejudgeApps(snapshot)
+        if let w = desktopWait {
+            w.cancel()
+            desktopWait = nil
+            enumerated(.desktopEntries)
+        }
     }
 
     /// inotify has events: the watch rests (the descriptor stays readable until the index reads it) and, a moment

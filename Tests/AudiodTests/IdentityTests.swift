@@ -188,9 +188,63 @@ struct DesktopIdentityTests {
         #expect(took < 2.5, "the game was silenced \(took) s after the video started: the 5 s rescan held the decision")
         // The rescan ends and is taken in.
         #expect(
-            waitFor(15) { server.file("audiod.log").contains("desktop entries now") },
+            // The first read logs it once; the rescan a second time.
+            waitFor(15) { server.file("audiod.log").components(separatedBy: "desktop entries now").count >= 3 },
             "the rescan never landed: \(server.file("audiod.log").suffix(800))")
         print("identity: a video silenced a game \(Int(took * 1000)) ms after it started, during a 5 s rescan")
+    }
+
+    @Test(
+        "a menu game already beside a video when audiod starts is a game from audiod's first decision, even when the entries are slow to read",
+        arguments: ServerKind.tested)
+    func slowFirstRead(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let tone = try players.tone(server)
+        let entry = try desktopEntry(
+            server, id: "org.example.BusyGame", categories: "Game;",
+            exec: "ffplay -nodisp -loglevel quiet -loop 0 \(tone)")
+        // Both play before audiod starts, as after a login or a restart.
+        let gamePID = try launchFFplay(server, entry)
+        defer { _ = kill(pid_t(gamePID), SIGKILL) }
+        let (mpv, _) = try players.mpv(server)
+        // A loaded machine: reading the entries takes 1.5 s (seed 2 of the random test, nine runs on two cores).
+        let d = try Daemon.start(server, environment: ["AUDIOD_TEST_DESKTOP_FIRST_READ_DELAY_MS": "1500"])
+        defer { d.stop() }
+        // Every answer that lists the game names it a game: none judges it a player that mixes beside the video.
+        var seen: [String] = []
+        let settled = waitFor(15) {
+            guard let (session, _) = identity(d, streamOf: gamePID), let c = category(d, session) else { return false }
+            seen.append(c)
+            return c == "ambient" && !sounds(server, pid: pid_t(gamePID))
+        }
+        #expect(settled, "the game was never silenced beside the video: \(server.file("audiod.log").suffix(1500))")
+        #expect(seen.allSatisfy { $0 == "ambient" }, "audiod judged the game before its entry was read: \(seen)")
+        #expect(sounds(server, pid: mpv.pid), "the video was cut off")
+        print("identity: \(seen.count) answer(s) while audiod started with a 1.5 s read of the entries: \(Set(seen))")
+    }
+
+    @Test(
+        "a first read of the entries that hangs (a slow mount) holds audiod's first decisions 2 s at most",
+        arguments: [ServerKind.pulseaudio])
+    func hungFirstRead(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let game = try playback(server, name: "game", role: "game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        let started = Date()
+        let d = try Daemon.start(server, environment: ["AUDIOD_TEST_DESKTOP_FIRST_READ_DELAY_MS": "8000"])
+        defer { d.stop() }
+        let video = try playback(server, name: "video", role: "video")
+        _ = video
+        #expect(
+            waitFor(10) { !sounds(server, pid: game.pid) },
+            "the game was not silenced: \(server.file("audiod.log").suffix(1500))")
+        let took = Date().timeIntervalSince(started)
+        #expect(took < 5, "the game was silenced \(took) s after audiod started: the 8 s read held the decision")
+        #expect(server.file("audiod.log").contains("deciding without them"))
+        #expect(!server.file("audiod.log").contains("desktop entries read"), "the slow read was not slow")
+        print("identity: with an 8 s first read, a video silenced a game \(Int(took * 1000)) ms after audiod started")
     }
 
     @Test("a program registered with the real gamemoded is a game", arguments: ServerKind.tested)
