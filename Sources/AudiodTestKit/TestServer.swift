@@ -83,6 +83,8 @@ public struct TestKitError: Error, CustomStringConvertible {
 public final class TestServer: @unchecked Sendable {
     public let kind: ServerKind
     public let directory: String
+    /// `stop()` leaves the directory, for a person to read its logs.
+    public var keepDirectory = false
     /// The environment for every process of this test run (bus, runtime and state directories, server address).
     public let environment: [String: String]
     /// `unix:<dir>/pulse/native`.
@@ -335,8 +337,9 @@ public final class TestServer: @unchecked Sendable {
             _ = Self.killAndReap(busPID)
             busPID = 0
         }
-        // `AUDIOD_TEST_KEEP=1` keeps the run's directory (its logs) to look into a failure.
-        if ProcessInfo.processInfo.environment["AUDIOD_TEST_KEEP"] == nil {
+        // `AUDIOD_TEST_KEEP=1` keeps the run's directory (its logs) to look into a failure; `keepDirectory` keeps
+        // this one (a long random run keeps only its failing sequences').
+        if ProcessInfo.processInfo.environment["AUDIOD_TEST_KEEP"] == nil && !keepDirectory {
             try? FileManager.default.removeItem(atPath: directory)
         }
     }

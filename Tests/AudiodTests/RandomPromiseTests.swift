@@ -201,13 +201,15 @@ final class PromiseRun {
             watcher.settle()
             let v = violations() + heardDuringStep(before, step: lastKind)
             if !v.isEmpty {
-                return (
-                    i + 1,
+                // A failure that does not come back on replay is read from these logs (seed 826454).
+                server.keepDirectory = true
+                let report =
                     "promises broken on \(kind), seed \(seed) (replay: AUDIOD_PROMISE_SEEDS=\(seed) AUDIOD_PROMISE_STEPS=\(i + 1)); "
-                        + "the failing prefix, \(i + 1) step(s):\n  "
-                        + log.enumerated().map { "\($0.offset + 1). \($0.element)" }.joined(separator: "\n  ")
-                        + "\nviolated:\n  " + v.joined(separator: "\n  ")
-                )
+                    + "logs kept in \(server.directory); the failing prefix, \(i + 1) step(s):\n  "
+                    + log.enumerated().map { "\($0.offset + 1). \($0.element)" }.joined(separator: "\n  ")
+                    + "\nviolated:\n  " + v.joined(separator: "\n  ")
+                print(report)
+                return (i + 1, report)
             }
         }
         return (stepCount, nil)
