@@ -327,6 +327,73 @@ struct DesktopIdentityTests {
     }
 
     @Test(
+        "a GameMode that registers PID 1 (a stand-in owning GameMode's name: the real one refuses it) makes no app a game; its registered game still is one",
+        arguments: ServerKind.tested)
+    func gameModeRegistersPidOne(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let address = try #require(server.environment["DBUS_SESSION_BUS_ADDRESS"])
+        let name = "com.feralinteractive.GameMode"
+        let path = "/com/feralinteractive/GameMode"
+        // python3-dbusmock speaking GameMode's interface, as gamemoded with PID 1 among its games would: ListGames
+        // names it when audiod first asks, and GameRegistered announces it again later.
+        let gameMode = try PlatformCallTests().mock(server, name: name, path: path, address: address, system: false)
+        defer { gameMode.stop() }
+        gameMode.call(
+            path, "org.freedesktop.DBus.Mock", "AddMethod",
+            [
+                .string(name), .string("ListGames"), .string(""), .string("a(io)"),
+                .string("ret = [(dbus.Int32(1), dbus.ObjectPath('/com/feralinteractive/GameMode/Games/1'))]"),
+            ])
+        let announce = { (member: String, pid: Int32) in
+            gameMode.call(
+                path, "org.freedesktop.DBus.Mock", "EmitSignal",
+                [
+                    .string(name), .string(member), .string("io"),
+                    .array(
+                        element: "v",
+                        [.variant(.int32(pid)), .variant(.objectPath("/com/feralinteractive/GameMode/Games/\(pid)"))]),
+                ])
+        }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(
+            waitFor(10) {
+                server.file("audiod.log").contains("GameMode registered pid 1, which is PID 1, the init system")
+            }, "no refusal line: \(server.file("audiod.log").suffix(1500))")
+        // Every process descends from PID 1: believed, the registration would make each of these a game. (Where
+        // /proc/1/exe cannot be read, as for any user on most systems, the registration would cover PID 1 alone, as
+        // a launcher's does; the refusal does not rest on that.)
+        let music = try playback(server, name: "music-app", role: "music")
+        let plain = try playback(server, name: "plain-app")
+        announce("GameRegistered", 1)
+        for app in [music, plain] {
+            _ = try server.waitForPlaybackStream(pid: app.pid)
+            let (found, known) = waitForApp(d, pid: UInt32(app.pid), until: { category(d, $0.session) != nil })
+            #expect(known)
+            let reason = found?.identity["category-reason"]?.stringValue ?? ""
+            #expect(found.map { category(d, $0.session) } == "playback", "pid \(app.pid) became a game: \(reason)")
+            #expect(!reason.contains("GameMode"), "\(reason)")
+        }
+        #expect(
+            server.file("audiod.log").components(separatedBy: "GameMode registered pid 1,").count == 2,
+            "the refusal of the same pid is logged once")
+        // A game the stand-in registers is still one, and is one no more once unregistered.
+        let game = try playback(server, name: "plain-game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        announce("GameRegistered", game.pid)
+        let (g, isGame) = waitForApp(d, pid: UInt32(game.pid), until: { category(d, $0.session) == "ambient" })
+        #expect(isGame, "the registered game is not one: \(String(describing: g?.identity))")
+        #expect(g?.identity["category-reason"]?.stringValue?.contains("GameMode (pid \(game.pid))") == true)
+        // Secondary audio beside the music, which plays on (the registration covers the game's own app only).
+        #expect(waitFor(10) { !sounds(server, pid: game.pid) }, "the registered game plays beside the music")
+        #expect(sounds(server, pid: music.pid), "the music was silenced")
+        announce("GameUnregistered", game.pid)
+        let (_, back) = waitForApp(d, pid: UInt32(game.pid), until: { category(d, $0.session) == "playback" })
+        #expect(back, "still a game after GameMode unregistered it")
+    }
+
+    @Test(
         "a GStreamer call (pulsesrc ! pulsesink on a microphone) pauses mpv, which plays again when the call ends",
         arguments: ServerKind.tested)
     func untaggedCall(kind: ServerKind) throws {
