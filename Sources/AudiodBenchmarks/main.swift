@@ -8,14 +8,15 @@
 // prints where an activation's and a phone stream's time goes), BENCH_DUMP=1 (every round of the activation rows,
 // to see where a p99 comes from), BENCH_CHURN (streams per churn row), BENCH_CHURN_RATES (default 100,500,1000,5000),
 // BENCH_CHURN_TOTAL (streams for the memory check), BENCH_CHURN_CONNECTIONS=1 (on PulseAudio too, a connection per
-// churned stream), BENCH_ONLY=memory,activation,phone,ring,sleep,overlap,churn,calls,identity (only these parts;
+// churned stream), BENCH_ONLY=memory,activation,phone,ring,sleep,overlap,clicks,churn,calls,identity (only these parts;
 // start-up always), BENCH_OVERLAP_DEBUG=1 (per overlap round: what the recording held), BENCH_OVERLAP_DUMP=PATH (and
 // each round's samples, raw s16le mono, in PATH.1, PATH.2, …), BENCH_OVERLAP_TRACE=1 (per overlap round: the
 // trigger, the new sound's first window and the old one's end, on the clock of audiod's trace; with BENCH_LOG the
 // overlap part's audiod log is kept as $TMPDIR/audiod-bench-KIND-overlap.log to lay beside them), BENCH_NICE_LEVEL=0
 // (audiod's `nice-level`: 0 runs it as started, for the figures before its loop asked for the sound server's -11),
 // BENCH_OVERLAP_ROWS=activation,phone,pip,silent,ring (only these transitions of the overlap part),
-// BENCH_OVERLAP_ROUNDS (rounds per overlap row; default 100).
+// BENCH_OVERLAP_ROUNDS (rounds per overlap row; default 100), BENCH_CLICK_ROUNDS (rounds per transition of the clicks
+// part; default a tenth of the iterations, 3 to 12).
 
 import AudioPolicy
 import AudiodCore
@@ -63,6 +64,8 @@ struct Results {
     var sleep: [SleepRound] = []
     /// Two sounds that must not mix, as the sink's monitor records them.
     var overlap: OverlapResults?
+    /// What each kind of policy change sounds like (a click, or a fade).
+    var clicks: ClickResults?
     var callsPerSecond = 0.0, pingsPerSecond = 0.0
     /// audiod's CPU time per call, in µs.
     var setActiveCPUus = 0.0, pingCPUus = 0.0
@@ -403,6 +406,14 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         r.overlap = try overlaps(kind, rounds: rounds)
     }
 
+    // What a policy change sounds like (its own server and audiod).
+    if wants("clicks") {
+        let rounds =
+            ProcessInfo.processInfo.environment["BENCH_CLICK_ROUNDS"].flatMap { Int($0) }
+            ?? max(3, min(iterations / 10, 12))
+        r.clicks = try clicks(kind, rounds: rounds)
+    }
+
     // Churn: game-role streams come and go with silent mode on, so each new one is a decision (a mute).
     if wants("churn") {
         try expectSuccess(
@@ -682,6 +693,9 @@ if all.contains(where: { $0.1.overlap != nil }) {
                 + "a tone muted before the other starts \(dms(dpercentile(o.mutedFirst, 0.99))) p99; at the edges: together \(dms(dpercentile(o.togetherEdge, 0.5))) p50, "
                 + "muted first \(dms(dpercentile(o.mutedFirstEdge, 0.99))) p99 (negative: a gap)")
     }
+}
+if all.contains(where: { $0.1.clicks != nil }) {
+    printClicks(all.compactMap { k, r in r.clicks.map { (k, $0) } })
 }
 print("\n### Calls, memory, idle\n")
 print(
