@@ -23,7 +23,7 @@ struct ClickRow {
     var transition: String
     var by: String
     var measures: [ClickMeasure] = []
-    /// Rounds in which the tone's level did not change by 6 dB or more.
+    /// Rounds the method could not read: the level did not change by 6 dB, or no change was found in the recording.
     var missed = 0
 }
 
@@ -49,7 +49,7 @@ func measureChange(_ x: [Int16], rate: Double) -> ClickMeasure? {
         let hi = min(x.count, lo + period)
         return ((sums[hi] - sums[lo]) / Double(hi - lo) * 2).squareRoot()
     }
-    func median(_ xs: [Double]) -> Double { xs.isEmpty ? 0 : xs.sorted()[xs.count / 2] }
+    func median(_ xs: [Double]) -> Double { dpercentile(xs, 0.5) ?? 0 }
     let hop = max(1, period / 20)
     let before = median(stride(from: period, to: steady, by: hop).map(envelope))
     let after = median(stride(from: x.count - steady, to: x.count - period, by: hop).map(envelope))
@@ -62,13 +62,11 @@ func measureChange(_ x: [Int16], rate: Double) -> ClickMeasure? {
             (envelope($0) - half) * (before - after) <= 0
         })
     else { return nil }
-    // The tone itself, fitted over steady play on the louder side (20 ms clear of the change): the gain at each
-    // sample is the recording over it, wherever the tone is far enough from zero to divide by.
+    // The tone itself, fitted over the steady play at the louder end (the same stretch the level was read from, so
+    // a long fade does not leak into it): the gain at each sample is the recording over it, wherever the tone is far
+    // enough from zero to divide by.
     let w = 2 * Double.pi * clickTone / rate
-    let fit =
-        before >= after
-        ? max(0, coarse - 2 * period - steady)..<max(0, coarse - 2 * period)
-        : min(x.count, coarse + 2 * period)..<min(x.count, coarse + 2 * period + steady)
+    let fit = before >= after ? period..<steady : (x.count - steady)..<(x.count - period)
     let whole = fit.lowerBound..<(fit.lowerBound + (fit.count / period) * period)
     guard whole.count >= 4 * period else { return nil }
     var a = 0.0
@@ -117,8 +115,7 @@ func measureChange(_ x: [Int16], rate: Double) -> ClickMeasure? {
     let firstHigh = Int((1000 * Double(n) / rate).rounded(.up))
     let cosines = (0..<n).map { cos(2 * Double.pi * Double($0) / Double(n)) }
     let sines = (0..<n).map { sin(2 * Double.pi * Double($0) / Double(n)) }
-    func spectrum(at centre: Int) -> (high: Double, all: Double)? {
-        let lo = centre - n / 2
+    func spectrum(from lo: Int) -> (high: Double, all: Double)? {
         guard lo >= 0, lo + n <= x.count else { return nil }
         var high = 0.0
         var all = 0.0
@@ -139,13 +136,14 @@ func measureChange(_ x: [Int16], rate: Double) -> ClickMeasure? {
         }
         return (high, all)
     }
-    let steadyCentre =
-        before >= after ? max(n / 2, fit.lowerBound + n / 2) : min(x.count - n / 2, fit.upperBound - n / 2)
-    guard let reference = spectrum(at: steadyCentre), reference.all > 0 else { return nil }
-    var worst = 0.0
+    guard let reference = spectrum(from: before >= after ? fit.lowerBound : fit.upperBound - n), reference.all > 0
+    else { return nil }
+    var worst: Double?
     for c in stride(from: t10, through: max(t10, t90), by: max(1, Int(rate * 0.005))) {
-        if let s = spectrum(at: c) { worst = max(worst, s.high) }
+        if let s = spectrum(from: c - n / 2) { worst = max(worst ?? 0, s.high) }
     }
+    // No window fits around the change: nothing measured, rather than a clean figure.
+    guard let worst else { return nil }
     let splatterDb = 10 * log10(max(worst, 1e-3) / reference.all)
 
     // The second difference: its peak within the change (20 ms either side) over its peak in steady play.
@@ -184,11 +182,7 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
     var out = ClickResults()
     let server = try TestServer(kind)
     defer { server.stop() }
-    let sinks = try server.pactl(["list", "short", "sinks"])
-    guard let line = sinks.split(separator: "\n").first(where: { $0.contains("null") }),
-        let hz = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).first(where: { $0.hasSuffix("Hz") }),
-        let rate = UInt32(hz.dropLast(2))
-    else { throw BenchFailure("no rate for the null sink in: \(sinks)") }
+    let rate = try nullSinkRate(server)
     out.rate = rate
     let r = Double(rate)
 
@@ -206,11 +200,7 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         out.rows.append(row)
     }
 
-    let tone = "\(server.directory)/hum.raw"
-    _ = try server.run([
-        "sox", "-q", "-n", "-r", "\(rate)", "-e", "signed", "-b", "16", "-c", "1", "-t", "raw", tone, "synth", "600",
-        "sine", "\(Int(clickTone))", "vol", "\(clickAmplitude)",
-    ])
+    let tone = try rawTone(server, "hum", clickTone, rate: rate, seconds: 600, volume: clickAmplitude)
     func play(_ app: String, _ file: String, _ properties: [String] = []) throws -> (child: Child, index: UInt32) {
         let c = try server.spawn(
             ["pacat", "--playback", "--format=s16le", "--channels=1", "--rate=\(rate)", "--client-name=\(app)"]
@@ -237,13 +227,13 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         let hum = try play("hum-app", tone)
         defer { hum.child.kill() }
         usleep(useconds_t(pre * 1e6))
-        var row = ClickRow(transition: "`pactl` mute and unmute (a hard step)", by: "the method's check")
-        for i in 0..<(2 * rounds) {
-            try round(recorder, &row) {
-                _ = try server.pactl(["set-sink-input-mute", "\(hum.index)", i % 2 == 0 ? "1" : "0"])
-            }
+        var mute = ClickRow(transition: "`pactl` mute (a hard step)", by: "the method's check")
+        var unmute = ClickRow(transition: "`pactl` unmute (a hard step)", by: "the method's check")
+        for _ in 0..<rounds {
+            try round(recorder, &mute) { _ = try server.pactl(["set-sink-input-mute", "\(hum.index)", "1"]) }
+            try round(recorder, &unmute) { _ = try server.pactl(["set-sink-input-mute", "\(hum.index)", "0"]) }
         }
-        out.rows.append(row)
+        out.rows += [mute, unmute]
     }
 
     // audiod, with a rule that makes the hum a game's, and no linger.
@@ -263,12 +253,6 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         _ = audiod.wait(timeout: 10)
     }
     let holder = try server.spawn(["sleep", "86400"])
-    func silentMode(_ on: Bool) throws {
-        try expectSuccess(
-            bus.call(
-                API.managerPath, API.properties.name, "Set",
-                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
-    }
 
     // Silent mode over a game: silenced, and given back.
     do {
@@ -280,8 +264,8 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         var on = ClickRow(transition: "silent mode on over a game", by: "audiod")
         var off = ClickRow(transition: "silent mode off: the game given back", by: "audiod")
         for _ in 0..<rounds {
-            try round(recorder, &on) { try silentMode(true) }
-            try round(recorder, &off) { try silentMode(false) }
+            try round(recorder, &on) { try setSilentMode(bus, true) }
+            try round(recorder, &off) { try setSilentMode(bus, false) }
         }
         out.rows += [on, off]
     }
@@ -349,7 +333,7 @@ func printClicks(_ all: [(ServerKind, ClickResults)]) {
         for row in c.rows {
             let m = row.measures
             print(
-                "| \(kind) | \(row.transition) | \(row.by) | \(m.count)\(row.missed > 0 ? " (+\(row.missed) unchanged)" : "") "
+                "| \(kind) | \(row.transition) | \(row.by) | \(m.count)\(row.missed > 0 ? " (+\(row.missed) not measured)" : "") "
                     + "| \(db(dpercentile(m.map(\.splatterDb), 0.5))) | \(db(m.map(\.splatterDb).max())) "
                     + "| \(db(dpercentile(m.map(\.secondDifferenceDb), 0.5))) | \(db(m.map(\.secondDifferenceDb).max())) "
                     + "| \(dms(dpercentile(m.map(\.lengthMs), 0.5))) | \(dms(m.map(\.lengthMs).max())) "

@@ -30,8 +30,10 @@ final class Observer: @unchecked Sendable {
 
     init(server: String, logger: Logger) throws {
         loop = try MainLoop()
-        let b = loop.bind(
-            PulseBackend(loop: loop, options: .init(server: server, clientName: "observer"), logger: logger))
+        // An observer identifies no app: it reads no desktop entries (and never waits for them).
+        var options = PulseBackend.Options(server: server, clientName: "observer")
+        options.readsDesktopEntries = false
+        let b = loop.bind(PulseBackend(loop: loop, options: options, logger: logger))
         backend = b
         loop.start()
         loop.sync { [self] in

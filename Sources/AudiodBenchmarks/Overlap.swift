@@ -275,6 +275,36 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
         newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
 }
 
+/// The null sink's rate, as `pactl list short sinks` gives it.
+func nullSinkRate(_ server: TestServer) throws -> UInt32 {
+    let sinks = try server.pactl(["list", "short", "sinks"])
+    guard let line = sinks.split(separator: "\n").first(where: { $0.contains("null") }),
+        let hz = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).first(where: { $0.hasSuffix("Hz") }),
+        let rate = UInt32(hz.dropLast(2))
+    else { throw BenchFailure("no rate for the null sink in: \(sinks)") }
+    return rate
+}
+
+/// A sine of `frequency` at `volume` of full scale as a raw s16le mono file at `rate`, in the run's directory.
+func rawTone(
+    _ server: TestServer, _ name: String, _ frequency: Double, rate: UInt32, seconds: Double, volume: Double
+) throws -> String {
+    let path = "\(server.directory)/\(name).raw"
+    _ = try server.run([
+        "sox", "-q", "-n", "-r", "\(rate)", "-e", "signed", "-b", "16", "-c", "1", "-t", "raw", path, "synth",
+        "\(seconds)", "sine", "\(Int(frequency))", "vol", "\(volume)",
+    ])
+    return path
+}
+
+/// Silent mode, set through the manager's property as a settings panel would.
+func setSilentMode(_ bus: BusClient, _ on: Bool) throws {
+    try expectSuccess(
+        bus.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
+}
+
 /// Waits `ms` for what the server rendered up to now to reach the recording (a capture block or two, and margin).
 private func settle(ms: Double) {
     usleep(useconds_t(ms * 1000))
@@ -297,23 +327,14 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
                 toFile: "\(NSTemporaryDirectory())/audiod-bench-\(kind)-overlap.log", atomically: true, encoding: .utf8)
         }
     }
-    let sinks = try server.pactl(["list", "short", "sinks"])
-    guard let line = sinks.split(separator: "\n").first(where: { $0.contains("null") }),
-        let hz = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).first(where: { $0.hasSuffix("Hz") }),
-        let rate = UInt32(hz.dropLast(2))
-    else { throw BenchFailure("no rate for the null sink in: \(sinks)") }
+    let rate = try nullSinkRate(server)
     out.rate = rate
     let observer = try Observer(server: server.pulseServer, logger: logger)
     defer { observer.stop() }
 
     // The tones, as raw files at the sink's rate: every source is a pacat of its own, an app of its own to audiod.
     func toneFile(_ name: String, _ frequency: Double, seconds: Double) throws -> String {
-        let path = "\(server.directory)/\(name).raw"
-        _ = try server.run([
-            "sox", "-q", "-n", "-r", "\(rate)", "-e", "signed", "-b", "16", "-c", "1", "-t", "raw", path,
-            "synth", "\(seconds)", "sine", "\(Int(frequency))", "vol", "0.3",
-        ])
-        return path
+        try rawTone(server, name, frequency, rate: rate, seconds: seconds, volume: 0.3)
     }
     let oldLong = try toneFile("old", oldTone, seconds: 600)
     let newLong = try toneFile("new", newTone, seconds: 600)
@@ -558,22 +579,16 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
         try record { r in
             let game = try play("game-app", oldLong)
             defer { game.child.kill() }
-            func silentMode(_ on: Bool) throws {
-                try expectSuccess(
-                    bus.call(
-                        API.managerPath, API.properties.name, "Set",
-                        [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))]), "SilentMode")
-            }
             try each(
                 &silent, old: game.index, r: r, newSound: false,
                 trigger: {
                     let t = nowNs()
-                    try silentMode(true)
+                    try setSilentMode(bus, true)
                     return t
                 },
                 restore: {
                     usleep(burst)
-                    try silentMode(false)
+                    try setSilentMode(bus, false)
                 })
         }
         out.rows.append(silent)

@@ -240,10 +240,13 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     defer { observer.stop() }
     let floorLoop = try MainLoop()
     floorLoop.start()
+    let directOptions = {
+        var o = PulseBackend.Options(server: server.pulseServer, clientName: "direct")
+        o.readsDesktopEntries = false
+        return o
+    }()
     let direct = floorLoop.sync {
-        floorLoop.bind(
-            PulseBackend(
-                loop: floorLoop, options: .init(server: server.pulseServer, clientName: "direct"), logger: logger))
+        floorLoop.bind(PulseBackend(loop: floorLoop, options: directOptions, logger: logger))
     }
     // The direct client only touches streams it has read: the floor waits until it knows them all.
     let known = Mutex<Set<UInt32>>([])

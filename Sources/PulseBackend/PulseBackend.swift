@@ -87,7 +87,7 @@ public final class PulseBackend {
     private var desktopWatch: IOWatch?
     private var desktopIndex: IndexBox?
     private var desktopRescan: LoopTimer?
-    /// At start, the first reports wait for the desktop entries this long at most (a hung mount decides nothing).
+    /// At start, the first connection waits for the desktop entries this long at most (a hung mount holds nothing).
     private var desktopWait: LoopTimer?
     static let desktopWaitNanoseconds: UInt64 = 2_000_000_000
     private let desktopQueue = DispatchQueue(label: "audiod.desktop-entries", qos: .utility)
@@ -197,6 +197,22 @@ public final class PulseBackend {
         loop.assertOnLoop()
         session.restart()
         if options.readsDesktopEntries { loadDesktopEntries() }
+        // The first connection waits for the first read of the desktop entries, 2 s at most: a game launched from its
+        // menu entry and already playing beside a video would otherwise be judged an unknown app, mixing beside the
+        // video until the entries arrived (random seed 2 on a loaded machine). Without a timer to bound it, no wait.
+        desktopWait?.cancel()
+        desktopWait = nil
+        if loadingDesktopEntries && desktopIndex == nil {
+            desktopWait = loop.timer(afterNanoseconds: Self.desktopWaitNanoseconds) { [weak self] in
+                guard let self else { return }
+                self.desktopWait = nil
+                self.logger.warning(
+                    "the desktop entries are still being read after \(Self.desktopWaitNanoseconds / 1_000_000_000) s; connecting to the sound server without them until they arrive"
+                )
+                self.connect()
+            }
+            if desktopWait != nil { return }
+        }
         connect()
     }
 
@@ -218,6 +234,8 @@ public final class PulseBackend {
     public func stop() {
         loop.assertOnLoop()
         saveUserValues()
+        desktopWait?.cancel()
+        desktopWait = nil
         // A rescan that has not begun waits for no one now; the watch is left as it was before it.
         if let r = desktopRescan {
             r.cancel()
@@ -237,8 +255,6 @@ public final class PulseBackend {
         // A repair in progress ends with the connection; a client index of this server run means nothing in the next.
         probeTimer?.cancel()
         probeTimer = nil
-        desktopWait?.cancel()
-        desktopWait = nil
         for p in probes { p.close() }
         probes.removeAll()
         server = nil
@@ -270,22 +286,9 @@ public final class PulseBackend {
 
     private func ready() {
         guard let c = context else { return }
-        // At start the first reports also wait for the desktop entries, at most 2 s: a game launched from its entry
-        // and judged before they arrive plays beside a video until they do. Without a timer to bound it, no wait.
-        desktopWait?.cancel()
-        desktopWait = nil
-        if loadingDesktopEntries && desktopIndex == nil {
-            desktopWait = loop.timer(afterNanoseconds: Self.desktopWaitNanoseconds) { [weak self] in
-                guard let self else { return }
-                self.desktopWait = nil
-                self.logger.warning(
-                    "the desktop entries are still being read after 2 s; deciding without them until they arrive")
-                self.enumerated(.desktopEntries)
-            }
-        }
         // Subscribe first, then read everything: an event that arrives meanwhile triggers a read whose sequence
         // number orders it against the lists.
-        let listSeq = session.connected(awaitingDesktopEntries: desktopWait != nil)
+        let listSeq = session.connected()
         c.subscribe { [weak self] ok in
             if !ok { self?.logger.warning("subscription refused by the sound server") }
             self?.enumerated(.subscription)
@@ -527,7 +530,7 @@ public final class PulseBackend {
         if let w = desktopWait {
             w.cancel()
             desktopWait = nil
-            enumerated(.desktopEntries)
+            connect()
         }
     }
 

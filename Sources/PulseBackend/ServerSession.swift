@@ -52,10 +52,8 @@ public struct ServerSession<Stream: ServerStreamValue> {
     }
 
     /// The reads that make up the server's first state; reports wait until every one has answered.
-    /// `desktopEntries` is not the server's: at start, the first decisions wait (briefly) for the desktop entries, so
-    /// that a game launched from its entry is not first judged a player beside a video (seed 2 under load).
     public enum FirstRead: CaseIterable, Hashable, Sendable {
-        case subscription, serverInfo, restoreDatabase, sinks, sources, clients, streams, desktopEntries
+        case subscription, serverInfo, restoreDatabase, sinks, sources, clients, streams
     }
 
     public enum Phase: Equatable, Sendable {
@@ -179,12 +177,9 @@ public struct ServerSession<Stream: ServerStreamValue> {
     }
 
     /// The connection is up: the first reads go out (the subscription first, so that an event meanwhile is ordered
-    /// against the lists). Returns the list reads' sequence number. `awaitingDesktopEntries`: the entries are being read
-    /// for the first time, and the first reports wait for them too (`firstReadDone(.desktopEntries)`).
-    public mutating func connected(awaitingDesktopEntries: Bool = false) -> UInt64 {
-        var pending = Set(FirstRead.allCases)
-        if !awaitingDesktopEntries { pending.remove(.desktopEntries) }
-        phase = .enumerating(pending: pending)
+    /// against the lists). Returns the list reads' sequence number.
+    public mutating func connected() -> UInt64 {
+        phase = .enumerating(pending: Set(FirstRead.allCases))
         // The first reads list them all again.
         sinks.removeAll()
         sources.removeAll()

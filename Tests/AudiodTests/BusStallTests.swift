@@ -28,7 +28,11 @@ struct BusStallTests {
         init(_ server: TestServer) throws {
             loop = try MainLoop()
             loop.start()
-            let options = PulseBackend.Options(server: server.pulseServer, clientName: "stall-observer")
+            let options = {
+                var o = PulseBackend.Options(server: server.pulseServer, clientName: "stall-observer")
+                o.readsDesktopEntries = false
+                return o
+            }()
             let recorder = self.recorder
             let loop = self.loop
             backend = loop.sync {

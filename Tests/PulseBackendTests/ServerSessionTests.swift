@@ -26,13 +26,10 @@ struct ServerSessionTests {
             initialBackoffNanoseconds: 50 * ms, maximumBackoffNanoseconds: 1_000 * ms)
     }
 
-    /// The first reads the server answers (the desktop entries are awaited only when asked).
-    static let serverReads = Session.FirstRead.allCases.filter { $0 != .desktopEntries }
-
     /// Connects and answers every first read but `except`, in the order given.
     static func enumerate(
         _ s: inout Session, name: String?, restoreDatabase: Bool,
-        order: [Session.FirstRead] = Self.serverReads
+        order: [Session.FirstRead] = Session.FirstRead.allCases
     ) -> Session.Enumerated {
         let connecting = s.connecting()
         #expect(connecting)
@@ -47,31 +44,9 @@ struct ServerSessionTests {
         return last
     }
 
-    @Test func atStartTheFirstReportsWaitForTheDesktopEntriesWhenAsked() {
-        var s = Self.session()
-        _ = s.connecting()
-        _ = s.connected(awaitingDesktopEntries: true)
-        s.serverDescribed(name: "PulseAudio (on PipeWire 1.4.2)")
-        for read in Self.serverReads {
-            let r = s.firstReadDone(read)
-            #expect(r == .waiting, "ready before the desktop entries (\(read))")
-        }
-        #expect(!s.isReady)
-        let last = s.firstReadDone(.desktopEntries)
-        #expect(last == .ready(.pipeWire))
-        // A reconnect with the entries in hand waits for the server only.
-        _ = s.dropped()
-        _ = s.connecting()
-        _ = s.connected()
-        s.serverDescribed(name: "PulseAudio (on PipeWire 1.4.2)")
-        var final = Session.Enumerated.waiting
-        for read in Self.serverReads { final = s.firstReadDone(read) }
-        #expect(final == .ready(.pipeWire))
-    }
-
     @Test func reportsWaitForEveryFirstReadInWhateverOrderTheyAnswer() {
         var s = Self.session()
-        let reversed = Array(Self.serverReads.reversed())
+        let reversed = Array(Session.FirstRead.allCases.reversed())
         #expect(
             Self.enumerate(&s, name: "pulseaudio 16.1", restoreDatabase: true, order: reversed) == .ready(.pulseAudio))
         #expect(s.isReady && s.hasRestoreDatabase && !s.onPipeWire)
