@@ -325,7 +325,8 @@ public final class TestServer: @unchecked Sendable {
         }
     }
 
-    /// Stops every process this run started, by pid, and removes the directory.
+    /// Stops every process this run started, by pid, and removes the directory (unless `keepDirectory` or
+    /// `AUDIOD_TEST_KEEP` keeps it).
     public func stop() {
         let kids = lock.withLock { () -> [pid_t] in
             defer { children = [] }
