@@ -50,6 +50,12 @@ struct RandomPromiseTests {
             print("promises: \(kind): skipped (AUDIOD_PROMISE_SERVER=\(only))")
             return
         }
+        // Which audiod, and when it was built: `swift test` rebuilds only the debug build, and a release build left
+        // from before a change would be tested instead.
+        let built =
+            (try? FileManager.default.attributesOfItem(atPath: Self.audiod)[.modificationDate] as? Date)
+            .map { "\($0)" } ?? "unknown"
+        print("promises: \(kind): running \(Self.audiod), built \(built)")
         var failures: [String] = []
         var totalSteps = 0
         var reached: Set<String> = []
