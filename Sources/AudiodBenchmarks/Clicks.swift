@@ -242,6 +242,8 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
     linger = 0
     [apps.game-app]
     category = "ambient"
+    [apps.video-app]
+    category = "playback"
 
     """.write(toFile: config, atomically: true, encoding: .utf8)
     let busAddress = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
@@ -268,6 +270,26 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
             try round(recorder, &off) { try setSilentMode(bus, false) }
         }
         out.rows += [on, off]
+    }
+
+    // A picture-in-picture video (playing silence) is unmuted beside a game, and muted again: the game is silenced
+    // as secondary audio, and given back.
+    do {
+        let recorder = try MonitorRecorder(server, rate: rate)
+        defer { recorder.stop() }
+        let game = try play("game-app", tone)
+        defer { game.child.kill() }
+        let video = try play("video-app", "/dev/zero")
+        defer { video.child.kill() }
+        _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
+        usleep(useconds_t(pre * 1e6))
+        var silenced = ClickRow(transition: "a game silenced as secondary audio (a video unmuted)", by: "audiod")
+        var given = ClickRow(transition: "the game given back (the video muted)", by: "audiod")
+        for _ in 0..<rounds {
+            try round(recorder, &silenced) { _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "0"]) }
+            try round(recorder, &given) { _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"]) }
+        }
+        out.rows += [silenced, given]
     }
 
     // A `duck-others` session activates over music, and deactivates.
