@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // A media player's integration with audiod, in C with GDBus (GLib's D-Bus library):
-//   create a session, set the playback category, activate it, pause when it is interrupted, resume when the
-//   interruption ends with should_resume, and release the session when the player quits.
+//   play whether audiod runs or not; when it is there (at start, or once it appears), create a session, set the
+//   playback category and activate it; pause when it is interrupted, resume when the interruption ends with
+//   should_resume; make the session again when audiod restarts; release it when the player quits.
 //
 // Build:  cc -o player player.c $(pkg-config --cflags --libs gio-2.0 gio-unix-2.0)
 // Run:    ./player [COMMAND …]   (COMMAND stands for the player's audio: it is started as a child, so its
@@ -22,8 +23,13 @@
 
 static GDBusConnection *bus;
 static GMainLoop *loop;
-static char *session;
+static char *session;  // NULL while audiod is not there
+static guint subscription = 0;
 static GPid audio = 0;
+// audiod paused us and has not said we may resume: we stay paused, even across its restart.
+static gboolean interrupted = FALSE;
+// audiod was there once: its next appearance is a restart.
+static gboolean seen = FALSE;
 
 // One call to audiod; prints audiod's error message (it says what was wrong and what is accepted) and returns NULL
 // on failure.
@@ -35,7 +41,8 @@ static GVariant *call(const char *path, const char *iface, const char *method, G
     if (!r) {
         char *remote = g_dbus_error_get_remote_error(error);
         g_dbus_error_strip_remote_error(error);
-        fprintf(stderr, "player: %s failed: %s (%s)\n", method, error->message, remote ? remote : "no D-Bus error");
+        printf("player: %s failed: %s (%s)\n", method, error->message, remote ? remote : "no D-Bus error");
+        fflush(stdout);
         g_free(remote);
         g_error_free(error);
     }
@@ -60,11 +67,13 @@ static void on_signal(GDBusConnection *c, const char *sender, const char *path, 
         const char *reason;
         g_variant_get(params, "(&s@a{sv})", &reason, NULL);
         printf("interrupted (%s): pausing\n", reason);
+        interrupted = TRUE;
         set_playing(FALSE);
     } else if (strcmp(member, "InterruptionEnded") == 0) {
         gboolean resume;
         g_variant_get(params, "(b@a{sv})", &resume, NULL);
         if (resume && activate()) {
+            interrupted = FALSE;
             printf("interruption ended: resuming\n");
             set_playing(TRUE);
         } else {
@@ -72,6 +81,54 @@ static void on_signal(GDBusConnection *c, const char *sender, const char *path, 
         }
     }
     fflush(stdout);
+}
+
+static void audiod_appeared(GDBusConnection *c, const char *name, const char *owner, gpointer data) {
+    (void)c; (void)name; (void)owner; (void)data;
+    gboolean restarted = seen;
+    seen = TRUE;
+    GVariantBuilder hints;
+    g_variant_builder_init(&hints, G_VARIANT_TYPE("a{sv}"));
+    g_variant_builder_add(&hints, "{sv}", "application-name", g_variant_new_string("example-player"));
+    GVariant *r = call(MANAGER_PATH, MANAGER_IFACE, "CreateSession", g_variant_new("(a{sv})", &hints), "(o)");
+    if (!r) return;
+    g_free(session);
+    g_variant_get(r, "(o)", &session);
+    g_variant_unref(r);
+    // Subscribe before anything can interrupt us. Naming audiod's well-known name as the sender makes GDBus believe
+    // these signals only from the connection that owns it. A session of the last run may have had the same path.
+    if (subscription) g_dbus_connection_signal_unsubscribe(bus, subscription);
+    subscription = g_dbus_connection_signal_subscribe(bus, AUDIOD, SESSION_IFACE, NULL, session, NULL,
+                                                      G_DBUS_SIGNAL_FLAGS_NONE, on_signal, NULL, NULL);
+    const char *strv[] = {NULL};
+    r = call(session, SESSION_IFACE, "SetCategory", g_variant_new("(ss^as)", "playback", "default", strv), NULL);
+    if (r) g_variant_unref(r);
+    const char *state;
+    if (interrupted) {
+        // Paused by the last run: the session comes back inactive; the user plays again when they want to.
+        state = "inactive, paused as the last run left it";
+    } else if (activate()) {
+        state = "active";
+    } else {
+        // Refused (a call holds the audio): pause as if interrupted.
+        interrupted = TRUE;
+        set_playing(FALSE);
+        state = "refused, pausing";
+    }
+    printf("%s %s (%s)\n", restarted ? "audiod restarted: session made again" : "playing in", session, state);
+    fflush(stdout);
+}
+
+static void audiod_vanished(GDBusConnection *c, const char *name, gpointer data) {
+    (void)c; (void)name; (void)data;
+    if (session) {
+        printf("audiod went away: playing on without it\n");
+    } else if (!seen) {
+        printf("audiod is not running: playing without it\n");
+    }
+    fflush(stdout);
+    g_free(session);
+    session = NULL;
 }
 
 static void audio_ended(GPid pid, gint status, gpointer data) {
@@ -94,24 +151,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "player: no session bus: %s\n", error->message);
         return 1;
     }
-    GVariantBuilder hints;
-    g_variant_builder_init(&hints, G_VARIANT_TYPE("a{sv}"));
-    g_variant_builder_add(&hints, "{sv}", "application-name", g_variant_new_string("example-player"));
-    GVariant *r = call(MANAGER_PATH, MANAGER_IFACE, "CreateSession", g_variant_new("(a{sv})", &hints), "(o)");
-    if (!r) return 1;
-    g_variant_get(r, "(o)", &session);
-    g_variant_unref(r);
-
-    // Subscribe before anything can interrupt us. Naming audiod's well-known name as the sender makes GDBus
-    // believe these signals only from the connection that owns it.
-    g_dbus_connection_signal_subscribe(bus, AUDIOD, SESSION_IFACE, NULL, session, NULL, G_DBUS_SIGNAL_FLAGS_NONE,
-                                       on_signal, NULL, NULL);
-    const char *strv[] = {NULL};
-    r = call(session, SESSION_IFACE, "SetCategory", g_variant_new("(ss^as)", "playback", "default", strv), NULL);
-    if (!r) return 1;
-    g_variant_unref(r);
-    if (!activate()) return 1;
-
     char *fallback[] = {"pacat", "--playback", "/dev/zero", "--client-name=example-player", NULL};
     char **command = argc > 1 ? argv + 1 : fallback;
     // DO_NOT_REAP_CHILD: a direct child (GLib would otherwise fork twice, and the audio would no longer descend from
@@ -121,10 +160,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "player: cannot start %s: %s\n", command[0], error->message);
         return 1;
     }
-    printf("playing in %s\n", session);
-    fflush(stdout);
-
     loop = g_main_loop_new(NULL, FALSE);
+    g_bus_watch_name_on_connection(bus, AUDIOD, G_BUS_NAME_WATCHER_FLAGS_NONE, audiod_appeared, audiod_vanished, NULL,
+                                   NULL);
     g_child_watch_add(audio, audio_ended, NULL);
     g_unix_signal_add(SIGINT, quit, NULL);
     g_unix_signal_add(SIGTERM, quit, NULL);
@@ -134,8 +172,10 @@ int main(int argc, char **argv) {
         kill(audio, SIGCONT);
         kill(audio, SIGTERM);
     }
-    r = call(session, SESSION_IFACE, "Release", NULL, NULL);
-    if (r) g_variant_unref(r);
+    if (session) {
+        GVariant *r = call(session, SESSION_IFACE, "Release", NULL, NULL);
+        if (r) g_variant_unref(r);
+    }
     printf("released\n");
     return 0;
 }

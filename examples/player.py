@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 #
-# A media player's integration with audiod, in Python with Gio (Debian: python3-gi):
-#   create a session, set the playback category, activate it, pause when it is interrupted, resume when the
-#   interruption ends with should_resume, and release the session when the player quits.
+# A media player's integration with audiod, in Python with Gio (Debian and Ubuntu: python3-gi):
+#   play whether audiod runs or not; when it is there (at start, or once it appears), create a session, set the
+#   playback category and activate it; pause when it is interrupted, resume when the interruption ends with
+#   should_resume; make the session again when audiod restarts; release it when the player quits.
 #
-# Run:   python3 player.py [COMMAND …]   (COMMAND stands for the player's audio: it is started as a child, so its
-#                                          streams belong to the session; default: pacat --playback /dev/zero)
+# Run:   ./player.py [COMMAND …]   (COMMAND stands for the player's audio: it is started as a child, so its
+#                                    streams belong to the session; default: pacat --playback /dev/zero)
 # Stop:  SIGINT or SIGTERM — the session is released with notify, so apps it interrupted may resume.
 
 import os
@@ -22,60 +23,108 @@ MANAGER_IFACE = "org.audiod.AudioSession1.Manager"
 SESSION_IFACE = "org.audiod.AudioSession1.Session"
 
 
-def call(bus, path, iface, method, args=None, reply=None):
-    """One call to audiod. audiod's error messages say what was wrong and what is accepted."""
-    try:
-        return bus.call_sync(AUDIOD, path, iface, method, args,
-                             GLib.VariantType(reply) if reply else None, Gio.DBusCallFlags.NONE, 5000, None)
-    except GLib.Error as e:
-        sys.exit(f"player: {method} failed: {Gio.dbus_error_strip_remote_error(e) or e.message}")
+def say(text):
+    print(text, flush=True)
 
 
-def main():
-    bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
-    hints = {"application-name": GLib.Variant("s", "example-player-py")}
-    session = call(bus, MANAGER_PATH, MANAGER_IFACE, "CreateSession", GLib.Variant("(a{sv})", (hints,)), "(o)")[0]
-    command = sys.argv[1:] or ["pacat", "--playback", "/dev/zero", "--client-name=example-player-py"]
-    audio = None
+class Player:
+    def __init__(self, command):
+        self.bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        self.command = command
+        self.audio = None
+        self.session = None
+        self.subscription = None
+        # audiod paused us and has not said we may resume: we stay paused, even across its restart.
+        self.interrupted = False
+        # audiod was there once: its next appearance is a restart.
+        self.seen = False
 
-    def activate():
-        call(bus, session, SESSION_IFACE, "SetActive", GLib.Variant("(bas)", (True, [])))
+    def call(self, path, iface, method, args=None, reply=None):
+        """One call to audiod; None when it failed (audiod's message says what was wrong and what is accepted)."""
+        try:
+            return self.bus.call_sync(AUDIOD, path, iface, method, args,
+                                      GLib.VariantType(reply) if reply else None, Gio.DBusCallFlags.NONE, 5000, None)
+        except GLib.Error as e:
+            # Gio puts the D-Bus error's name before audiod's message ("GDBus.Error:NAME: message").
+            remote = Gio.dbus_error_get_remote_error(e) or "no D-Bus error"
+            message = e.message
+            prefix = f"GDBus.Error:{remote}: "
+            if message.startswith(prefix):
+                message = message[len(prefix):]
+            say(f"player: {method} failed: {message} ({remote})")
+            return None
 
     # A real player would pause and resume its decoder here; this one stops and continues its audio process.
-    def set_playing(on):
-        if audio:
-            os.kill(audio.pid, signal.SIGCONT if on else signal.SIGSTOP)
+    def set_playing(self, on):
+        if self.audio:
+            os.kill(self.audio.pid, signal.SIGCONT if on else signal.SIGSTOP)
 
-    def on_signal(_bus, _sender, _path, _iface, member, params):
+    def activate(self):
+        return self.call(self.session, SESSION_IFACE, "SetActive", GLib.Variant("(bas)", (True, []))) is not None
+
+    def on_signal(self, _bus, _sender, _path, _iface, member, params):
         if member == "InterruptionBegan":
-            print(f"interrupted ({params[0]}): pausing", flush=True)
-            set_playing(False)
+            say(f"interrupted ({params[0]}): pausing")
+            self.interrupted = True
+            self.set_playing(False)
         elif member == "InterruptionEnded":
-            if params[0]:
-                activate()
-                print("interruption ended: resuming", flush=True)
-                set_playing(True)
+            if params[0] and self.activate():
+                self.interrupted = False
+                say("interruption ended: resuming")
+                self.set_playing(True)
             else:
-                print("interruption ended: staying paused", flush=True)
+                say("interruption ended: staying paused")
 
-    # Subscribe before anything can interrupt us. Naming audiod's well-known name as the sender makes Gio believe
-    # these signals only from the connection that owns it.
-    bus.signal_subscribe(AUDIOD, SESSION_IFACE, None, session, None, Gio.DBusSignalFlags.NONE, on_signal)
-    call(bus, session, SESSION_IFACE, "SetCategory", GLib.Variant("(ssas)", ("playback", "default", [])))
-    activate()
-    audio = subprocess.Popen(command)
-    print(f"playing in {session}", flush=True)
+    def audiod_appeared(self, _bus, _name, _owner):
+        restarted = self.seen
+        self.seen = True
+        hints = {"application-name": GLib.Variant("s", "example-player-py")}
+        made = self.call(MANAGER_PATH, MANAGER_IFACE, "CreateSession", GLib.Variant("(a{sv})", (hints,)), "(o)")
+        if made is None:
+            return
+        self.session = made[0]
+        # Subscribe before anything can interrupt us. Naming audiod's well-known name as the sender makes Gio believe
+        # these signals only from the connection that owns it. A session of the last run may have had the same path.
+        if self.subscription is not None:
+            self.bus.signal_unsubscribe(self.subscription)
+        self.subscription = self.bus.signal_subscribe(AUDIOD, SESSION_IFACE, None, self.session, None,
+                                                      Gio.DBusSignalFlags.NONE, self.on_signal)
+        self.call(self.session, SESSION_IFACE, "SetCategory", GLib.Variant("(ssas)", ("playback", "default", [])))
+        if self.interrupted:
+            # Paused by the last run: the session comes back inactive; the user plays again when they want to.
+            state = "inactive, paused as the last run left it"
+        elif self.activate():
+            state = "active"
+        else:
+            # Refused (a call holds the audio): pause as if interrupted.
+            self.interrupted = True
+            self.set_playing(False)
+            state = "refused, pausing"
+        say(f"{'audiod restarted: session made again' if restarted else 'playing in'} {self.session} ({state})")
 
-    loop = GLib.MainLoop()
-    for s in (signal.SIGINT, signal.SIGTERM):
-        GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, s, loop.quit)
-    loop.run()
+    def audiod_vanished(self, _bus, _name):
+        if self.session is not None:
+            say("audiod went away: playing on without it")
+        elif not self.seen:
+            say("audiod is not running: playing without it")
+        self.session = None
 
-    set_playing(True)
-    audio.terminate()
-    call(bus, session, SESSION_IFACE, "Release")
-    print("released", flush=True)
+    def run(self):
+        self.audio = subprocess.Popen(self.command)
+        Gio.bus_watch_name_on_connection(self.bus, AUDIOD, Gio.BusNameWatcherFlags.NONE,
+                                         self.audiod_appeared, self.audiod_vanished)
+        loop = GLib.MainLoop()
+        for s in (signal.SIGINT, signal.SIGTERM):
+            GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, s, loop.quit)
+        GLib.child_watch_add(GLib.PRIORITY_DEFAULT, self.audio.pid, lambda *_: loop.quit())
+        loop.run()
+
+        self.set_playing(True)
+        self.audio.terminate()
+        if self.session is not None:
+            self.call(self.session, SESSION_IFACE, "Release")
+        say("released")
 
 
 if __name__ == "__main__":
-    main()
+    Player(sys.argv[1:] or ["pacat", "--playback", "/dev/zero", "--client-name=example-player-py"]).run()

@@ -10,14 +10,8 @@ struct ExampleTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
 
-    @Test("a player example is interrupted, resumes on notify and releases its session", arguments: ["C", "Python"])
-    func playerExample(language: String) throws {
-        let server = try TestServer(.pulseaudio)
-        defer { server.stop() }
-        let d = try Daemon.start(server)
-        defer { d.stop() }
-        let name: String
-        let argv: [String]
+    /// The example's command line and the application name its audio plays under.
+    func example(_ language: String, _ server: TestServer) throws -> (name: String, argv: [String]) {
         if language == "C" {
             let binary = "\(server.directory)/player"
             let built = try server.runStatus([
@@ -25,11 +19,92 @@ struct ExampleTests {
                 "cc -Wall -Werror -o \(binary) \(Self.repository)/examples/player.c $(pkg-config --cflags --libs gio-2.0 gio-unix-2.0)",
             ])
             #expect(built.status == 0, "the C example does not build: \(built.output)")
-            (name, argv) = ("example-player", [binary])
-        } else {
-            // Debian's python3-gi is for the system interpreter.
-            (name, argv) = ("example-player-py", ["/usr/bin/python3", "\(Self.repository)/examples/player.py"])
+            return ("example-player", [binary])
         }
+        // Run as a user would, by its path: it is executable, and its #! names the system interpreter, for which
+        // Debian's python3-gi is.
+        return ("example-player-py", ["\(Self.repository)/examples/player.py"])
+    }
+
+    /// Whether the session that owns the stream of `pid` is explicit.
+    func ownedByExplicitSession(_ d: Daemon, pid: UInt32) -> Bool {
+        guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first else {
+            return false
+        }
+        for s in items.compactMap(\.propertyMap) where s["pid"]?.uint32Value == pid {
+            guard case .objectPath(let path)? = s["session"] else { return false }
+            return d.client.property(path, API.session.name, "Implicit") == .bool(false)
+        }
+        return false
+    }
+
+    @Test(
+        "a player example plays without audiod, is arbitrated as an explicit session once audiod starts, and makes its session again after audiod is killed and restarted",
+        arguments: ["C", "Python"])
+    func playerExampleFollowsAudiod(language: String) throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let (name, argv) = try example(language, server)
+        let player = try server.spawn(argv, log: "player.log")
+        defer { player.kill() }
+        func log() -> String { server.file("player.log") }
+        func stream() -> ObservedStream? { (try? server.playbackStreams())?.first { $0.applicationName == name } }
+        #expect(
+            waitFor(10) { log().contains("audiod is not running: playing without it") && stream() != nil },
+            "the example did not play without audiod: \(log())")
+        #expect(stream()?.muted == false && stream()?.corked == false)
+        // audiod starts: the example makes its session, and its audio is that session's.
+        var d = try Daemon.start(server)
+        #expect(waitFor(10) { log().contains("playing in") && log().contains("(active)") }, "\(log())")
+        let pid = try #require(stream()?.pid)
+        #expect(
+            waitFor(10) { ownedByExplicitSession(d, pid: UInt32(pid)) },
+            "the example's audio is not its session's: \(String(describing: d.client.manager("ListStreams")))")
+        // audiod is killed: the example plays on; audiod starts again: the session is made again, active, once.
+        d.client.close()
+        d.child.signal(SIGKILL)
+        _ = d.child.wait(timeout: 10)
+        #expect(waitFor(10) { log().contains("audiod went away: playing on without it") }, "\(log())")
+        #expect(stream()?.corked == false, "the audio stopped with audiod")
+        d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(waitFor(10) { log().contains("audiod restarted: session made again") }, "\(log())")
+        #expect(log().components(separatedBy: "audiod restarted").count == 2, "more than one reset line: \(log())")
+        #expect(log().contains("(active)\n") && !log().contains("failed"), "\(log())")
+        #expect(
+            waitFor(10) { ownedByExplicitSession(d, pid: UInt32(pid)) },
+            "the example's audio is not its new session's: \(String(describing: d.client.manager("ListStreams")))")
+        #expect(waitFor(5) { stream()?.muted == false }, "the example's stream is silenced")
+    }
+
+    @Test("a player example prints audiod's own message when audiod refuses it", arguments: ["C", "Python"])
+    func playerExampleRefused(language: String) throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        // A call holds the audio: a playback activation is refused.
+        let holder = try server.spawn(["sleep", "60"])
+        _ = try d.client.makeSession(pid: holder.pid, "play-and-record", mode: "voice-chat", activate: true)
+        let (_, argv) = try example(language, server)
+        let player = try server.spawn(argv, log: "player.log")
+        defer { player.kill() }
+        func log() -> String { server.file("player.log") }
+        #expect(waitFor(10) { log().contains("(refused, pausing)") }, "\(log())")
+        // audiod's message, without Gio's "GDBus.Error:" prefix, then the error's name.
+        #expect(
+            log().contains("player: SetActive failed: ") && !log().contains("GDBus.Error")
+                && log().contains("(org.audiod.AudioSession1.Error."),
+            "\(log())")
+    }
+
+    @Test("a player example is interrupted, resumes on notify and releases its session", arguments: ["C", "Python"])
+    func playerExample(language: String) throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (name, argv) = try example(language, server)
         let player = try server.spawn(argv, log: "player.log")
         func log() -> String { server.file("player.log") }
         func stream() -> ObservedStream? { (try? server.playbackStreams())?.first { $0.applicationName == name } }
