@@ -236,16 +236,8 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         out.rows += [mute, unmute]
     }
 
-    // audiod, with a rule that makes the hum a game's, and no linger.
-    let config = "\(server.directory)/audiod.toml"
-    try """
-    linger = 0
-    [apps.game-app]
-    category = "ambient"
-    [apps.video-app]
-    category = "playback"
-
-    """.write(toFile: config, atomically: true, encoding: .utf8)
+    // audiod, with rules for the game (ambient) and the video (playback), and no linger.
+    let config = try listeningConfig(server)
     let busAddress = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
     let bus = try BusClient(address: busAddress, recordSignals: false)
     defer { bus.close() }

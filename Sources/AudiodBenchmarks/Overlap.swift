@@ -275,6 +275,20 @@ private func analyse(_ recorder: MonitorRecorder, from start: Int, to end: Int) 
         newFirst: firstNew.map { start + $0 * window }, quieted: quietAt != nil)
 }
 
+/// audiod's config for the parts that listen: the game app ambient, the video app playback, no linger.
+func listeningConfig(_ server: TestServer) throws -> String {
+    let config = "\(server.directory)/audiod.toml"
+    try """
+    linger = 0
+    [apps.game-app]
+    category = "ambient"
+    [apps.video-app]
+    category = "playback"
+
+    """.write(toFile: config, atomically: true, encoding: .utf8)
+    return config
+}
+
 /// The null sink's rate, as `pactl list short sinks` gives it.
 func nullSinkRate(_ server: TestServer) throws -> UInt32 {
     let sinks = try server.pactl(["list", "short", "sinks"])
@@ -416,15 +430,7 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     out.rows.append(nothing)
 
     // audiod, with rules for the game (ambient) and the video (playback), and no linger.
-    let config = "\(server.directory)/audiod.toml"
-    try """
-    linger = 0
-    [apps.game-app]
-    category = "ambient"
-    [apps.video-app]
-    category = "playback"
-
-    """.write(toFile: config, atomically: true, encoding: .utf8)
+    let config = try listeningConfig(server)
     let busAddress = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
     let bus = try BusClient(address: busAddress, recordSignals: false)
     defer { bus.close() }
