@@ -3,7 +3,8 @@
 // A media player's integration with audiod, in C with GDBus (GLib's D-Bus library):
 //   play whether audiod runs or not; when it is there (at start, or once it appears), create a session, set the
 //   playback category and activate it; pause when it is interrupted, resume when the interruption ends with
-//   should_resume; make the session again when audiod restarts; release it when the player quits.
+//   should_resume; make the session again when audiod restarts; release it when the player quits. It never starts
+//   audiod itself (audiod runs as a user service from login).
 //
 // Build:  cc -o player player.c $(pkg-config --cflags --libs gio-2.0 gio-unix-2.0)
 // Run:    ./player [COMMAND …]   (COMMAND stands for the player's audio: it is started as a child, so its
@@ -28,6 +29,10 @@ static guint subscription = 0;
 static GPid audio = 0;
 // audiod paused us and has not said we may resume: we stay paused, even across its restart.
 static gboolean interrupted = FALSE;
+// audiod refused our activation (a call holds the audio): no InterruptionEnded will come, so we try again when
+// nothing is primary audio any more. A real player would also wait for the user's next Play.
+static gboolean refused = FALSE;
+static char **command;
 // audiod was there once: its next appearance is a restart.
 static gboolean seen = FALSE;
 
@@ -36,13 +41,12 @@ static gboolean seen = FALSE;
 static GVariant *call(const char *path, const char *iface, const char *method, GVariant *args, const char *reply) {
     GError *error = NULL;
     GVariant *r = g_dbus_connection_call_sync(bus, AUDIOD, path, iface, method, args,
-                                              reply ? G_VARIANT_TYPE(reply) : NULL, G_DBUS_CALL_FLAGS_NONE, 5000,
+                                              reply ? G_VARIANT_TYPE(reply) : NULL, G_DBUS_CALL_FLAGS_NO_AUTO_START, 5000,
                                               NULL, &error);
     if (!r) {
         char *remote = g_dbus_error_get_remote_error(error);
         g_dbus_error_strip_remote_error(error);
-        printf("player: %s failed: %s (%s)\n", method, error->message, remote ? remote : "no D-Bus error");
-        fflush(stdout);
+        fprintf(stderr, "player: %s failed: %s (%s)\n", method, error->message, remote ? remote : "no D-Bus error");
         g_free(remote);
         g_error_free(error);
     }
@@ -63,6 +67,7 @@ static void set_playing(gboolean on) {
 static void on_signal(GDBusConnection *c, const char *sender, const char *path, const char *iface, const char *member,
                       GVariant *params, gpointer data) {
     (void)c; (void)sender; (void)path; (void)iface; (void)data;
+    if (!session) return;
     if (strcmp(member, "InterruptionBegan") == 0) {
         const char *reason;
         g_variant_get(params, "(&s@a{sv})", &reason, NULL);
@@ -83,6 +88,44 @@ static void on_signal(GDBusConnection *c, const char *sender, const char *path, 
     fflush(stdout);
 }
 
+static void on_manager_changed(GDBusConnection *c, const char *sender, const char *path, const char *iface,
+                               const char *member, GVariant *params, gpointer data) {
+    (void)c; (void)sender; (void)path; (void)iface; (void)member; (void)data;
+    GVariant *changed = NULL;
+    g_variant_get(params, "(&s@a{sv}@as)", NULL, &changed, NULL);
+    const char *primary = NULL;
+    if (refused && session && g_variant_lookup(changed, "PrimaryAudioSession", "&o", &primary) &&
+        strcmp(primary, "/") == 0 && activate()) {
+        refused = FALSE;
+        interrupted = FALSE;
+        printf("the audio is free again: resuming\n");
+        fflush(stdout);
+        set_playing(TRUE);
+    }
+    g_variant_unref(changed);
+}
+
+static void audio_ended(GPid pid, gint status, gpointer data);
+
+// The audio starts once we know whether audiod is there, so that, when it is, the session exists before the audio's
+// first stream and that stream is the session's from the start.
+static void start_audio(void) {
+    static gboolean started = FALSE;
+    if (started) return;
+    started = TRUE;
+    GError *error = NULL;
+    // DO_NOT_REAP_CHILD: a direct child (GLib would otherwise fork twice, and the audio would no longer descend from
+    // the process the session was made for).
+    if (!g_spawn_async(NULL, command, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD, NULL, NULL, &audio,
+                       &error)) {
+        fprintf(stderr, "player: cannot start %s: %s\n", command[0], error->message);
+        g_error_free(error);
+        g_main_loop_quit(loop);
+        return;
+    }
+    g_child_watch_add(audio, audio_ended, NULL);
+}
+
 static void audiod_appeared(GDBusConnection *c, const char *name, const char *owner, gpointer data) {
     (void)c; (void)name; (void)owner; (void)data;
     gboolean restarted = seen;
@@ -91,7 +134,10 @@ static void audiod_appeared(GDBusConnection *c, const char *name, const char *ow
     g_variant_builder_init(&hints, G_VARIANT_TYPE("a{sv}"));
     g_variant_builder_add(&hints, "{sv}", "application-name", g_variant_new_string("example-player"));
     GVariant *r = call(MANAGER_PATH, MANAGER_IFACE, "CreateSession", g_variant_new("(a{sv})", &hints), "(o)");
-    if (!r) return;
+    if (!r) {
+        start_audio();
+        return;
+    }
     g_free(session);
     g_variant_get(r, "(o)", &session);
     g_variant_unref(r);
@@ -110,13 +156,14 @@ static void audiod_appeared(GDBusConnection *c, const char *name, const char *ow
     } else if (activate()) {
         state = "active";
     } else {
-        // Refused (a call holds the audio): pause as if interrupted.
-        interrupted = TRUE;
-        set_playing(FALSE);
+        // Refused (a call holds the audio): paused until nothing is primary audio any more.
+        refused = TRUE;
         state = "refused, pausing";
     }
     printf("%s %s (%s)\n", restarted ? "audiod restarted: session made again" : "playing in", session, state);
     fflush(stdout);
+    start_audio();
+    if (refused) set_playing(FALSE);
 }
 
 static void audiod_vanished(GDBusConnection *c, const char *name, gpointer data) {
@@ -129,6 +176,16 @@ static void audiod_vanished(GDBusConnection *c, const char *name, gpointer data)
     fflush(stdout);
     g_free(session);
     session = NULL;
+    // Its signals are gone with it; the next run's session may reuse the path for another app.
+    if (subscription) {
+        g_dbus_connection_signal_unsubscribe(bus, subscription);
+        subscription = 0;
+    }
+    if (refused) {
+        refused = FALSE;
+        set_playing(TRUE);
+    }
+    start_audio();
 }
 
 static void audio_ended(GPid pid, gint status, gpointer data) {
@@ -152,18 +209,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     char *fallback[] = {"pacat", "--playback", "/dev/zero", "--client-name=example-player", NULL};
-    char **command = argc > 1 ? argv + 1 : fallback;
-    // DO_NOT_REAP_CHILD: a direct child (GLib would otherwise fork twice, and the audio would no longer descend from
-    // the process the session was made for).
-    if (!g_spawn_async(NULL, command, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD, NULL, NULL, &audio,
-                       &error)) {
-        fprintf(stderr, "player: cannot start %s: %s\n", command[0], error->message);
-        return 1;
-    }
+    command = argc > 1 ? argv + 1 : fallback;
     loop = g_main_loop_new(NULL, FALSE);
+    g_dbus_connection_signal_subscribe(bus, AUDIOD, "org.freedesktop.DBus.Properties", "PropertiesChanged", MANAGER_PATH,
+                                       MANAGER_IFACE, G_DBUS_SIGNAL_FLAGS_NONE, on_manager_changed, NULL, NULL);
     g_bus_watch_name_on_connection(bus, AUDIOD, G_BUS_NAME_WATCHER_FLAGS_NONE, audiod_appeared, audiod_vanished, NULL,
                                    NULL);
-    g_child_watch_add(audio, audio_ended, NULL);
     g_unix_signal_add(SIGINT, quit, NULL);
     g_unix_signal_add(SIGTERM, quit, NULL);
     g_main_loop_run(loop);

@@ -4,7 +4,8 @@
 # A media player's integration with audiod, in Python with Gio (Debian and Ubuntu: python3-gi):
 #   play whether audiod runs or not; when it is there (at start, or once it appears), create a session, set the
 #   playback category and activate it; pause when it is interrupted, resume when the interruption ends with
-#   should_resume; make the session again when audiod restarts; release it when the player quits.
+#   should_resume; make the session again when audiod restarts; release it when the player quits. It never starts
+#   audiod itself (audiod runs as a user service from login).
 #
 # Run:   ./player.py [COMMAND …]   (COMMAND stands for the player's audio: it is started as a child, so its
 #                                    streams belong to the session; default: pacat --playback /dev/zero)
@@ -36,14 +37,19 @@ class Player:
         self.subscription = None
         # audiod paused us and has not said we may resume: we stay paused, even across its restart.
         self.interrupted = False
+        # audiod refused our activation (a call holds the audio): no InterruptionEnded will come, so we try again
+        # when nothing is primary audio any more. A real player would also wait for the user's next Play.
+        self.refused = False
         # audiod was there once: its next appearance is a restart.
         self.seen = False
+        self.started = False
 
     def call(self, path, iface, method, args=None, reply=None):
         """One call to audiod; None when it failed (audiod's message says what was wrong and what is accepted)."""
         try:
             return self.bus.call_sync(AUDIOD, path, iface, method, args,
-                                      GLib.VariantType(reply) if reply else None, Gio.DBusCallFlags.NONE, 5000, None)
+                                      GLib.VariantType(reply) if reply else None, Gio.DBusCallFlags.NO_AUTO_START,
+                                      5000, None)
         except GLib.Error as e:
             # Gio puts the D-Bus error's name before audiod's message ("GDBus.Error:NAME: message").
             remote = Gio.dbus_error_get_remote_error(e) or "no D-Bus error"
@@ -63,6 +69,8 @@ class Player:
         return self.call(self.session, SESSION_IFACE, "SetActive", GLib.Variant("(bas)", (True, []))) is not None
 
     def on_signal(self, _bus, _sender, _path, _iface, member, params):
+        if self.session is None:
+            return
         if member == "InterruptionBegan":
             say(f"interrupted ({params[0]}): pausing")
             self.interrupted = True
@@ -75,12 +83,34 @@ class Player:
             else:
                 say("interruption ended: staying paused")
 
+    def on_manager_changed(self, _bus, _sender, _path, _iface, _member, params):
+        changed = params[1]
+        if self.refused and self.session is not None and changed.get("PrimaryAudioSession") == "/" and self.activate():
+            self.refused = False
+            self.interrupted = False
+            say("the audio is free again: resuming")
+            self.set_playing(True)
+
+    def start_audio(self):
+        # The audio starts once we know whether audiod is there, so that, when it is, the session exists before the
+        # audio's first stream and that stream is the session's from the start.
+        if not self.started:
+            self.started = True
+            self.audio = subprocess.Popen(self.command)
+            GLib.child_watch_add(GLib.PRIORITY_DEFAULT, self.audio.pid, self.audio_ended)
+
+    def audio_ended(self, _pid, _status):
+        # GLib has reaped it: nothing is left to stop or continue.
+        self.audio = None
+        self.loop.quit()
+
     def audiod_appeared(self, _bus, _name, _owner):
         restarted = self.seen
         self.seen = True
         hints = {"application-name": GLib.Variant("s", "example-player-py")}
         made = self.call(MANAGER_PATH, MANAGER_IFACE, "CreateSession", GLib.Variant("(a{sv})", (hints,)), "(o)")
         if made is None:
+            self.start_audio()
             return
         self.session = made[0]
         # Subscribe before anything can interrupt us. Naming audiod's well-known name as the sender makes Gio believe
@@ -96,11 +126,14 @@ class Player:
         elif self.activate():
             state = "active"
         else:
-            # Refused (a call holds the audio): pause as if interrupted.
-            self.interrupted = True
+            # Refused (a call holds the audio): paused until nothing is primary audio any more.
+            self.refused = True
             self.set_playing(False)
             state = "refused, pausing"
         say(f"{'audiod restarted: session made again' if restarted else 'playing in'} {self.session} ({state})")
+        self.start_audio()
+        if self.refused:
+            self.set_playing(False)
 
     def audiod_vanished(self, _bus, _name):
         if self.session is not None:
@@ -108,19 +141,28 @@ class Player:
         elif not self.seen:
             say("audiod is not running: playing without it")
         self.session = None
+        # Its signals are gone with it; the next run's session may reuse the path for another app.
+        if self.subscription is not None:
+            self.bus.signal_unsubscribe(self.subscription)
+            self.subscription = None
+        if self.refused:
+            self.refused = False
+            self.set_playing(True)
+        self.start_audio()
 
     def run(self):
-        self.audio = subprocess.Popen(self.command)
+        self.loop = GLib.MainLoop()
+        self.bus.signal_subscribe(AUDIOD, "org.freedesktop.DBus.Properties", "PropertiesChanged", MANAGER_PATH,
+                                  MANAGER_IFACE, Gio.DBusSignalFlags.NONE, self.on_manager_changed)
         Gio.bus_watch_name_on_connection(self.bus, AUDIOD, Gio.BusNameWatcherFlags.NONE,
                                          self.audiod_appeared, self.audiod_vanished)
-        loop = GLib.MainLoop()
         for s in (signal.SIGINT, signal.SIGTERM):
-            GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, s, loop.quit)
-        GLib.child_watch_add(GLib.PRIORITY_DEFAULT, self.audio.pid, lambda *_: loop.quit())
-        loop.run()
+            GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, s, self.loop.quit)
+        self.loop.run()
 
-        self.set_playing(True)
-        self.audio.terminate()
+        if self.audio:
+            self.set_playing(True)
+            self.audio.terminate()
         if self.session is not None:
             self.call(self.session, SESSION_IFACE, "Release")
         say("released")

@@ -69,24 +69,30 @@ struct ExampleTests {
         d = try Daemon.start(server)
         defer { d.stop() }
         #expect(waitFor(10) { log().contains("audiod restarted: session made again") }, "\(log())")
+        // Given a moment for a second one to show.
+        usleep(1_000_000)
         #expect(log().components(separatedBy: "audiod restarted").count == 2, "more than one reset line: \(log())")
-        #expect(log().contains("(active)\n") && !log().contains("failed"), "\(log())")
+        let reset = log().split(separator: "\n").first { $0.hasPrefix("audiod restarted") } ?? ""
+        #expect(reset.hasSuffix("(active)") && !log().contains("failed"), "\(log())")
         #expect(
             waitFor(10) { ownedByExplicitSession(d, pid: UInt32(pid)) },
             "the example's audio is not its new session's: \(String(describing: d.client.manager("ListStreams")))")
         #expect(waitFor(5) { stream()?.muted == false }, "the example's stream is silenced")
     }
 
-    @Test("a player example prints audiod's own message when audiod refuses it", arguments: ["C", "Python"])
+    @Test(
+        "a player example refused during a call prints audiod's own message, and plays once the call is over",
+        arguments: ["C", "Python"])
     func playerExampleRefused(language: String) throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
         let d = try Daemon.start(server)
         defer { d.stop() }
-        // A call holds the audio: a playback activation is refused.
-        let holder = try server.spawn(["sleep", "60"])
-        _ = try d.client.makeSession(pid: holder.pid, "play-and-record", mode: "voice-chat", activate: true)
-        let (_, argv) = try example(language, server)
+        // A call with its sound holds the audio: a playback activation is refused.
+        let callApp = try playback(server, name: "call-app")
+        _ = try server.waitForPlaybackStream(pid: callApp.pid)
+        let call = try d.client.makeSession(pid: callApp.pid, "play-and-record", mode: "voice-chat", activate: true)
+        let (name, argv) = try example(language, server)
         let player = try server.spawn(argv, log: "player.log")
         defer { player.kill() }
         func log() -> String { server.file("player.log") }
@@ -96,6 +102,30 @@ struct ExampleTests {
             log().contains("player: SetActive failed: ") && !log().contains("GDBus.Error")
                 && log().contains("(org.audiod.AudioSession1.Error."),
             "\(log())")
+        // The call ends: nothing is primary audio, and the example takes the audio and plays.
+        _ = d.client.session(call, "Release")
+        callApp.kill()
+        #expect(waitFor(10) { log().contains("the audio is free again: resuming") }, "\(log())")
+        #expect(
+            waitFor(10) { (try? server.playbackStreams())?.first { $0.applicationName == name }?.muted == false },
+            "the example's stream is silenced after the call")
+    }
+
+    @Test("a player example whose audio ends by itself releases its session and exits 0", arguments: ["C", "Python"])
+    func playerExampleAudioEnds(language: String) throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let (_, argv) = try example(language, server)
+        let removedBefore = d.client.received(API.managerPath, "InterfacesRemoved").count
+        let player = try server.spawn(argv + ["sleep", "1"], log: "player.log")
+        let status = player.wait(timeout: 15)
+        #expect(status == 0, "the example exited with \(String(describing: status)): \(server.file("player.log"))")
+        #expect(server.file("player.log").contains("released"), "\(server.file("player.log"))")
+        #expect(
+            waitFor(5) { d.client.received(API.managerPath, "InterfacesRemoved").count > removedBefore },
+            "the example's session was not released")
     }
 
     @Test("a player example is interrupted, resumes on notify and releases its session", arguments: ["C", "Python"])
