@@ -8,8 +8,10 @@ DATADIR ?= $(PREFIX)/share
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SWIFT ?= swift
 # The standard library linked in statically: audiod's resident size 14.7 MB instead of 18.2 MB (shared Swift
-# runtime libraries are mapped whole; docs/BENCHMARKS.md).
-RELEASE ?= -c release --static-swift-stdlib
+# runtime libraries are mapped whole; docs/BENCHMARKS.md). The same flags as scripts/setup.sh's, warnings as errors
+# included: SwiftPM rebuilds everything when the flags differ, so `make` after `scripts/run` (or the other way
+# round) would build it all again.
+RELEASE ?= -c release --static-swift-stdlib -Xswiftc -warnings-as-errors
 
 .PHONY: build install uninstall test run
 build:
