@@ -570,8 +570,19 @@ struct ManualTests {
         #expect(verbs.count >= 14, "\(verbs)")
         for verb in verbs where verb != "help" {
             #expect(
-                text.contains(".BR \(verb) ") || text.contains(".B \(verb)\n") || text.contains(".BI \"\(verb) "),
+                text.contains(".BR \(verb) ") || text.contains(".B \(verb)\n") || text.contains(".BI \"\(verb) ")
+                    || text.contains(".TP\n\\fB\(verb)\\fR"),
                 "audioctl.1 does not document \(verb)")
+        }
+        // Each verb's synopsis is one line of the rendered page (`.TP` takes a single line as the entry's tag: a
+        // tag split over two macros rendered as a tag and a stray line).
+        let rendered = try TestServer.runCapturing(
+            ["sh", "-c", "MANWIDTH=120 man -E UTF-8 -l '\(Self.man)/audioctl.1' 2>/dev/null"],
+            environment: ProcessInfo.processInfo.environment)
+        for synopsis in ["activate [--pid PID]", "deactivate [--pid PID] [--notify-others]", "release [--pid PID]"] {
+            #expect(
+                rendered.split(separator: "\n").contains { $0.trimmingCharacters(in: .whitespaces) == synopsis },
+                "audioctl(1) does not render \"\(synopsis)\" as one line")
         }
     }
 }
