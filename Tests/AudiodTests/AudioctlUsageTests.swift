@@ -531,6 +531,80 @@ struct RunScriptTests {
     }
 }
 
+extension RunScriptTests {
+    /// A shim `swift` that lets the run command's build past the lock `swift test` holds (see `pastedLinesWork`).
+    static func swiftShim(_ server: TestServer) throws -> String {
+        let shim = server.directory + "/shim"
+        try FileManager.default.createDirectory(atPath: shim, withIntermediateDirectories: true)
+        let swift = try TestServer.runCapturing(
+            ["sh", "-c", "command -v swift"], environment: ProcessInfo.processInfo.environment
+        )
+        .trimmingCharacters(in: .whitespacesAndNewlines)
+        try "#!/bin/sh\nexec \(swift) \"$@\" --ignore-lock\n".write(
+            toFile: shim + "/swift", atomically: true, encoding: .utf8)
+        chmod(shim + "/swift", 0o755)
+        return shim + ":" + (server.environment["PATH"] ?? "/usr/bin:/bin")
+    }
+
+    @Test(
+        "scripts/run with no sound server: its private PulseAudio; Ctrl-C restores the streams, prints them, then stops the server"
+    )
+    func privateServerCtrlC() throws {
+        // Nothing where scripts/run looks: a runtime directory of its own, no bus address (it starts a bus of its own
+        // there; PulseAudio will not start on a bus where another already owns org.PulseAudio1), no PULSE_SERVER.
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let runtime = server.directory + "/run-runtime"
+        try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)
+        chmod(runtime, 0o700)
+        let path = try Self.swiftShim(server)
+        let run = try server.spawn(
+            [
+                "env", "-u", "PULSE_SERVER", "-u", "PULSE_RUNTIME_PATH", "-u", "DBUS_SESSION_BUS_ADDRESS",
+                "XDG_RUNTIME_DIR=\(runtime)", "PATH=\(path)", "bash", Self.repository.path + "/scripts/run",
+            ], log: "run.log")
+        defer {
+            run.signal(SIGKILL)
+            _ = run.wait(timeout: 5)
+        }
+        _ = waitFor(900) {
+            server.file("run.log").contains("In another terminal, paste:") || run.wait(timeout: 0) != nil
+        }
+        let ready = server.file("run.log").contains("In another terminal, paste:")
+        #expect(ready, "scripts/run did not start: \(server.file("run.log").suffix(3000))")
+        guard ready else { return }
+        #expect(server.file("run.log").contains("starting a private headless PulseAudio"))
+        #expect(server.file("run.log").contains("no session bus; starting a private one"))
+        let privateServer = "unix:\(runtime)/audiod-private-server/native"
+        // Music, then a call that silences it.
+        let music = try server.spawn([
+            "env", "PULSE_SERVER=\(privateServer)", "pacat", "--playback", "/dev/zero", "--client-name=run-music",
+            "--property=media.role=music",
+        ])
+        let query = { (args: [String]) -> String in
+            (try? TestServer.runCapturing(
+                ["env", "PULSE_SERVER=\(privateServer)", "pactl"] + args, environment: server.environment)) ?? ""
+        }
+        #expect(waitFor(10) { query(["list", "sink-inputs"]).contains("run-music") })
+        let call = try server.spawn([
+            "env", "PULSE_SERVER=\(privateServer)", "pacat", "--playback", "/dev/zero", "--client-name=run-call",
+            "--property=media.role=phone",
+        ])
+        #expect(
+            waitFor(10) { query(["list", "sink-inputs"]).contains("Mute: yes") }, "the call did not silence the music")
+        _ = call
+        // Ctrl-C: the music is put back, the streams are printed, then the server goes.
+        run.signal(SIGINT)
+        #expect(run.wait(timeout: 20) != nil, "scripts/run did not end: \(server.file("run.log").suffix(2000))")
+        let log = server.file("run.log")
+        #expect(log.contains("The private server's streams as audiod left them:"), "\(log.suffix(2000))")
+        #expect(log.contains("run-music: muted no, volume 100%"), "the music was not put back: \(log.suffix(2000))")
+        #expect(log.contains("stopping the private sound server and bus"), "\(log.suffix(1000))")
+        #expect(waitFor(10) { query(["info"]).isEmpty }, "the private server still answers")
+        #expect(waitFor(10) { music.wait(timeout: 0) != nil }, "the music's player outlived the private server")
+    }
+}
+
 /// The man pages: every verb and option audioctl has is in audioctl(1), and each page renders without a warning and
 /// has the sections a reader looks for.
 struct ManualTests {
