@@ -715,11 +715,16 @@ extension Audioctl {
                         return []
                     }
                 }()
+                let configRule = { (app: String) in
+                    rules.first { $0["application"]?.stringValue == app && $0["source"]?.stringValue == "config" }
+                }
+                let setWithAudioctl = { (app: String) in
+                    rules.contains { $0["application"]?.stringValue == app && $0["source"]?.stringValue != "config" }
+                }
                 if action == "remove", let application {
-                    // A config rule lives in its file: say which, rather than audiod's bare "no rule".
-                    if let r = rules.first(where: {
-                        $0["application"]?.stringValue == application && $0["source"]?.stringValue == "config"
-                    }) {
+                    // A config rule lives in its file: say which, rather than audiod's bare "no rule". The user's own
+                    // rule, which overrides it, is theirs to remove.
+                    if let r = configRule(application), !setWithAudioctl(application) {
                         throw Failure.cannot(
                             .noSuchRule,
                             "the rule for '\(application)' comes from \(location(r)); change it there, then run `audioctl reload`"
@@ -728,7 +733,9 @@ extension Audioctl {
                     _ = try await c.call(
                         AudiodConnection.managerPath, AudiodConnection.managerInterface, "RemoveApplicationCategory",
                         [.string(application)])
-                    print("removed: \(application)")
+                    print(
+                        "removed: \(application)"
+                            + (configRule(application).map { "; the rule from \(location($0)) applies now" } ?? ""))
                     return
                 }
                 if json {
@@ -739,7 +746,15 @@ extension Audioctl {
                     var line = "\(r["application"]?.stringValue ?? "")  \(r["category"]?.stringValue ?? "")"
                     if let m = r["mode"]?.stringValue, m != "default" { line += "/\(m)" }
                     if let o = r["options"]?.stringArray, !o.isEmpty { line += " [\(o.joined(separator: ","))]" }
-                    line += "  " + (r["source"]?.stringValue == "config" ? "from \(location(r))" : "set with audioctl")
+                    if r["source"]?.stringValue == "config" {
+                        line += "  from \(location(r))"
+                        // A rule set with audioctl for the same app is the one in force (docs/POLICY.md §7).
+                        if setWithAudioctl(r["application"]?.stringValue ?? "") {
+                            line += " (overridden by the rule set with audioctl)"
+                        }
+                    } else {
+                        line += "  set with audioctl"
+                    }
                     print(line)
                 }
             }

@@ -419,6 +419,16 @@ struct AudioctlUsageTests {
             as? [[String: Any]]
         #expect(rj?.first { $0["application"] as? String == "mpv" }?["line"] as? Int == 3)
         #expect(rj?.first { $0["application"] as? String == "mpv" }?["source"] as? String == "config")
+        // The user's own rule for mpv overrides the file's: `rules` says so, and `rules remove` removes the user's.
+        #expect(try shell(server, "audioctl set-category ambient --app mpv").status == 0)
+        let both = try shell(server, "audioctl rules").output
+        #expect(both.contains("mpv  playback  from \(file):3 (overridden by the rule set with audioctl)"), "\(both)")
+        #expect(both.contains("mpv  ambient [mix-with-others]  set with audioctl"), "\(both)")
+        let removeOwn = try shell(server, "audioctl rules remove mpv")
+        #expect(removeOwn.status == 0, "\(removeOwn.output)")
+        #expect(
+            removeOwn.output.contains("removed: mpv; the rule from \(file):3 applies now"), "\(removeOwn.output)")
+        #expect(!(try shell(server, "audioctl rules").output.contains("overridden")))
         let removeConfig = try shell(server, "audioctl rules remove mpv")
         #expect(removeConfig.status == 1)
         #expect(
