@@ -102,9 +102,15 @@ extension AudioSessionService {
                 guard let host = s.host, host.acceptsRequests else {
                     return s.fail(c.message, AudioSessionService.shuttingDown)
                 }
+                // Logged as SIGHUP's reload is (docs/CONFIG.md): whoever asked sees the answer, the log keeps it.
                 switch host.reloadConfig() {
-                case .reloaded: s.reply(c.message, [])
+                case .reloaded(let file):
+                    s.logger.info(
+                        "Reload: \(file.map { "config reloaded from \($0)" } ?? "no config file; the built-in settings are in force")"
+                    )
+                    s.reply(c.message, [])
                 case .invalid(let why):
+                    s.logger.error("Reload: config not reloaded, the settings in force stay: \(why)")
                     s.fail(c.message, DBusError(name: ErrorName.invalidConfig.busName, message: why))
                 }
             },

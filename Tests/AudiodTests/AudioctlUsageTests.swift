@@ -439,6 +439,12 @@ struct AudioctlUsageTests {
         let broken = try shell(server, "audioctl reload")
         #expect(broken.status == 1)
         #expect(broken.output.contains("\(file):3: apps.mpv.category"), "\(broken.output)")
+        // The refusal is in audiod's log too, as a SIGHUP's is.
+        #expect(
+            waitFor(5) {
+                server.file("audiod.log").contains("Reload: config not reloaded, the settings in force stay")
+            },
+            "\(server.file("audiod.log").suffix(1000))")
         #expect(
             d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.5),
             "a broken file changed the settings")
