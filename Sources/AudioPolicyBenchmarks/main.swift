@@ -89,7 +89,11 @@ func calibration() -> Double {
 // Arguments: session counts, and `--baseline FILE` to compare with (or `--write-baseline FILE` to record one).
 /// `name VALUE` out of the arguments: the value, and the arguments without both.
 func option(_ name: String, in arguments: [String]) -> (String?, [String]) {
-    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count else { return (nil, arguments) }
+    guard let i = arguments.firstIndex(of: name) else { return (nil, arguments) }
+    guard i + 1 < arguments.count else {
+        print("error: \(name) needs a file")
+        exit(64)
+    }
     var rest = arguments
     rest.removeSubrange(i...(i + 1))
     return (arguments[i + 1], rest)
@@ -98,8 +102,10 @@ let (baselinePath, afterBaseline) = option("--baseline", in: Array(CommandLine.a
 let (writePath, arguments) = option("--write-baseline", in: afterBaseline)
 let sizes = arguments.compactMap { Int($0) }
 let counts = sizes.isEmpty ? [10, 100, 1_000, 10_000] : sizes
-let unit = calibration()
-print("engine cost per event, µs (median / p99), release build; calibration \(fmt(unit)) µs")
+// Timed before every row and once more at the end; the median of those is the unit, so that a machine whose speed
+// changes during the run moves it too.
+var units = [calibration()]
+print("engine cost per event, µs (median / p99), release build")
 print("| sessions | volume | activate | stream appears+goes |")
 print("|---:|---:|---:|---:|")
 /// Each figure's median over the calibration, by "sessions event".
@@ -144,9 +150,13 @@ for n in counts {
         "| \(n) | \(fmt(volume.median)) / \(fmt(volume.p99)) | \(fmt(activate.median)) / \(fmt(activate.p99)) | \(fmt(stream.median)) / \(fmt(stream.p99)) |"
     )
     for (event, m) in [("volume", volume.median), ("activate", activate.median), ("stream", stream.median)] {
-        ratios.append(("\(n) \(event)", m / unit, m))
+        ratios.append(("\(n) \(event)", m, m))
     }
+    units.append(calibration())
 }
+let unit = units.sorted()[units.count / 2]
+ratios = ratios.map { ($0.key, $0.median / unit, $0.median) }
+print("calibration \(fmt(unit)) µs (median of \(units.count): \(units.map(fmt).joined(separator: ", ")))")
 
 if let writePath {
     let text =
@@ -175,6 +185,15 @@ if let baselinePath {
             exit(1)
         }
         baseline["\(parts[0]) \(parts[1])"] = r
+    }
+    // Every figure has a baseline and every baseline a figure: a guard that compared nothing would pass.
+    let measured = Set(ratios.map(\.key))
+    let unmatched = measured.symmetricDifference(baseline.keys).sorted()
+    if !unmatched.isEmpty {
+        print(
+            "error: \(baselinePath) and this run do not measure the same figures (\(unmatched.joined(separator: ", "))); "
+                + "run the session counts it has, or record a new baseline with --write-baseline")
+        exit(1)
     }
     var slower: [String] = []
     for r in ratios {

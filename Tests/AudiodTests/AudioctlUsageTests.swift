@@ -429,6 +429,9 @@ struct AudioctlUsageTests {
         #expect(
             removeOwn.output.contains("removed: mpv; the rule from \(file):3 applies now"), "\(removeOwn.output)")
         #expect(!(try shell(server, "audioctl rules").output.contains("overridden")))
+        // No rule at all: audiod's own answer.
+        let none = try shell(server, "audioctl rules remove no-such-app")
+        #expect(none.status == 1 && none.output.contains("no-such-app"), "\(none.output)")
         let removeConfig = try shell(server, "audioctl rules remove mpv")
         #expect(removeConfig.status == 1)
         #expect(
@@ -451,6 +454,9 @@ struct AudioctlUsageTests {
         try "duck-level = 0.25\n".write(toFile: file, atomically: true, encoding: .utf8)
         let good = try shell(server, "audioctl reload")
         #expect(good.status == 0, "\(good.output)")
+        #expect(
+            waitFor(5) { server.file("audiod.log").contains("Reload: config reloaded from \(file)") },
+            "\(server.file("audiod.log").suffix(1000))")
         #expect(d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.25))
         #expect(!(try shell(server, "audioctl rules").output.contains("mpv")))
     }
@@ -580,8 +586,12 @@ extension RunScriptTests {
                 "XDG_RUNTIME_DIR=\(runtime)", "PATH=\(path)", "bash", Self.repository.path + "/scripts/run",
             ], log: "run.log")
         defer {
-            run.signal(SIGKILL)
-            _ = run.wait(timeout: 5)
+            // Its EXIT trap stops the private server and bus: a SIGKILL first would leave them running.
+            run.signal(SIGTERM)
+            if run.wait(timeout: 20) == nil {
+                run.signal(SIGKILL)
+                _ = run.wait(timeout: 5)
+            }
         }
         _ = waitFor(900) {
             server.file("run.log").contains("In another terminal, paste:") || run.wait(timeout: 0) != nil
@@ -617,6 +627,15 @@ extension RunScriptTests {
         #expect(log.contains("run-music: muted no, volume 100%"), "the music was not put back: \(log.suffix(2000))")
         #expect(log.contains("stopping the private sound server and bus"), "\(log.suffix(1000))")
         #expect(waitFor(10) { query(["info"]).isEmpty }, "the private server still answers")
+        let bus = "unix:path=\(runtime)/audiod-private-bus"
+        #expect(
+            waitFor(10) {
+                (try? server.runStatus([
+                    "dbus-send", "--bus=\(bus)", "--print-reply", "--dest=org.freedesktop.DBus",
+                    "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus.GetId",
+                ]).status) != 0
+            }, "the private bus still answers")
         #expect(waitFor(10) { music.wait(timeout: 0) != nil }, "the music's player outlived the private server")
     }
 }
