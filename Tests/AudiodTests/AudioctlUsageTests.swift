@@ -508,16 +508,7 @@ struct RunScriptTests {
         // PULSE_SERVER: the case whose line used to read `PULSE_SERVER=<your default>`.
         // `swift test` holds SwiftPM's lock on .build for the whole run: the run command's `swift build` (a no-op
         // after the test command's release build, same flags) is let past it, as a second terminal's would not be.
-        let shim = server.directory + "/shim"
-        try FileManager.default.createDirectory(atPath: shim, withIntermediateDirectories: true)
-        let swift = try TestServer.runCapturing(
-            ["sh", "-c", "command -v swift"], environment: ProcessInfo.processInfo.environment
-        )
-        .trimmingCharacters(in: .whitespacesAndNewlines)
-        try "#!/bin/sh\nexec \(swift) \"$@\" --ignore-lock\n".write(
-            toFile: shim + "/swift", atomically: true, encoding: .utf8)
-        chmod(shim + "/swift", 0o755)
-        let path = shim + ":" + (server.environment["PATH"] ?? "/usr/bin:/bin")
+        let path = try Self.swiftShim(server)
         let run = try server.spawn(
             ["env", "-u", "PULSE_SERVER", "PATH=\(path)", "bash", Self.repository.path + "/scripts/run"], log: "run.log"
         )
