@@ -652,7 +652,13 @@ public struct RestoreLedger {
         // test, seed 281009 on PulseAudio: the user muted a game stream; audiod's later mute of a sibling was
         // repaired to unmuted, and the role's next game stream started without the user's mute).
         if entry.muted, userMuteByKey[entry.key] != true, sources.contains(where: \.unmute) { r.muted = false }
-        if let (_, user) = policyVolume(sources, shown: entry.volume) { r.volume = user }
+        if let (_, user) = policyVolume(sources, shown: entry.volume) {
+            // The key's last user volume, as a leak on a new stream gets: the entry held it before audiod's value came
+            // in, not the volume under a sibling's duck (random test, seed 855735 on PulseAudio: the user set one of
+            // two event streams to 80 %; the repair after the other's duck wrote its 50 %, and the role's next stream
+            // started there).
+            r.volume = userVolumeByKey[entry.key].flatMap { $0.count == user.count ? $0 : nil } ?? user
+        }
         return r
     }
 }

@@ -590,6 +590,35 @@ struct RestoreLedgerTests {
         #expect(Set(l.policySources(key: Self.key, now: Self.ms).map { "\($0)" }).count == 2)
     }
 
+    /// Seed 855735 on PulseAudio: the user set one of two streams of a key to 80 %; audiod then ducked the other,
+    /// at 50 %, and the server saved that duck. The entry held the user's 80 % before it: the repair writes that,
+    /// not the volume under the sibling's duck.
+    @Test func theRepairAfterASiblingsDuckWritesTheKeysLastUserVolume() {
+        let (a, b) = (StreamID.playback(1), StreamID.playback(2))
+        let (eighty, half, halfDucked): ([UInt32], [UInt32], [UInt32]) = (
+            [52429, 52429], [32768, 32768], [26008, 26008]
+        )
+        var l = Self.ledger()
+        _ = Self.appear(&l, a)
+        _ = Self.appear(&l, b, volume: half)
+        _ = l.update([(a, Self.muted(a))], muted: { _ in true }, now: 0)
+        // The user turns the muted stream to 80 %: the server saves it, mute and all, as the key's.
+        _ = l.changed(a, byAudiod: false, userVolume: eighty, shownMuted: true, shownVolume: eighty)
+        let duckB = AppliedChange(
+            stream: b, applicationName: "Music", unmute: false, appliedVolume: Volume(channels: halfDucked),
+            restoreVolume: Volume(channels: half))
+        _ = l.update([(b, duckB)], muted: { _ in false }, now: Self.ms)
+        let saved = RestoreLedger.Entry(key: Self.key, muted: false, volume: halfDucked)
+        #expect(l.repair(after: b, saved, now: 2 * Self.ms)?.volume == eighty)
+        // A key with a user volume of another channel count is put back to the stream's own.
+        var mono = Self.ledger()
+        _ = Self.appear(&mono, a, volume: [52429])
+        _ = Self.appear(&mono, b, volume: half)
+        _ = mono.changed(a, byAudiod: false, userVolume: [52429], shownMuted: false, shownVolume: [52429])
+        _ = mono.update([(b, duckB)], muted: { _ in false }, now: Self.ms)
+        #expect(mono.repair(after: b, saved, now: 2 * Self.ms)?.volume == half)
+    }
+
     @Test func theRepairAfterAWriteTakesOutOnlyAudiodsValues() {
         let a = StreamID.playback(1)
         var l = Self.ledger()
