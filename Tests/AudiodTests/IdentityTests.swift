@@ -42,7 +42,12 @@ struct DesktopIdentityTests {
         var found: Found?
         let ok = waitFor(timeout) {
             found = identity(d, streamOf: pid)
-            return found.map(until) ?? false
+            guard let first = found, until(first) else { return false }
+            // The predicate reads the session's properties after the identity was read: read it again, so that what
+            // is returned is no older than what the predicate saw (a CI run judged a game's category from a newer
+            // read than its reason).
+            found = identity(d, streamOf: pid) ?? first
+            return true
         }
         return (found, ok)
     }
