@@ -313,6 +313,17 @@ final class PromiseRun {
             muted = mutes.contains(initial.muted) ? initial.muted : false
             if volumes.contains(where: { close($0, initial.volume) }) {
                 volume = initial.volume
+                // A start at an older user value of the key that is also a duck of one of its user values (30 % is
+                // within the oracle's margin of 50 % ducked at 0.2) may be either: audiod may take it for its own
+                // leaked duck and put back the key's last user value (seed 31735 on PipeWire 1.4).
+                let duckOfUserValue = volumes.contains { v in
+                    [0.1, 0.2, 0.5].contains { close(UInt32((Double(v) * cbrt($0)).rounded()), initial.volume) }
+                }
+                if !close(initial.volume, saved.volume), duckOfUserValue {
+                    volumesInDoubt = (volumesSinceUserChange[key] ?? [saved.volume]).union([
+                        initial.volume, saved.volume,
+                    ])
+                }
             } else {
                 let since = volumesSinceUserChange[key] ?? [saved.volume]
                 if since.count > 1 { volumesInDoubt = since }
