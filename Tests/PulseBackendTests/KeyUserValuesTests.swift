@@ -97,6 +97,33 @@ struct KeyUserValuesTests {
         #expect(l.userValues.volume[key] == [52429, 52429])
     }
 
+    /// A stream no record names, found at connection (started while audiod was down), may carry a user value audiod
+    /// never saw: the user started a music app and set it to 40 %, the keys' file says 100 %. A repair after its duck
+    /// writes its own 40 %, until audiod sees a user's change of the key.
+    @Test func aRepairOnAKeyWithAStreamNoRecordNamesWritesTheStreamsOwnVolume() throws {
+        let key = "sink-input-by-media-role:music"
+        let (unrecorded, later) = (StreamID.playback(30), StreamID.playback(31))
+        var l = RestoreLedger(
+            volumeTolerance: 64, leakWindowNanoseconds: 2_000_000_000, restoreSettleNanoseconds: 2_000_000_000)
+        l.userValues = KeyUserValues(volume: [key: [65536, 65536]], serverCookie: 77)
+        l.connected(serverCookie: 77)
+        l.keyed(unrecorded, key)
+        l.foundAtConnection(unrecorded, muted: false, volume: [48000, 48000], left: nil)
+        let duck = AppliedChange(
+            stream: unrecorded, applicationName: "Music", unmute: false,
+            appliedVolume: Volume(channels: [28000, 28000]),
+            restoreVolume: Volume(channels: [48000, 48000]))
+        _ = l.update([(unrecorded, duck)], muted: { _ in false }, now: 0)
+        let saved = RestoreLedger.Entry(key: key, muted: false, volume: [28000, 28000])
+        #expect(l.repair(after: unrecorded, saved, now: 1_000_000)?.volume == [48000, 48000])
+        // The user turns another stream of the key to 60 %: that is the key's value from now on.
+        l.keyed(later, key)
+        _ = l.shown(later, first: true, preexisting: false, muted: false, volume: [48000, 48000], now: 2_000_000)
+        _ = l.changed(
+            later, byAudiod: false, userVolume: [39322, 39322], shownMuted: false, shownVolume: [39322, 39322])
+        #expect(l.repair(after: unrecorded, saved, now: 3_000_000)?.volume == [39322, 39322])
+    }
+
     @Test func aDamagedFileIsAnErrorThatNamesTheLine() throws {
         let path = KeyUserValues.path(besideJournal: Self.tempPath())
         try KeyUserValues(muted: ["a": true]).write(to: path)
