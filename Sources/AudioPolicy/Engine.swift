@@ -21,7 +21,13 @@ public struct Engine: Sendable {
     /// `settings.configRules` by application, first rule for a name winning.
     var configRules: [String: ApplicationRule] = [:]
 
-    var nextSessionID: UInt64 = 1
+    /// The id the next session gets. Ids are never reused within a login: the host numbers on past every id an
+    /// earlier run gave out (`numberSessions(from:)`), so that a stale `audiod.session` tag or a client's old object
+    /// path names no session of this run.
+    public internal(set) var nextSessionID: UInt64 = 1
+
+    /// Numbers the sessions of this run from `first` on (never back: an id given out stays given out).
+    public mutating func numberSessions(from first: UInt64) { nextSessionID = max(nextSessionID, first) }
 
     // Indices that keep an event's cost proportional to what it affects.
     /// Every pid in any stream's process chain → those streams.

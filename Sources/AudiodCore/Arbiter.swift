@@ -55,12 +55,20 @@ public final class Arbiter {
     private var toPersist: PersistentState?
     static let persistDelayNanoseconds: UInt64 = 100_000_000
 
+    /// Where the sessions of the next run are numbered from (beside the journal, so per login: `$XDG_RUNTIME_DIR`
+    /// lives as long as the user's login); nil: nowhere, and each run numbers from 1.
+    let sessionIDPath: String?
+    /// Ids below this are reserved on disk: a crash loses at most the rest of the block, never reuses an id.
+    private var sessionIDsReserved: UInt64 = 0
+    static let sessionIDBlock: UInt64 = 1024
+
     public init(
         loop: MainLoop, settings: Settings, backend options: PulseBackend.Options, statePath: String? = nil,
         logger: Logger
     ) {
         self.loop = loop
         self.statePath = statePath
+        self.sessionIDPath = options.journalPath.map(SessionIDFile.path(besideJournal:))
         self.engine = Engine(settings: settings)
         self.logger = logger
         self.backend = PulseBackend(
@@ -70,6 +78,16 @@ public final class Arbiter {
     /// Restores the saved state and connects to the server. Call on the loop thread.
     public func start() {
         loop.assertOnLoop()
+        if let path = sessionIDPath {
+            switch SessionIDFile.read(path) {
+            case .success(let first): engine.numberSessions(from: first)
+            case .failure(let problem):
+                logger.warning(
+                    "the session-id file \(path) is damaged (\(problem)); numbering sessions from 1, so an id an earlier run gave out may name a new session"
+                )
+            }
+            reserveSessionIDs()
+        }
         if let path = statePath {
             do {
                 for e in try StateFile.load(from: path, requestID: makeRequestID) {
@@ -88,6 +106,20 @@ public final class Arbiter {
         }
         backend.onEvent = { [weak self] e in self?.backendEvent(e) }
         backend.start()
+    }
+
+    /// Writes the next block of session ids as given out. Once per 1,024 sessions, on the loop: a small file on the
+    /// runtime directory's tmpfs.
+    private func reserveSessionIDs() {
+        guard let path = sessionIDPath else { return }
+        sessionIDsReserved = engine.nextSessionID + Self.sessionIDBlock
+        do {
+            try SessionIDFile.write(sessionIDsReserved, to: path)
+        } catch {
+            logger.error(
+                "cannot write the session-id file; a restart may give out ids this run gave",
+                metadata: ["path": "\(path)", "error": "\(error)"])
+        }
     }
 
     /// The loop's monotonic clock, as the engine's time.
@@ -123,6 +155,8 @@ public final class Arbiter {
         let t0 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         let unsettled = engine.settleOverflows
         let effects = engine.handle(event, at: now)
+        // Before anything is published: a crash after the bus showed a new id must not give it out again.
+        if sessionIDPath != nil, engine.nextSessionID >= sessionIDsReserved { reserveSessionIDs() }
         let t1 = tracing ? DispatchTime.now().uptimeNanoseconds : 0
         if engine.settleOverflows != unsettled {
             logger.error(

@@ -87,6 +87,42 @@ struct ReliabilityTests {
     }
 
     @Test(
+        "session ids are not reused within a login: after a SIGKILL and a restart new sessions number on, and a stream tagged with the dead run's id joins none of them"
+    )
+    func sessionIDsNotReused() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        func number(_ path: String) -> UInt64 { path.split(separator: "/").last.flatMap { UInt64($0) } ?? 0 }
+        let holder = try server.spawn(["sleep", "3600"])
+        var d = try Daemon.start(server)
+        let old = try d.client.makeSession(pid: holder.pid, "playback", activate: true)
+        d.child.kill()
+        d.client.close()
+        d = try Daemon.start(server, log: "audiod-2.log")
+        defer { d.stop() }
+        let owner = try server.spawn(["sleep", "3600"])
+        let fresh = try d.client.makeSession(pid: owner.pid, "playback", activate: true)
+        #expect(number(fresh) > number(old), "the restart gave out \(fresh) again (the dead run's was \(old))")
+        // An app of the dead run still tags its stream with its old id: the tag names no session now, and the
+        // stream is judged by its process, as any app's.
+        let stale = try playback(server, name: "stale-tagged", extra: ["--property=audiod.session=\(number(old))"])
+        var session: String?
+        #expect(
+            waitFor(10) {
+                guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first
+                else { return false }
+                for s in items.compactMap(\.propertyMap) where s["pid"]?.uint32Value == UInt32(stale.pid) {
+                    if case .objectPath(let p)? = s["session"] { session = p }
+                }
+                return session != nil
+            }, "the tagged stream was not listed")
+        #expect(session != fresh, "a stream tagged with the dead run's id joined the new run's session \(fresh)")
+        #expect(session != old)
+        let reserved = try String(contentsOfFile: server.directory + "/audiod/session-ids", encoding: .utf8)
+        #expect(UInt64(reserved.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > number(fresh))
+    }
+
+    @Test(
         "the sound server restarted under load: audiod reconnects and re-applies the policy",
         arguments: ServerKind.tested)
     func serverRestartsUnderLoad(kind: ServerKind) throws {
