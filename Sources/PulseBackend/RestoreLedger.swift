@@ -80,11 +80,6 @@ public struct RestoreLedger {
     /// The volume of each key's last change that was not audiod's: what a leaked duck is put back to (not the volume
     /// the ducked sibling had, which the user may have changed on another stream of the key since — seed 636101).
     private var userVolumeByKey: [String: [UInt32]] = [:]
-    /// Keys with a stream found at connection that no record of an earlier run names: it started, and may have been
-    /// changed, while audiod was not connected, so the key's entry may hold a user value audiod never saw. A repair
-    /// after a duck there writes the ducked stream's own volume, not `userVolumeByKey`, until a user's change of the
-    /// key is seen.
-    private var userVolumeUnknown: Set<String> = []
     /// Counts the changes of the keys' user values: the backend keeps them in a file when it moves.
     public private(set) var userValuesRevision: UInt64 = 0
 
@@ -321,12 +316,27 @@ public struct RestoreLedger {
     /// streams of a key changed while audiod was down, which was changed last cannot be known: the one reported last wins.
     public mutating func foundAtConnection(_ id: StreamID, muted: Bool, volume: [UInt32], left: PolicyValues?) {
         guard let key = keys[id] else { return }
-        guard let record = leftStreams.removeValue(forKey: id), record.key == key else {
-            if userVolumeUnknown.count < KeyUserValues.limit { userVolumeUnknown.insert(key) }
-            return
-        }
         func close(_ a: [UInt32], _ b: [UInt32]) -> Bool {
             a.count == b.count && Volume(channels: a).isClose(to: Volume(channels: b), tolerance: volumeTolerance)
+        }
+        guard let record = leftStreams.removeValue(forKey: id), record.key == key else {
+            // No record names it: it started (and may have been changed) while audiod was not connected. A volume
+            // of its own (under audiod's duck, if one is on it) that is not the key's last known one may be a user
+            // value audiod never saw, saved into the key after it: the key's volume is not known any more, and what
+            // audiod puts back on the key is the stream's own until the user changes the key again (the review of
+            // the seed 855735 fix: a user who set a new app to 40 % while audiod was down, with 100 % in the keys'
+            // file, would have had a ducked entry repaired to 100 %). Forgotten, not marked, so the file forgets it.
+            // A policy value audiod left in the key (a leak, or what it held when the server went) is not one.
+            let own = left?.volume.map { close($0.channels, volume) } == true ? left?.userVolume?.channels : volume
+            let policy =
+                (leaks[key].map { [$0] } ?? []) + (heldAtDrop[key] ?? []) + (unsavedByKey[key] ?? [])
+                + (savedPolicyByKey[key] ?? [])
+            if let known = userVolumeByKey[key], let own, !close(own, known), policyVolume(policy, shown: volume) == nil
+            {
+                userVolumeByKey[key] = nil
+                userValuesRevision &+= 1
+            }
+            return
         }
         let mutedByAudiod = left?.mute == true && muted
         let userMuted = muted != record.muted && !mutedByAudiod ? muted : nil
@@ -343,7 +353,6 @@ public struct RestoreLedger {
     }
 
     private mutating func setUserValues(of key: String, muted: Bool?, volume: [UInt32]?) {
-        if volume != nil { userVolumeUnknown.remove(key) }
         if let volume, userVolumeByKey[key] != volume {
             userVolumeByKey[key] = volume
             if userVolumeByKey.count > KeyUserValues.limit { userVolumeByKey = [key: volume] }
@@ -667,10 +676,7 @@ public struct RestoreLedger {
             // in, not the volume under a sibling's duck (random test, seed 855735 on PulseAudio: the user set one of
             // two event streams to 80 %; the repair after the other's duck wrote its 50 %, and the role's next stream
             // started there).
-            // (Not where a stream found at connection may have brought a user value audiod never saw: the review of
-            // this rule, a user who set a new app to 40 % while audiod was down, with 100 % in the keys' file.)
-            let last = userVolumeUnknown.contains(entry.key) ? nil : userVolumeByKey[entry.key]
-            r.volume = last.flatMap { $0.count == user.count ? $0 : nil } ?? user
+            r.volume = userVolumeByKey[entry.key].flatMap { $0.count == user.count ? $0 : nil } ?? user
         }
         return r
     }
