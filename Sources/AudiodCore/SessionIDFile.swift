@@ -1,9 +1,13 @@
 import FoundationEssentials
+import Glibc
 
 /// The first session id the next run of audiod may give out: one decimal number and a newline, in
 /// `$XDG_RUNTIME_DIR/audiod/session-ids` beside the journal. A run reserves ids in blocks (`Arbiter`), so the number
 /// is ahead of the ids actually given out.
 public enum SessionIDFile {
+    /// The largest number kept: numbering on from it never overflows, and every id fits a double (JSON, shells).
+    public static let largest: UInt64 = 1 << 52
+
     public static func path(besideJournal journal: String) -> String {
         guard let slash = journal.lastIndex(of: "/") else { return "session-ids" }
         return String(journal[..<slash]) + "/session-ids"
@@ -11,32 +15,41 @@ public enum SessionIDFile {
 
     /// What is wrong with the file, in words that never quote its content.
     public enum Problem: Error, CustomStringConvertible, Equatable {
-        case unreadable, notANumber
+        case unreadable, notARegularFile, notANumber
         public var description: String {
             switch self {
             case .unreadable: "not readable"
-            case .notANumber: "not one decimal number from 1 to 2^48"
+            case .notARegularFile: "not a regular file"
+            case .notANumber: "not one decimal number from 1 to 2^52"
             }
         }
     }
 
-    /// The first id to give out: 1 when there is no file (the login's first run).
+    /// The first id to give out: 1 when there is no file (the login's first run). Reads at most 64 bytes of a
+    /// regular file: whatever is at the path (a FIFO, a device) never holds up the start.
     public static func read(_ path: String) -> Result<UInt64, Problem> {
-        guard FileManager.default.fileExists(atPath: path) else { return .success(1) }
-        guard let data = FileManager.default.contents(atPath: path), data.count <= 64 else {
-            return .failure(.unreadable)
-        }
-        let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        // Bounded, so that numbering on from it never overflows, and any id fits a double (JSON, shells).
-        guard let n = UInt64(text), n >= 1, n <= 1 << 48 else { return .failure(.notANumber) }
-        return .success(n)
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return errno == ENOENT ? .success(1) : .failure(.unreadable) }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return .failure(.unreadable) }
+        guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(.notARegularFile) }
+        guard st.st_size <= 64 else { return .failure(.notANumber) }
+        var bytes = [UInt8](repeating: 0, count: 65)
+        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, 65) }
+        guard n >= 0, n <= 64 else { return .failure(n < 0 ? .unreadable : .notANumber) }
+        let text = String(decoding: bytes[..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let value = UInt64(text), value >= 1, value <= largest else { return .failure(.notANumber) }
+        return .success(value)
     }
 
+    /// Writes `first` (at most `largest`), readable by the user alone, as the journal is.
     public static func write(_ first: UInt64, to path: String) throws {
         let url = URL(fileURLWithPath: path)
         try FileManager.default.createDirectory(
             at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
-        try Data("\(first)\n".utf8).write(to: url, options: .atomic)
+        try Data("\(min(first, largest))\n".utf8).write(to: url, options: .atomic)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path)
     }
 }
