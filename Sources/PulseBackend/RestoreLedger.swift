@@ -315,28 +315,9 @@ public struct RestoreLedger {
     /// while audiod was down; a leaked duck on the role's next game stream went back to a sibling's 100 %). Of two
     /// streams of a key changed while audiod was down, which was changed last cannot be known: the one reported last wins.
     public mutating func foundAtConnection(_ id: StreamID, muted: Bool, volume: [UInt32], left: PolicyValues?) {
-        guard let key = keys[id] else { return }
+        guard let record = leftStreams.removeValue(forKey: id), let key = keys[id], record.key == key else { return }
         func close(_ a: [UInt32], _ b: [UInt32]) -> Bool {
             a.count == b.count && Volume(channels: a).isClose(to: Volume(channels: b), tolerance: volumeTolerance)
-        }
-        guard let record = leftStreams.removeValue(forKey: id), record.key == key else {
-            // No record names it: it started (and may have been changed) while audiod was not connected. A volume
-            // of its own (under audiod's duck, if one is on it) that is not the key's last known one may be a user
-            // value audiod never saw, saved into the key after it: the key's volume is not known any more, and what
-            // audiod puts back on the key is the stream's own until the user changes the key again (the review of
-            // the seed 855735 fix: a user who set a new app to 40 % while audiod was down, with 100 % in the keys'
-            // file, would have had a ducked entry repaired to 100 %). Forgotten, not marked, so the file forgets it.
-            // A policy value audiod left in the key (a leak, or what it held when the server went) is not one.
-            let own = left?.volume.map { close($0.channels, volume) } == true ? left?.userVolume?.channels : volume
-            let policy =
-                (leaks[key].map { [$0] } ?? []) + (heldAtDrop[key] ?? []) + (unsavedByKey[key] ?? [])
-                + (savedPolicyByKey[key] ?? [])
-            if let known = userVolumeByKey[key], let own, !close(own, known), policyVolume(policy, shown: volume) == nil
-            {
-                userVolumeByKey[key] = nil
-                userValuesRevision &+= 1
-            }
-            return
         }
         let mutedByAudiod = left?.mute == true && muted
         let userMuted = muted != record.muted && !mutedByAudiod ? muted : nil

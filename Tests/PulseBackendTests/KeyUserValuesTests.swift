@@ -78,9 +78,7 @@ struct KeyUserValuesTests {
         let (unchanged, _) = started(cookie: 77, changedShows: [65536, 65536])
         #expect(unchanged.userValues.volume[key] == [65536, 65536], "nothing changed while audiod was down")
         let (otherRun, _) = started(cookie: 78, changedShows: [32768, 32768])
-        // Another server run's stream 12 is another stream: no record names it, and its 50 % is a value audiod never
-        // saw, so the key's volume is not known any more (not taken for the user's, not kept at 100 % either).
-        #expect(otherRun.userValues.volume[key] == nil, "another server run's stream 12 is another stream")
+        #expect(otherRun.userValues.volume[key] == [65536, 65536], "another server run's stream 12 is another stream")
         let (muted, _) = started(cookie: 77, changedShows: [65536, 65536], muted: true)
         #expect(muted.userValues.muted[key] == true, "a mute set while audiod was down is the key's")
 
@@ -97,57 +95,6 @@ struct KeyUserValuesTests {
                 mute: false, volume: Volume(channels: [38326, 38326]), userVolume: Volume(channels: [52429, 52429])))
         #expect(l.userValues.muted[key] == true)
         #expect(l.userValues.volume[key] == [52429, 52429])
-    }
-
-    /// A stream no record names, found at connection (started while audiod was down), may carry a user value audiod
-    /// never saw: the user started a music app and set it to 40 %, the keys' file says 100 %. The key's volume is
-    /// forgotten — in the file too — and a repair after the stream's duck writes its own 40 %, until audiod sees a
-    /// user's change of the key. One that shows the key's known volume (or a duck of it) forgets nothing.
-    @Test func aStreamNoRecordNamesAtAnotherVolumeForgetsTheKeysVolume() throws {
-        let key = "sink-input-by-media-role:music"
-        let (unrecorded, later) = (StreamID.playback(30), StreamID.playback(31))
-        func ledger() -> RestoreLedger {
-            var l = RestoreLedger(
-                volumeTolerance: 64, leakWindowNanoseconds: 2_000_000_000, restoreSettleNanoseconds: 2_000_000_000)
-            l.userValues = KeyUserValues(volume: [key: [65536, 65536]], serverCookie: 77)
-            l.connected(serverCookie: 77)
-            l.keyed(unrecorded, key)
-            return l
-        }
-        var l = ledger()
-        let revision = l.userValuesRevision
-        l.foundAtConnection(unrecorded, muted: false, volume: [48000, 48000], left: nil)
-        #expect(l.userValues.volume[key] == nil)
-        #expect(l.userValuesRevision != revision, "the file is written again without it")
-        let duck = AppliedChange(
-            stream: unrecorded, applicationName: "Music", unmute: false,
-            appliedVolume: Volume(channels: [28000, 28000]),
-            restoreVolume: Volume(channels: [48000, 48000]))
-        _ = l.update([(unrecorded, duck)], muted: { _ in false }, now: 0)
-        let saved = RestoreLedger.Entry(key: key, muted: false, volume: [28000, 28000])
-        #expect(l.repair(after: unrecorded, saved, now: 1_000_000)?.volume == [48000, 48000])
-        // The user turns another stream of the key to 60 %: that is the key's value from now on.
-        l.keyed(later, key)
-        _ = l.shown(later, first: true, preexisting: false, muted: false, volume: [48000, 48000], now: 2_000_000)
-        _ = l.changed(
-            later, byAudiod: false, userVolume: [39322, 39322], shownMuted: false, shownVolume: [39322, 39322])
-        #expect(l.repair(after: unrecorded, saved, now: 3_000_000)?.volume == [39322, 39322])
-        // At the key's volume, or at audiod's duck of it: nothing unknown.
-        var same = ledger()
-        same.foundAtConnection(unrecorded, muted: false, volume: [65536, 65536], left: nil)
-        #expect(same.userValues.volume[key] == [65536, 65536])
-        var ducked = ledger()
-        ducked.foundAtConnection(
-            unrecorded, muted: false, volume: [52016, 52016],
-            left: PolicyValues(
-                mute: false, volume: Volume(channels: [52016, 52016]), userVolume: Volume(channels: [65536, 65536])))
-        #expect(ducked.userValues.volume[key] == [65536, 65536])
-        // At a duck the journal says audiod leaked into the key: a leak to put back, not a user value.
-        var leaked = ledger()
-        leaked.recorded(
-            Journal.Leak(unmute: false, appliedVolume: [38326, 38326], restoreVolume: [65536, 65536]), for: key)
-        leaked.foundAtConnection(unrecorded, muted: false, volume: [38326, 38326], left: nil)
-        #expect(leaked.userValues.volume[key] == [65536, 65536])
     }
 
     @Test func aDamagedFileIsAnErrorThatNamesTheLine() throws {
