@@ -474,7 +474,11 @@ final class PromiseRun {
         let i = pick(apps.count)
         heard(apps[i])
         guard let s = stream(of: apps[i]) else { return "set \(apps[i].label)'s volume: its stream is gone" }
-        let v: UInt32 = [19661, 32768, 52429, 65536][pick(4)]
+        // A volume the stream already shows changes nothing the server reports or saves: the key keeps the value it
+        // had, so the user's way is to pick another (seed 922556 on PipeWire: the user "set" a stream at 30 % to 30 %,
+        // and the oracle took 30 % for the key's last value while the entry still held an earlier 80 %).
+        let choices = ([19661, 32768, 52429, 65536] as [UInt32]).filter { !isUserValue($0, s.volume) }
+        let v = choices[pick(choices.count)]
         _ = try server.pactl(["set-sink-input-volume", "\(s.index)", "\(v)"])
         apps[i].userVolume = v
         apps[i].volumesInDoubt = []
