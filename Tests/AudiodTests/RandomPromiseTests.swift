@@ -326,6 +326,15 @@ final class PromiseRun {
             // cannot know which the key last saved — the user's, or a sibling's that audiod put back — and takes a
             // start at the value it just gave a sibling for its own (seed 668651 on WirePlumber 0.5's role keys).
             if mutes.count > 1, userChangeRun[key] != runs { muteInDoubt = true }
+            // The first report may already show audiod's own mute, when the user's last mute of the key was a mute
+            // too (seed 884024 on PulseAudio: a call interrupted a new phone stream that started unmuted, as a
+            // sibling's lift had left the entry; the watcher first saw audiod's mute and took it for the user's).
+            // Where audiod says it silenced the stream and the user did not mute it, that mute is in doubt.
+            if initial.muted, let listed = listedByAudiod(pid: UInt32(pid)),
+                listed["policy-muted"]?.boolValue == true, listed["user-muted"]?.boolValue == false
+            {
+                muteInDoubt = true
+            }
         }
         if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
             print(
@@ -344,6 +353,16 @@ final class PromiseRun {
                 userVolume: volume, child: child, muteInDoubt: muteInDoubt, volumesInDoubt: volumesInDoubt,
                 linkedAt: DispatchTime.now().uptimeNanoseconds))
         return "\(label) (pid \(pid), key \(key)\(note))"
+    }
+
+    /// What audiod lists of the stream of `pid` (`ListStreams`), if it runs and lists one.
+    func listedByAudiod(pid: UInt32) -> [String: DBusValue]? {
+        guard let d = daemon, case .success(let out) = d.client.manager("ListStreams"),
+            case .array(_, let items)? = out.first
+        else { return nil }
+        return items.compactMap(\.propertyMap).first {
+            $0["pid"]?.uint32Value == pid && $0["kind"]?.stringValue == "playback"
+        }
     }
 
     func startRole() throws -> String {
