@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import PulseBackend
 
 /// The first session id the next run of audiod may give out: one decimal number and a newline, in
 /// `$XDG_RUNTIME_DIR/audiod/session-ids` beside the journal. A run reserves ids in blocks (`Arbiter`), so the number
@@ -9,8 +10,7 @@ public enum SessionIDFile {
     public static let largest: UInt64 = 1 << 52
 
     public static func path(besideJournal journal: String) -> String {
-        guard let slash = journal.lastIndex(of: "/") else { return "session-ids" }
-        return String(journal[..<slash]) + "/session-ids"
+        Journal.sibling("session-ids", of: journal)
     }
 
     /// What is wrong with the file, in words that never quote its content.

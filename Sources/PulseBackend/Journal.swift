@@ -95,6 +95,13 @@ public struct Journal: Codable, Equatable, Sendable {
     public var isEmpty: Bool { entries.isEmpty && leaks.isEmpty }
 
     /// `$XDG_RUNTIME_DIR/audiod/journal`, nil when `XDG_RUNTIME_DIR` is unset.
+    /// A file of audiod's beside the journal (the keys' user values, the session ids): the same directory, the
+    /// working one for a journal named without one.
+    public static func sibling(_ name: String, of journal: String) -> String {
+        let dir = journal.lastIndex(of: "/").map { String(journal[..<$0]) } ?? "."
+        return dir + "/" + name
+    }
+
     public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
         guard let dir = environment["XDG_RUNTIME_DIR"], !dir.isEmpty else { return nil }
         return dir + "/audiod/journal"

@@ -53,8 +53,7 @@ public struct KeyUserValues: Equatable, Sendable {
 
     /// `user-values` beside the journal.
     public static func path(besideJournal journal: String) -> String {
-        let dir = journal.lastIndex(of: "/").map { String(journal[..<$0]) } ?? "."
-        return dir + "/user-values"
+        Journal.sibling("user-values", of: journal)
     }
 
     /// Reads the file; empty when there is none. A damaged file is an error (the caller logs it and goes on without).
