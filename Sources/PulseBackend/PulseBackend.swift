@@ -394,8 +394,15 @@ public final class PulseBackend {
         guard let c = context else { return }
         c.stream(record: r.stream.kind == .record, index: r.stream.index) { [weak self] raw in
             guard let self else { return }
+            // What the server said, before audiod judges it: whose change a value was is decided from this.
             self.logger.trace(
-                "stream read", metadata: ["at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)"])
+                "stream read",
+                metadata: [
+                    "at": "\(DispatchTime.now().uptimeNanoseconds)", "stream": "\(r.stream)",
+                    "muted": "\(raw.map { "\($0.muted)" } ?? "gone")",
+                    "volume": "\(raw.map { "\($0.volume)" } ?? "gone")",
+                    "device": "\(raw.map { "\($0.device)" } ?? "gone")",
+                ])
             self.execute(self.session.streamRead(r, raw, now: self.monotonicNow()))
         }
     }

@@ -405,7 +405,12 @@ extension ServerSession {
         liftsAwaitingWrite[id]? += 1
         if let mute { tracker.sent(id, mute: mute, now: now) }
         if let volume { tracker.sent(id, volume: volume, now: now) }
-        ledger.wrote(id)
+        // On PipeWire a new stream shows volume 0 until WirePlumber gives it its key's saved values, which may hold a
+        // duck audiod left there: a write before that does not end the watch for it. (SIGTERM under load on
+        // PipeWire 1.4: a game stream muted at its link was then given a leaked duck, which was taken for the
+        // user's volume, kept at the stop and saved for every later game stream.)
+        let savedValuesPending = onPipeWire && !t.raw.volume.isEmpty && t.raw.volume.allSatisfy { $0 == 0 }
+        if !savedValuesPending { ledger.wrote(id) }
         // Until a read says otherwise the stream holds audiod's value: a report made meanwhile from what was read
         // before (its client's properties arriving, a device renamed) must not show the old one, which the engine
         // would take for the user's change.

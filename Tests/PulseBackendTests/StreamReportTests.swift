@@ -478,6 +478,37 @@ struct StreamReportTests {
         #expect(r20.isEmpty)
     }
 
+    /// SIGTERM under load on PipeWire 1.4: a game stream was linked still showing volume 0 (WirePlumber had not
+    /// given it its key's saved values yet) and audiod muted it at once. WirePlumber then gave it a duck audiod had
+    /// left in the key. The write had ended the watch for leaked values, so the duck was taken for the user's
+    /// volume, kept at the stop, and saved for every later game stream.
+    @Test func onPipeWireAWriteBeforeTheSavedValuesLandDoesNotEndTheWatchForALeakedDuck() {
+        for server in [Self.pipeWire, Self.pulseAudio] {
+            var s = Self.session(server)
+            s.ledger.recorded(
+                Journal.Leak(unmute: false, appliedVolume: [38326], restoreVolume: [65536]),
+                for: "sink-input-by-media-role:phone")
+            let id = StreamID.playback(95)
+            _ = s.accepted(Self.stream(95, device: 0, volume: [0]))
+            #expect(Self.kinds(s.report(id, now: 0)) == ["appeared"])
+            _ = s.appliedChanged([(id, Self.muted(id))], now: Self.ms)
+            _ = s.writing(id, mute: true, now: Self.ms)
+            _ = s.accepted(Self.stream(95, device: 0, muted: true, volume: [38326]))
+            let r = s.report(id, now: 20 * Self.ms)
+            #expect(Self.kinds(r) == ["changed"])
+            let left = r.events.compactMap { e -> PolicyValues? in
+                if case .streamChanged(let info) = e { info.leftByPolicy } else { nil }
+            }.first
+            if server == Self.pipeWire {
+                #expect(left?.volume == Volume(channels: [38326]), "\(server): the leaked duck taken for the user's")
+                #expect(left?.userVolume == Volume(channels: [65536]))
+            } else {
+                // PulseAudio gives a new stream its saved values before it is listed: a later change is the user's.
+                #expect(left == nil, "\(server): \(String(describing: left))")
+            }
+        }
+    }
+
     @Test func aStopWaitsForANewUnlinkedStreamOnPipeWireWhileItIsWatchedForALeakedValue() {
         var s = Self.session(Self.pipeWire)
         let id = StreamID.playback(90)
