@@ -1,4 +1,5 @@
 import AudiodTestKit
+import DBusService
 import Foundation
 import Testing
 
@@ -81,11 +82,27 @@ struct DaemonLifecycleTests {
         #expect(waitFor(10) { server.playbackStream(pid: music.pid)?.muted == true })
         next.kill()
         phone2.kill()
+        // Still muted with no audiod running: the restore below is the third run's doing, not a leftover change.
+        usleep(200_000)
+        #expect(
+            server.playbackStream(pid: music.pid)?.muted == true,
+            "the music was unmuted with no audiod running: \(server.file("audiod-2.log").suffix(2000))")
         let started = Date()
         let third = try startDaemon(server, log: "audiod-3.log")
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "not restored")
         let took = Date().timeIntervalSince(started)
         #expect(took < 1.0, "restored after \(took) s; the target is 1 s")
+        // SIGTERM once audiod serves: one that lands while the process is still starting ends it by the default
+        // action, which is right (it has changed nothing yet) but is not the clean stop this test is about.
+        let probe = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "")
+        defer { probe.close() }
+        #expect(
+            waitFor(10) {
+                guard case .success(let owned) = probe.callBus("NameHasOwner", [.string(API.busName)]) else {
+                    return false
+                }
+                return owned.first == .bool(true)
+            }, "the third audiod never took its name: \(server.file("audiod-3.log").suffix(2000))")
         third.signal(SIGTERM)
         #expect(third.wait(timeout: 10) == 0)
     }
