@@ -134,8 +134,9 @@ extension Engine {
         index(info.id, chain: info.processChain)
         reassignOwnership(of: [info.id])
         markDirty(info.id)
-        // A new uncorked stream is the app's own action: it may activate its explicit session (§7).
-        if let owner = streams[info.id]?.session, wouldBeAudible(info.id) {
+        // A new uncorked stream is the app's own action: it may activate its explicit session (§7). One that was
+        // already there when audiod connected is not new.
+        if !info.foundAtConnection, let owner = streams[info.id]?.session, wouldBeAudible(info.id) {
             autoActivate(owner)
         }
     }

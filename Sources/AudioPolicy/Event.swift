@@ -175,6 +175,10 @@ public struct StreamInfo: Sendable, Equatable {
     public var fromMonitor: Bool
     /// Who the app is, as the desktop knows it (SPEC §7), when that could be read.
     public var app: AppProfile?
+    /// Found by the connection's first listing: it was there before audiod saw it, so its appearing is not the app's
+    /// action and activates nothing (after a restart, an app's re-made session was activated by its own stream, and
+    /// took the audio from the session that held it).
+    public var foundAtConnection = false
 
     public init(
         id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,

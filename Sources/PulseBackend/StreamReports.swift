@@ -548,7 +548,7 @@ extension ServerSession {
             t.app = found.app
         }
         let record = id.kind == .record
-        return StreamInfo(
+        var info = StreamInfo(
             id: id, processChain: t.chain, applicationName: props["application.name"] ?? "",
             applicationID: props["application.id"] ?? t.identity?.flatpakApp,
             binary: props["application.process.binary"],
@@ -556,6 +556,8 @@ extension ServerSession {
             corked: t.raw.corked, muted: t.raw.muted, volume: Volume(channels: t.raw.volume),
             device: deviceName(t.raw.device, source: record), identity: t.identity?.identity,
             fromMonitor: record && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
+        info.foundAtConnection = t.preexisting
+        return info
     }
 
     /// The server copies the client's properties into its streams; the client's own count where the stream lacks

@@ -57,6 +57,25 @@ import Testing
         #expect(streamOps(e) == [.setStreamVolume(.playback(1), user)])
     }
 
+    /// After a restart the apps make their sessions again, often before audiod has listed the server's streams. A
+    /// stream that was already playing then is not the app's action: it activated the interrupted radio's new
+    /// session, which took the audio from the podcast that held it.
+    @Test func aStreamFoundAtConnectionActivatesNothingAndANewOneDoes() {
+        var h = Harness()
+        let podcast = h.session(pid: 10, "playback")
+        _ = h.echo(h.activate(podcast))
+        let radio = h.session(pid: 20, "playback")
+        var found = StreamInfo(id: .playback(2), processChain: [20], applicationName: "radio")
+        found.foundAtConnection = true
+        _ = h.echo(h.send(.streamAppeared(found)))
+        #expect(h.view(radio)?.active == false, "a stream found at connection activated its session")
+        #expect(h.view(podcast)?.active == true && h.view(podcast)?.interrupted == false)
+        // The radio's app starts a new stream: its own action, which activates the session (§7).
+        _ = h.echo(h.play(3, pid: 20, name: "radio"))
+        #expect(h.view(radio)?.active == true)
+        #expect(h.view(podcast)?.interrupted == true)
+    }
+
     @Test func valuesTheStreamNoLongerShowsAreNotTaken() {
         var h = Harness()
         // The journal said audiod muted it, but the user has unmuted it since, and set a volume of their own.
