@@ -1,6 +1,7 @@
 import AudioVocabulary
 import DBusTransport
 import Foundation
+import Synchronization
 
 /// An audio session of this app with audiod, shaped like AVAudioSession:
 ///
@@ -14,6 +15,12 @@ import Foundation
 /// ```
 ///
 /// The session lives as long as this object's connection (or, with `lifetime: .process`, as long as the process).
+///
+/// A session made with `make` follows audiod: when audiod leaves the bus (a crash, a stop) and comes back, the
+/// session is made again with what the app last set — its hints, category, mode and options, and
+/// `HandlesSecondaryAudio` — and activated again if it held the audio; one that was interrupted comes back inactive.
+/// `mediaServices` says so, once per restart. An activation audiod now refuses is an interruption too
+/// (`.began(reason: "call", interrupter: nil)`): activate again when the app wants to play.
 public final class AudioSession: Sendable {
     // The daemon's own words (AudioVocabulary), not copies of them.
     public typealias Category = AudioVocabulary.Category
@@ -49,14 +56,59 @@ public final class AudioSession: Sendable {
         public var streams: [UInt32]
     }
 
-    public let connection: AudiodConnection
-    /// The session's object path.
-    public let path: String
+    /// audiod leaving and coming back, as iOS's media-services notifications say it.
+    public enum MediaServicesEvent: Sendable, Equatable {
+        /// audiod left the bus: the session is gone with it, and the app's audio plays on without arbitration.
+        case wereLost
+        /// audiod is back and the session was made again (`path` is its new object path); `reactivated` when it held
+        /// the audio before and holds it again.
+        case wereReset(reactivated: Bool)
+        /// audiod is back, but making the session again failed with audiod's error; the next restart tries again.
+        case resetFailed(AudiodError)
+    }
 
-    /// Wraps an existing session object (e.g. found with `FindSession`).
+    public let connection: AudiodConnection
+    /// What the app set, to make the session again after a restart; the current path.
+    private let box: Box
+
+    /// The session's object path: a new one after audiod restarted.
+    public var path: String { box.state.withLock { $0.path } }
+
+    /// Wraps an existing session object (e.g. found with `FindSession`). Such a session is not made again after a
+    /// restart: what it was made with is not known here.
     public init(connection: AudiodConnection, path: String) {
         self.connection = connection
-        self.path = path
+        self.box = Box(Record(path: path, hints: nil))
+    }
+
+    /// What a restart needs to make the session again.
+    struct Record: Sendable {
+        var path: String
+        /// The `CreateSession` hints; nil: not made here, so not made again.
+        var hints: [(String, DBusValue)]?
+        var category: (category: String, mode: String, options: [String])?
+        var handlesSecondaryAudio: Bool?
+        /// It holds the audio: activated, and not interrupted or deactivated since.
+        var active = false
+        var released = false
+    }
+
+    /// The record and the app's event streams, shared with the tasks that follow audiod (which must not keep the
+    /// session alive: an app that drops it drops everything).
+    final class Box: Sendable {
+        let state: Mutex<Record>
+        let services = Mutex<[UUID: AsyncStream<MediaServicesEvent>.Continuation]>([:])
+        /// Interruptions the library itself reports (a refused activation after a restart).
+        let localInterruptions = Mutex<[UUID: AsyncStream<Interruption>.Continuation]>([:])
+        init(_ r: Record) { state = Mutex(r) }
+
+        func emit(_ e: MediaServicesEvent) { for c in services.withLock({ Array($0.values) }) { c.yield(e) } }
+        func interrupt(_ i: Interruption) { for c in localInterruptions.withLock({ Array($0.values) }) { c.yield(i) } }
+    }
+
+    private init(connection: AudiodConnection, path: String, hints: [(String, DBusValue)]) {
+        self.connection = connection
+        self.box = Box(Record(path: path, hints: hints))
     }
 
     /// Creates a session (`CreateSession`) on a new connection, or on `connection`.
@@ -75,7 +127,83 @@ public final class AudioSession: Sendable {
             throw AudiodError(
                 name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
         }
-        return AudioSession(connection: c, path: p)
+        let session = AudioSession(connection: c, path: p, hints: hints)
+        session.followAudiod()
+        return session
+    }
+
+    /// Follows audiod's name and this session's interruptions, in the order they arrive: audiod gone → `wereLost`;
+    /// a new audiod → the session made again. Ends when the connection does, or when the app drops the session.
+    private func followAudiod() {
+        let all = connection.signals()
+        let box = self.box
+        let connection = self.connection
+        Task { [weak connection] in
+            for await s in all {
+                if s.member == "NameOwnerChanged", s.interface == "org.freedesktop.DBus" {
+                    guard s.arguments.count == 3, let owner = s.arguments[2].stringValue else { continue }
+                    if owner.isEmpty {
+                        box.emit(.wereLost)
+                    } else if let connection {
+                        await Self.makeAgain(box, connection)
+                    }
+                    continue
+                }
+                guard s.path == box.state.withLock({ $0.path }) else { continue }
+                if s.member == "InterruptionBegan" { box.state.withLock { $0.active = false } }
+            }
+        }
+    }
+
+    /// The session made again on a new audiod with what the app last set.
+    private static func makeAgain(_ box: Box, _ c: AudiodConnection) async {
+        let r = box.state.withLock { $0 }
+        guard let hints = r.hints, !r.released else { return }
+        do throws(AudiodError) {
+            let out = try await c.call(
+                AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession", [.properties(hints)])
+            guard case .objectPath(let p)? = out.first else {
+                throw AudiodError(
+                    name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
+            }
+            box.state.withLock {
+                $0.path = p
+                $0.active = false
+            }
+            if let cat = r.category {
+                _ = try await c.call(
+                    p, AudiodConnection.sessionInterface, "SetCategory",
+                    [.string(cat.category), .string(cat.mode), .strings(cat.options)])
+            }
+            if let h = r.handlesSecondaryAudio {
+                try await c.setProperty(p, AudiodConnection.sessionInterface, "HandlesSecondaryAudio", .bool(h))
+            }
+            var reactivated = false
+            if r.active {
+                do throws(AudiodError) {
+                    _ = try await c.call(
+                        p, AudiodConnection.sessionInterface, "SetActive", [.bool(true), .strings([])])
+                    box.state.withLock { $0.active = true }
+                    reactivated = true
+                } catch {
+                    // Something else holds the audio now (a call): the app hears it as an interruption.
+                    box.interrupt(.began(reason: "call", interrupter: nil))
+                }
+            }
+            box.emit(.wereReset(reactivated: reactivated))
+        } catch {
+            box.emit(.resetFailed(error))
+        }
+    }
+
+    /// audiod leaving and coming back (`wereLost`, then `wereReset` once the session is made again), from now on.
+    public var mediaServices: AsyncStream<MediaServicesEvent> {
+        let (stream, continuation) = AsyncStream<MediaServicesEvent>.makeStream()
+        let id = UUID()
+        box.services.withLock { $0[id] = continuation }
+        let box = self.box
+        continuation.onTermination = { _ in _ = box.services.withLock { $0.removeValue(forKey: id) } }
+        return stream
     }
 
     /// The session's number (the last path element).
@@ -94,21 +222,25 @@ public final class AudioSession: Sendable {
         _ = try await connection.call(
             path, AudiodConnection.sessionInterface, "SetCategory",
             [.string(category), .string(mode), .strings(options)])
+        box.state.withLock { $0.category = (category, mode, options) }
     }
 
     public func setActive(_ active: Bool, notifyOthersOnDeactivation: Bool = false) async throws(AudiodError) {
         _ = try await connection.call(
             path, AudiodConnection.sessionInterface, "SetActive",
             [.bool(active), .strings(notifyOthersOnDeactivation ? ["notify-others-on-deactivation"] : [])])
+        box.state.withLock { $0.active = active }
     }
 
     /// Deactivates with notify and removes the session.
     public func release() async throws(AudiodError) {
+        box.state.withLock { $0.released = true }
         _ = try await connection.call(path, AudiodConnection.sessionInterface, "Release")
     }
 
     public func setHandlesSecondaryAudio(_ on: Bool) async throws(AudiodError) {
         try await connection.setProperty(path, AudiodConnection.sessionInterface, "HandlesSecondaryAudio", .bool(on))
+        box.state.withLock { $0.handlesSecondaryAudio = on }
     }
 
     public func state() async throws(AudiodError) -> State {
@@ -128,10 +260,11 @@ public final class AudioSession: Sendable {
     private func events<T: Sendable>(_ member: String, _ map: @escaping @Sendable ([DBusValue]) -> T?) -> AsyncStream<T>
     {
         let all = connection.signals()
-        let path = self.path
+        let box = self.box
         return AsyncStream { continuation in
             let task = Task {
-                for await s in all where s.path == path && s.member == member {
+                // The current path: a new one after a restart.
+                for await s in all where s.member == member && s.path == box.state.withLock({ $0.path }) {
                     if let v = map(s.arguments) { continuation.yield(v) }
                 }
                 continuation.finish()
@@ -141,12 +274,15 @@ public final class AudioSession: Sendable {
     }
 
     /// `InterruptionBegan` / `InterruptionEnded`, from now on.
+    /// Also an activation refused when the session was made again after a restart (`.began(reason: "call")`).
     public var interruptions: AsyncStream<Interruption> {
         let all = connection.signals()
-        let path = self.path
+        let box = self.box
         return AsyncStream { continuation in
+            let id = UUID()
+            box.localInterruptions.withLock { $0[id] = continuation }
             let task = Task {
-                for await s in all where s.path == path {
+                for await s in all where s.path == box.state.withLock({ $0.path }) {
                     if s.member == "InterruptionBegan", let reason = s.arguments.first?.stringValue {
                         var interrupter: String?
                         if case .objectPath(let o)? = s.arguments.last?.propertyMap?["interrupter"] { interrupter = o }
@@ -157,7 +293,10 @@ public final class AudioSession: Sendable {
                 }
                 continuation.finish()
             }
-            continuation.onTermination = { _ in task.cancel() }
+            continuation.onTermination = { _ in
+                task.cancel()
+                _ = box.localInterruptions.withLock { $0.removeValue(forKey: id) }
+            }
         }
     }
 

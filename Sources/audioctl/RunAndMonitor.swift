@@ -52,7 +52,24 @@ extension Audioctl {
                 let tag = "audiod.session=\(s.id)"
                 env["PULSE_PROP"] = env["PULSE_PROP"].map { $0.isEmpty ? tag : $0 + " " + tag } ?? tag
                 let child = try ForegroundChild(path: path, argv: cmd, environment: env)
+                // The library makes the session again when audiod restarts; the person running the command is told.
+                // The child's tag then names no session (ids are not reused), and its streams go by its ancestry.
+                let name = cmd[0]
+                let follow = Task {
+                    for await e in s.mediaServices {
+                        let line: String
+                        switch e {
+                        case .wereLost: line = "audiod went away; \(name) plays on without it"
+                        case .wereReset(let again):
+                            line = "audiod restarted: session made again \(s.path) (\(again ? "active" : "inactive"))"
+                        case .resetFailed(let error):
+                            line = "audiod restarted, but the session could not be made again: \(error)"
+                        }
+                        FileHandle.standardError.write(Data("audioctl: \(line)\n".utf8))
+                    }
+                }
                 status = await Task.detached { child.wait() }.value
+                follow.cancel()
                 try? await s.release()
             }
             throw ExitCode(status)

@@ -184,6 +184,62 @@ struct AudioctlTests {
             d.client.waitForSignal(a, "InterruptionEnded").first?.first == .bool(true), "no should-resume after run")
     }
 
+    @Test(
+        "run follows a restart: the session is made again, active, the command's stream is the new session's, and it says so once"
+    )
+    func runFollowsARestart() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        var d = try Daemon.start(server)
+        let game = try playback(server, name: "game", role: "game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        let run = try server.spawn(
+            [audioctl, "run", "--category", "playback", "--", "pacat", "--playback", "/dev/zero"], log: "run.log")
+        defer { run.kill() }
+        func sessionOfCommand(_ d: Daemon) -> String? {
+            guard case .success(let out) = d.client.manager("ListStreams"), case .array(_, let items)? = out.first
+            else { return nil }
+            for case let s? in items.map(\.propertyMap) where s["pid"]?.uint32Value != UInt32(game.pid) {
+                if case .objectPath(let p)? = s["session"], p != "/" { return p }
+            }
+            return nil
+        }
+        var before: String?
+        #expect(
+            waitFor(5) {
+                before = sessionOfCommand(d)
+                return before != nil
+            }, "the command's stream has no session")
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside the run")
+
+        d.client.close()
+        d.child.signal(SIGKILL)
+        _ = d.child.wait(timeout: 10)
+        d = try Daemon.start(server, log: "audiod-2.log")
+        defer { d.stop() }
+        #expect(
+            waitFor(10) { server.file("run.log").contains("audiod restarted: session made again") },
+            "\(server.file("run.log"))")
+        var after: String?
+        #expect(
+            waitFor(5) {
+                after = sessionOfCommand(d)
+                return after != nil && after != before
+            },
+            "the command's stream belongs to \(String(describing: after)), not to a new session (before: \(String(describing: before)))"
+        )
+        if let after {
+            #expect(d.client.property(after, API.session.name, "Active") == .bool(true))
+            #expect(d.client.property(after, API.session.name, "ApplicationName") == .string("pacat"))
+            #expect(
+                server.file("run.log").contains("session made again \(after) (active)"), "\(server.file("run.log"))")
+        }
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside the run")
+        usleep(500_000)
+        #expect(
+            server.file("run.log").components(separatedBy: "audiod restarted").count == 2, "\(server.file("run.log"))")
+    }
+
     @Test("monitor --json prints a scripted scenario's events in order")
     func monitor() throws {
         let server = try TestServer(.pulseaudio)

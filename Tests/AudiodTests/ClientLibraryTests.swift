@@ -42,6 +42,133 @@ struct ClientLibraryTests {
         movie.connection.close()
     }
 
+    /// Waits (up to `timeout` s) for `count` events of a stream, in order.
+    static func next<T: Sendable>(_ count: Int, of stream: AsyncStream<T>, timeout: Double = 10) async -> [T] {
+        await withTaskGroup(of: [T]?.self) { group in
+            group.addTask {
+                var got: [T] = []
+                for await e in stream {
+                    got.append(e)
+                    if got.count == count { break }
+                }
+                return got
+            }
+            group.addTask {
+                try? await Task.sleep(nanoseconds: UInt64(timeout * 1e9))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? []
+        }
+    }
+
+    @Test(
+        "after audiod is killed and started again, each session is made again as the app set it: the one that held the audio holds it again, the interrupted one comes back inactive, and each app hears it once"
+    )
+    func sessionsFollowARestart() async throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        var d = try Daemon.start(server)
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"]
+        let podcastApp = try playback(server, name: "podcasts")
+        let radioApp = try playback(server, name: "radio")
+        let game = try playback(server, name: "game", role: "game")
+        for p in [podcastApp, radioApp, game] { _ = try server.waitForPlaybackStream(pid: p.pid) }
+
+        let radio = try await AudioSession.make(
+            applicationName: "Radio", pid: radioApp.pid, connection: AudiodConnection(address: address))
+        try await radio.setCategory(.playback)
+        try await radio.setActive(true)
+        let podcast = try await AudioSession.make(
+            applicationName: "Podcasts", pid: podcastApp.pid, connection: AudiodConnection(address: address))
+        try await podcast.setCategory(.playback, mode: .spokenAudio)
+        try await podcast.setHandlesSecondaryAudio(true)
+        try await podcast.setActive(true)
+        #expect(try await radio.state().interrupted, "the podcast did not interrupt the radio")
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside the podcast")
+        let (podcastPath, radioPath) = (podcast.path, radio.path)
+        let podcastEvents = podcast.mediaServices
+        let radioEvents = radio.mediaServices
+
+        d.client.close()
+        d.child.signal(SIGKILL)
+        _ = d.child.wait(timeout: 10)
+        let restarted = Date()
+        d = try Daemon.start(server, log: "audiod-2.log")
+        defer { d.stop() }
+        let heard = await Self.next(2, of: podcastEvents)
+        let took = Date().timeIntervalSince(restarted)
+        #expect(heard == [.wereLost, .wereReset(reactivated: true)], "the podcast heard \(heard)")
+        #expect(await Self.next(2, of: radioEvents) == [.wereLost, .wereReset(reactivated: false)])
+        print("client: sessions made again \(String(format: "%.0f", took * 1000)) ms after audiod started again")
+
+        #expect(
+            podcast.path != podcastPath && radio.path != radioPath, "the same paths: \(podcast.path), \(radio.path)")
+        let p = try await podcast.state()
+        #expect(p.category == "playback" && p.mode == "spoken-audio" && p.handlesSecondaryAudio, "\(p)")
+        #expect(p.active && !p.interrupted, "the podcast does not hold the audio again: \(p)")
+        let r = try await radio.state()
+        #expect(r.category == "playback" && !r.active && !r.interrupted, "\(r)")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true },
+            "the game plays beside the podcast after the restart: \(server.file("audiod-2.log").suffix(2000))")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: podcastApp.pid)?.muted == false },
+            "the podcast's stream is silenced: \(server.file("audiod-2.log").suffix(2000))")
+        podcast.connection.close()
+        radio.connection.close()
+    }
+
+    @Test(
+        "a call found after a restart takes the audio from the session made again, and the app hears an interruption (call)"
+    )
+    func callAfterARestart() async throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        var d = try Daemon.start(server)
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"]
+        let musicApp = try playback(server, name: "music")
+        _ = try server.waitForPlaybackStream(pid: musicApp.pid)
+        let music = try await AudioSession.make(
+            applicationName: "Music", pid: musicApp.pid, connection: AudiodConnection(address: address))
+        try await music.setCategory(.playback)
+        try await music.setActive(true)
+        let events = music.mediaServices
+        let interruptions = music.interruptions
+
+        d.client.close()
+        d.child.signal(SIGKILL)
+        _ = d.child.wait(timeout: 10)
+        // A call starts while audiod is down. The next audiod finds it: the music's activation is refused (the library
+        // says so as an interruption) or made and interrupted at once (audiod says so), depending on which of the
+        // two it hears first.
+        let phone = try playback(server, name: "softphone", role: "phone")
+        defer { phone.kill() }
+        _ = try server.waitForPlaybackStream(pid: phone.pid)
+        d = try Daemon.start(server, log: "audiod-2.log")
+        defer { d.stop() }
+        let heard = await Self.next(2, of: events)
+        #expect(heard.first == .wereLost && heard.count == 2, "\(heard)")
+        let interrupted = await Self.next(1, of: interruptions)
+        guard case .began(reason: "call", let by)? = interrupted.first else {
+            Issue.record("no interruption by the call: \(interrupted)")
+            return
+        }
+        #expect(heard.last == .wereReset(reactivated: by != nil), "\(heard), interrupted by \(String(describing: by))")
+        let st = try await music.state()
+        #expect(st.category == "playback" && !st.active, "\(st)")
+        if by != nil {
+            // audiod interrupted it: audiod silences it.
+            #expect(
+                waitFor(5) { server.playbackStream(pid: musicApp.pid)?.muted == true },
+                "the music plays through the call: \(server.file("audiod-2.log").suffix(2000))")
+        }
+        // Refused, the session is inactive and the app, told, pauses: an explicit session's stream is the app's to
+        // stop, and a stream audiod found playing at its start activates nothing (SPEC §7).
+        music.connection.close()
+    }
+
     @Test("a daemon error arrives typed, with audiod's message")
     func typedErrors() async throws {
         let server = try TestServer(.pulseaudio)
