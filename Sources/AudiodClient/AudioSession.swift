@@ -88,9 +88,14 @@ public final class AudioSession: Sendable {
         var hints: [(String, DBusValue)]?
         var category: (category: String, mode: String, options: [String])?
         var handlesSecondaryAudio: Bool?
-        /// It holds the audio: activated, and not interrupted or deactivated since.
+        /// audiod's `Active` for it, as its signals said last (an automatic activation included).
         var active = false
         var released = false
+        /// Counts the app's own `SetActive` and `Release` calls: making the session again yields to one made meanwhile.
+        var appCalls: UInt64 = 0
+        /// Whether it held the audio when audiod went away, until the session is made again: an audiod that goes
+        /// away again while it is being made does not lose it.
+        var activeBeforeLoss: Bool?
     }
 
     /// The record and the app's event streams, shared with the tasks that follow audiod (which must not keep the
@@ -104,6 +109,13 @@ public final class AudioSession: Sendable {
 
         func emit(_ e: MediaServicesEvent) { for c in services.withLock({ Array($0.values) }) { c.yield(e) } }
         func interrupt(_ i: Interruption) { for c in localInterruptions.withLock({ Array($0.values) }) { c.yield(i) } }
+        /// The connection is gone: nothing more will be said.
+        func finish() {
+            for c in services.withLock({ s in
+                defer { s.removeAll() }
+                return Array(s.values)
+            }) { c.finish() }
+        }
     }
 
     private init(connection: AudiodConnection, path: String, hints: [(String, DBusValue)]) {
@@ -121,6 +133,8 @@ public final class AudioSession: Sendable {
         var hints: [(String, DBusValue)] = [("lifetime", .string(lifetime.rawValue))]
         if let applicationName { hints.append(("application-name", .string(applicationName))) }
         if let pid { hints.append(("pid", .uint32(UInt32(bitPattern: pid)))) }
+        // Subscribed before the call, so that audiod going away meanwhile is not missed.
+        let signals = c.signals()
         let out = try await c.call(
             AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession", [.properties(hints)])
         guard case .objectPath(let p)? = out.first else {
@@ -128,71 +142,97 @@ public final class AudioSession: Sendable {
                 name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
         }
         let session = AudioSession(connection: c, path: p, hints: hints)
-        session.followAudiod()
+        session.followAudiod(signals)
         return session
     }
 
-    /// Follows audiod's name and this session's interruptions, in the order they arrive: audiod gone → `wereLost`;
-    /// a new audiod → the session made again. Ends when the connection does, or when the app drops the session.
-    private func followAudiod() {
-        let all = connection.signals()
+    /// Follows audiod's name and this session's signals, in the order they arrive: audiod gone → `wereLost`; a new
+    /// audiod → the session made again. Ends when the connection does, or at the first restart after the app
+    /// dropped the session (nothing is made again for an app that let it go).
+    private func followAudiod(_ all: AsyncStream<AudiodSignal>) {
         let box = self.box
         let connection = self.connection
-        Task { [weak connection] in
+        Task { [weak self, weak connection] in
             for await s in all {
                 if s.member == "NameOwnerChanged", s.interface == "org.freedesktop.DBus" {
-                    guard s.arguments.count == 3, let owner = s.arguments[2].stringValue else { continue }
-                    if owner.isEmpty {
+                    guard s.arguments.count == 3, let old = s.arguments[1].stringValue,
+                        let new = s.arguments[2].stringValue
+                    else { continue }
+                    guard self != nil, let connection else { break }
+                    if !old.isEmpty {
+                        box.state.withLock { $0.activeBeforeLoss = $0.activeBeforeLoss ?? $0.active }
                         box.emit(.wereLost)
-                    } else if let connection {
-                        await Self.makeAgain(box, connection)
                     }
+                    if !new.isEmpty { await Self.makeAgain(box, connection, on: new) }
                     continue
                 }
                 guard s.path == box.state.withLock({ $0.path }) else { continue }
                 if s.member == "InterruptionBegan" { box.state.withLock { $0.active = false } }
+                // `Active` as audiod publishes it, after each reply: an activation by the app, by its stream
+                // (automatic), an interruption, a deactivation.
+                if s.member == "PropertiesChanged", s.arguments.first?.stringValue == AudiodConnection.sessionInterface,
+                    s.arguments.count > 1, let active = s.arguments[1].propertyMap?["Active"]?.boolValue
+                {
+                    box.state.withLock { $0.active = active }
+                }
             }
+            box.finish()
         }
     }
 
-    /// The session made again on a new audiod with what the app last set.
-    private static func makeAgain(_ box: Box, _ c: AudiodConnection) async {
+    /// The session made again on the audiod that took the name (`owner`, its unique name: calls do not follow the
+    /// name to a later one) with what the app last set. An error from an audiod that went away again is not
+    /// reported: the next one makes the session again.
+    private static func makeAgain(_ box: Box, _ c: AudiodConnection, on owner: String) async {
         let r = box.state.withLock { $0 }
         guard let hints = r.hints, !r.released else { return }
+        func gone(_ e: AudiodError) -> Bool {
+            e.code == .notRunning || e.name == "org.freedesktop.DBus.Error.NoReply"
+                || e.name == "org.freedesktop.DBus.Error.Disconnected" || e.code == .shuttingDown
+        }
         do throws(AudiodError) {
             let out = try await c.call(
-                AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession", [.properties(hints)])
+                to: owner, AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession",
+                [.properties(hints)])
             guard case .objectPath(let p)? = out.first else {
                 throw AudiodError(
                     name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
             }
-            box.state.withLock {
-                $0.path = p
-                $0.active = false
+            let releasedMeanwhile = box.state.withLock { state -> Bool in
+                state.path = p
+                state.active = false
+                return state.released
+            }
+            if releasedMeanwhile {
+                _ = try? await c.call(to: owner, p, AudiodConnection.sessionInterface, "Release", [])
+                return
             }
             if let cat = r.category {
                 _ = try await c.call(
-                    p, AudiodConnection.sessionInterface, "SetCategory",
+                    to: owner, p, AudiodConnection.sessionInterface, "SetCategory",
                     [.string(cat.category), .string(cat.mode), .strings(cat.options)])
             }
             if let h = r.handlesSecondaryAudio {
-                try await c.setProperty(p, AudiodConnection.sessionInterface, "HandlesSecondaryAudio", .bool(h))
+                _ = try await c.call(
+                    to: owner, p, AudiodConnection.propertiesInterface, "Set",
+                    [.string(AudiodConnection.sessionInterface), .string("HandlesSecondaryAudio"), .variant(.bool(h))])
             }
             var reactivated = false
-            if r.active {
+            // Not when the app activated, deactivated or released it itself meanwhile: its call stands.
+            if r.activeBeforeLoss ?? r.active, box.state.withLock({ $0.appCalls == r.appCalls && !$0.released }) {
                 do throws(AudiodError) {
                     _ = try await c.call(
-                        p, AudiodConnection.sessionInterface, "SetActive", [.bool(true), .strings([])])
-                    box.state.withLock { $0.active = true }
+                        to: owner, p, AudiodConnection.sessionInterface, "SetActive", [.bool(true), .strings([])])
                     reactivated = true
-                } catch {
-                    // Something else holds the audio now (a call): the app hears it as an interruption.
+                } catch  where error.code == .insufficientPriority {
+                    // A call holds the audio now: the app hears it as an interruption.
                     box.interrupt(.began(reason: "call", interrupter: nil))
                 }
             }
+            box.state.withLock { $0.activeBeforeLoss = nil }
             box.emit(.wereReset(reactivated: reactivated))
         } catch {
-            box.emit(.resetFailed(error))
+            if !gone(error) { box.emit(.resetFailed(error)) }
         }
     }
 
@@ -229,12 +269,16 @@ public final class AudioSession: Sendable {
         _ = try await connection.call(
             path, AudiodConnection.sessionInterface, "SetActive",
             [.bool(active), .strings(notifyOthersOnDeactivation ? ["notify-others-on-deactivation"] : [])])
-        box.state.withLock { $0.active = active }
+        // `Active` itself comes from audiod's PropertiesChanged, in order with its interruptions.
+        box.state.withLock { $0.appCalls &+= 1 }
     }
 
     /// Deactivates with notify and removes the session.
     public func release() async throws(AudiodError) {
-        box.state.withLock { $0.released = true }
+        box.state.withLock {
+            $0.released = true
+            $0.appCalls &+= 1
+        }
         _ = try await connection.call(path, AudiodConnection.sessionInterface, "Release")
     }
 

@@ -27,6 +27,7 @@ public struct AudiodError: Error, Equatable, Sendable, CustomStringConvertible {
         public static let serverUnavailable = Code.audiod(.serverUnavailable)
         public static let limitExceeded = Code.audiod(.limitExceeded)
         public static let shuttingDown = Code.audiod(.shuttingDown)
+        public static let insufficientPriority = Code.audiod(.insufficientPriority)
     }
 
     public var code: Code {
@@ -200,6 +201,15 @@ public final class AudiodConnection: @unchecked Sendable {
         async throws(AudiodError)
         -> [DBusValue]
     {
+        try await call(to: Self.busName, path, interface, member, args)
+    }
+
+    /// The same, to one connection: a session made again after a restart is made on the audiod that just appeared
+    /// (its unique name), not on whichever holds the name when the call arrives.
+    func call(to destination: String, _ path: String, _ interface: String, _ member: String, _ args: [DBusValue])
+        async throws(AudiodError)
+        -> [DBusValue]
+    {
         guard !closed.withLock({ $0 }) else {
             throw AudiodError(
                 name: "org.freedesktop.DBus.Error.Disconnected", message: "the connection to audiod is closed")
@@ -209,7 +219,7 @@ public final class AudiodConnection: @unchecked Sendable {
             loop.execute {
                 guard let c = c?.value,
                     let m = DBusMessage.methodCall(
-                        destination: Self.busName, path: path, interface: interface, member: member)
+                        destination: destination, path: path, interface: interface, member: member)
                 else {
                     return cont.resume(
                         returning: .failure(
