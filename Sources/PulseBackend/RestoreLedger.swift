@@ -14,7 +14,8 @@ import AudioPolicy
 /// - *Siblings.* The entry keeps whichever of its streams the server saved last: a new stream of the key may start
 ///   with any policy value audiod holds on a sibling, or set or lifted on one lately.
 /// - *The leak window.* Where the server applies saved values after the stream appears (`savesLate`), a new stream is
-///   watched for a leaked value for `leakWindowNanoseconds`, until a value is handed over or audiod writes to it.
+///   watched for a leaked value for `leakWindowNanoseconds`, until a value is handed over or audiod writes to it
+///   once the server has given it its saved values (on PipeWire a stream shows volume 0 until then).
 /// - *Streams found at connection* that show a leaked value are all put back; the leak is cleared once the whole list
 ///   is reported (`connectionListReported`).
 /// - *The user's change* saved in the entry makes it the user's again: its leak is gone, and so are the recent policy

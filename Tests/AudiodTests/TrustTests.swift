@@ -227,10 +227,12 @@ struct TrustTests {
         #expect(refused == 20_000 - 64)
         #expect(otherErrors.isEmpty, "\(otherErrors.prefix(3))")
         #expect(failures.load(ordering: .relaxed) == 0, "the other client's calls failed")
-        // The bound is fairness, not speed (speed is the benchmarks' business): a flood that starved the loop would
-        // hold others for the flood's whole length, seconds. On a quiet machine the worst call is 11–26 ms; CI, with
-        // the test binary, dbus-daemon, the server and audiod on two busy cores, measured 40.3 ms once.
-        let fair = 250.0
+        // The flooder keeps 32 calls in flight, so another client's call waits behind at most 32 refusals: the
+        // bound says a refusal stays cheap (about 0.2 ms here: 20,000 in 4 s), not how fast the machine is. On a quiet
+        // machine the worst call is 11–26 ms; CI, with the test, dbus-daemon, the server and audiod on two busy
+        // cores, measured 40.3 ms once, and 104 ms beside nine random-test processes. 150 ms fails when a refusal
+        // costs four times what it does now.
+        let fair = 150.0
         #expect(duringFlood < fair, "another client's SetActive took \(duringFlood) ms during the flood")
         #expect(
             duringRelease < fair,
