@@ -361,6 +361,13 @@ public struct Daemon {
         child.signal(SIGTERM)
         _ = child.wait(timeout: 10)
     }
+
+    /// SIGKILL, as a crash would, and reaped: the journal and whatever audiod applied stay behind.
+    public func kill() {
+        client.close()
+        child.signal(SIGKILL)
+        _ = child.wait(timeout: 10)
+    }
 }
 
 /// A message built on the test's thread and handed whole to the loop thread: messages are not Sendable (libdbus

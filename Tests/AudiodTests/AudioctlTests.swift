@@ -212,9 +212,7 @@ struct AudioctlTests {
             }, "the command's stream has no session")
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside the run")
 
-        d.client.close()
-        d.child.signal(SIGKILL)
-        _ = d.child.wait(timeout: 10)
+        d.kill()
         d = try Daemon.start(server, log: "audiod-2.log")
         defer { d.stop() }
         #expect(

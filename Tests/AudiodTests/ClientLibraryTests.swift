@@ -101,9 +101,7 @@ struct ClientLibraryTests {
         let podcastEvents = podcast.mediaServices
         let radioEvents = radio.mediaServices
 
-        d.client.close()
-        d.child.signal(SIGKILL)
-        _ = d.child.wait(timeout: 10)
+        d.kill()
         let restarted = Date()
         d = try Daemon.start(server, log: "audiod-2.log")
         defer { d.stop() }
@@ -178,9 +176,7 @@ struct ClientLibraryTests {
         }
         // Killed, started, killed again at once and started again.
         for round in 0..<2 {
-            d.client.close()
-            d.child.signal(SIGKILL)
-            _ = d.child.wait(timeout: 10)
+            d.kill()
             d = try Daemon.start(server, log: "audiod-\(round + 2).log")
         }
         defer { d.stop() }
@@ -214,9 +210,7 @@ struct ClientLibraryTests {
         let events = music.mediaServices
         let interruptions = music.interruptions
 
-        d.client.close()
-        d.child.signal(SIGKILL)
-        _ = d.child.wait(timeout: 10)
+        d.kill()
         // A call starts while audiod is down. The next audiod finds it: the music's activation is refused (the library
         // says so as an interruption) or made and interrupted at once (audiod says so), depending on which of the
         // two it hears first.

@@ -61,9 +61,7 @@ struct ExampleTests {
             waitFor(10) { ownedByExplicitSession(d, pid: UInt32(pid)) },
             "the example's audio is not its session's: \(String(describing: d.client.manager("ListStreams")))")
         // audiod is killed: the example plays on; audiod starts again: the session is made again, active, once.
-        d.client.close()
-        d.child.signal(SIGKILL)
-        _ = d.child.wait(timeout: 10)
+        d.kill()
         #expect(waitFor(10) { log().contains("audiod went away: playing on without it") }, "\(log())")
         #expect(stream()?.corked == false, "the audio stopped with audiod")
         d = try Daemon.start(server)
