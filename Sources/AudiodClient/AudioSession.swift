@@ -96,6 +96,9 @@ public final class AudioSession: Sendable {
         /// Whether it held the audio when audiod went away, until the session is made again: an audiod that goes
         /// away again while it is being made does not lose it.
         var activeBeforeLoss: Bool?
+        /// The unique name of the audiod the session was made on: its own name appearing is no restart (audiod
+        /// started by D-Bus activation for the first `CreateSession` announces itself before its answer).
+        var madeOn: String?
     }
 
     /// The record and the app's event streams, shared with the tasks that follow audiod (which must not keep the
@@ -135,13 +138,15 @@ public final class AudioSession: Sendable {
         if let pid { hints.append(("pid", .uint32(UInt32(bitPattern: pid)))) }
         // Subscribed before the call, so that audiod going away meanwhile is not missed.
         let signals = c.signals()
-        let out = try await c.call(
-            AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession", [.properties(hints)])
+        let (out, owner) = try await c.callWithSender(
+            to: AudiodConnection.busName, AudiodConnection.managerPath, AudiodConnection.managerInterface,
+            "CreateSession", [.properties(hints)])
         guard case .objectPath(let p)? = out.first else {
             throw AudiodError(
                 name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
         }
         let session = AudioSession(connection: c, path: p, hints: hints)
+        session.box.state.withLock { $0.madeOn = owner }
         session.followAudiod(signals)
         return session
     }
@@ -163,7 +168,9 @@ public final class AudioSession: Sendable {
                         box.state.withLock { $0.activeBeforeLoss = $0.activeBeforeLoss ?? $0.active }
                         box.emit(.wereLost)
                     }
-                    if !new.isEmpty { await Self.makeAgain(box, connection, on: new) }
+                    if !new.isEmpty, new != box.state.withLock({ $0.madeOn }) {
+                        await Self.makeAgain(box, connection, on: new)
+                    }
                     continue
                 }
                 guard s.path == box.state.withLock({ $0.path }) else { continue }
@@ -186,10 +193,6 @@ public final class AudioSession: Sendable {
     private static func makeAgain(_ box: Box, _ c: AudiodConnection, on owner: String) async {
         let r = box.state.withLock { $0 }
         guard let hints = r.hints, !r.released else { return }
-        func gone(_ e: AudiodError) -> Bool {
-            e.code == .notRunning || e.name == "org.freedesktop.DBus.Error.NoReply"
-                || e.name == "org.freedesktop.DBus.Error.Disconnected" || e.code == .shuttingDown
-        }
         do throws(AudiodError) {
             let out = try await c.call(
                 to: owner, AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession",
@@ -200,6 +203,7 @@ public final class AudioSession: Sendable {
             }
             let releasedMeanwhile = box.state.withLock { state -> Bool in
                 state.path = p
+                state.madeOn = owner
                 state.active = false
                 return state.released
             }
@@ -232,7 +236,9 @@ public final class AudioSession: Sendable {
             box.state.withLock { $0.activeBeforeLoss = nil }
             box.emit(.wereReset(reactivated: reactivated))
         } catch {
-            if !gone(error) { box.emit(.resetFailed(error)) }
+            // Not when that audiod went away again (the next one makes the session again), nor when the app
+            // released the session meanwhile.
+            if await c.ownerNow() == owner, !box.state.withLock({ $0.released }) { box.emit(.resetFailed(error)) }
         }
     }
 
@@ -266,11 +272,15 @@ public final class AudioSession: Sendable {
     }
 
     public func setActive(_ active: Bool, notifyOthersOnDeactivation: Bool = false) async throws(AudiodError) {
+        // Counted before it is sent: a remake in flight yields to it. `Active` itself comes from audiod's
+        // PropertiesChanged, in order with its interruptions.
+        box.state.withLock {
+            $0.appCalls &+= 1
+            $0.activeBeforeLoss = nil
+        }
         _ = try await connection.call(
             path, AudiodConnection.sessionInterface, "SetActive",
             [.bool(active), .strings(notifyOthersOnDeactivation ? ["notify-others-on-deactivation"] : [])])
-        // `Active` itself comes from audiod's PropertiesChanged, in order with its interruptions.
-        box.state.withLock { $0.appCalls &+= 1 }
     }
 
     /// Deactivates with notify and removes the session.
@@ -278,6 +288,7 @@ public final class AudioSession: Sendable {
         box.state.withLock {
             $0.released = true
             $0.appCalls &+= 1
+            $0.activeBeforeLoss = nil
         }
         _ = try await connection.call(path, AudiodConnection.sessionInterface, "Release")
     }

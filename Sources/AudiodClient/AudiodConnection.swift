@@ -210,12 +210,26 @@ public final class AudiodConnection: @unchecked Sendable {
         async throws(AudiodError)
         -> [DBusValue]
     {
+        try await callWithSender(to: destination, path, interface, member, args).arguments
+    }
+
+    /// The unique name that owns audiod's name now, as this connection last heard (nil: nobody).
+    func ownerNow() async -> String? {
+        await withCheckedContinuation { cont in
+            loop.execute { [self] in cont.resume(returning: audiodOwner) }
+        }
+    }
+
+    /// A call and the unique name of the connection that answered it: the audiod a session was made on.
+    func callWithSender(
+        to destination: String, _ path: String, _ interface: String, _ member: String, _ args: [DBusValue]
+    ) async throws(AudiodError) -> (arguments: [DBusValue], sender: String?) {
         guard !closed.withLock({ $0 }) else {
             throw AudiodError(
                 name: "org.freedesktop.DBus.Error.Disconnected", message: "the connection to audiod is closed")
         }
         let c = connection
-        let result: Result<[DBusValue], AudiodError> = await withCheckedContinuation { cont in
+        let result: Result<([DBusValue], String?), AudiodError> = await withCheckedContinuation { cont in
             loop.execute {
                 guard let c = c?.value,
                     let m = DBusMessage.methodCall(
@@ -244,7 +258,7 @@ public final class AudiodConnection: @unchecked Sendable {
                             returning: .failure(
                                 AudiodError(name: r.errorName ?? "", message: r.arguments.first?.stringValue ?? "")))
                     } else {
-                        cont.resume(returning: .success(r.arguments))
+                        cont.resume(returning: .success((r.arguments, r.sender)))
                     }
                 }
             }

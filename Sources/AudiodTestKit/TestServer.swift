@@ -549,6 +549,32 @@ public final class TestServer: @unchecked Sendable {
     }
 }
 
+extension TestServer {
+    /// Installs audiod's D-Bus service file (`template`: systemd/org.audiod.AudioSession1.service.in) for this
+    /// run's bus, pointing at the built audiod: a call to its name nobody owns starts it, as on a user's machine.
+    /// The activated audiod is a child of the bus; stop it (SIGTERM) before `stop()`, the clean way.
+    public func makeAudiodActivatable(template: URL) throws {
+        let services = "\(directory)/home/.local/share/dbus-1/services"
+        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
+        let text = try String(contentsOf: template, encoding: .utf8)
+        let bindir = URL(fileURLWithPath: TestServer.builtProduct("audiod")).deletingLastPathComponent().path
+        try text.replacingOccurrences(of: "@bindir@", with: bindir)
+            .write(toFile: "\(services)/org.audiod.AudioSession1.service", atomically: true, encoding: .utf8)
+        // dbus-daemon notices the new file (inotify) or on ReloadConfig.
+        _ = try? run([
+            "dbus-send", "--session", "--dest=org.freedesktop.DBus", "--type=method_call",
+            "/org/freedesktop/DBus", "org.freedesktop.DBus.ReloadConfig",
+        ])
+    }
+
+    /// The newest running audiod of this machine's build, by pid (one started by D-Bus activation).
+    public func activatedAudiod() -> pid_t? {
+        (try? run(["pgrep", "-f", "-n", TestServer.builtProduct("audiod")])).flatMap {
+            pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+    }
+}
+
 /// A process a test started.
 public struct Child: Sendable {
     public let pid: pid_t

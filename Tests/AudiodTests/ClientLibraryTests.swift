@@ -240,6 +240,34 @@ struct ClientLibraryTests {
         music.connection.close()
     }
 
+    @Test("a session whose CreateSession starts audiod by D-Bus activation is one session, and nothing is reset")
+    func madeByActivation() async throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let repo = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        try server.makeAudiodActivatable(
+            template: repo.appendingPathComponent("systemd/org.audiod.AudioSession1.service.in"))
+        let c = try AudiodConnection(address: server.environment["DBUS_SESSION_BUS_ADDRESS"])
+        defer { c.close() }
+        // audiod announces its name before it answers: the library must not take that for a restart.
+        let s = try await AudioSession.make(applicationName: "Activated", connection: c)
+        let events = s.mediaServices
+        try await s.setCategory(.playback)
+        try await s.setActive(true)
+        let heard = await Self.next(of: events, timeout: 1.5) { _ in false }
+        #expect(heard.isEmpty, "a restart heard when audiod was started for the session: \(heard)")
+        let out = try await c.call(
+            AudiodConnection.managerPath, "org.freedesktop.DBus.ObjectManager", "GetManagedObjects")
+        guard case .dict(_, _, let pairs)? = out.first else {
+            Issue.record("GetManagedObjects answered \(out)")
+            return
+        }
+        #expect(pairs.count == 1, "sessions: \(pairs.map(\.0))")
+        #expect(try await s.state().active)
+        if let p = server.activatedAudiod() { kill(p, SIGTERM) }
+    }
+
     @Test("a daemon error arrives typed, with audiod's message")
     func typedErrors() async throws {
         let server = try TestServer(.pulseaudio)

@@ -158,13 +158,16 @@ struct ExampleTests {
         #expect(
             waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true },
             "the game plays after the restart: \(server.file("audiod-2.log").suffix(2000))")
-        // One reset line from each, and one event from the Swift client.
-        usleep(500_000)
+        // One reset line from each (given a moment for a second one to show), and one event from the Swift client.
+        for log in logs {
+            #expect(waitFor(10) { server.file(log).contains("audiod restarted") }, "\(log): \(server.file(log))")
+        }
+        usleep(1_000_000)
         for log in logs {
             #expect(
                 server.file(log).components(separatedBy: "audiod restarted").count == 2, "\(log): \(server.file(log))")
         }
-        let heard = await ClientLibraryTests.next(of: swiftEvents, timeout: 5) { _ in false }
+        let heard = await ClientLibraryTests.next(of: swiftEvents, timeout: 30) { $0.count == 2 }
         #expect(heard == [.wereLost, .wereReset(reactivated: false)], "the Swift client heard \(heard)")
     }
 

@@ -43,26 +43,14 @@ struct InstallTests {
     func activation() throws {
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
-        let services = "\(server.directory)/home/.local/share/dbus-1/services"
-        try FileManager.default.createDirectory(atPath: services, withIntermediateDirectories: true)
-        let template = try String(
-            contentsOf: repo.appendingPathComponent("systemd/org.audiod.AudioSession1.service.in"), encoding: .utf8)
-        let bindir = URL(fileURLWithPath: TestServer.builtProduct("audiod")).deletingLastPathComponent().path
-        try template.replacingOccurrences(of: "@bindir@", with: bindir)
-            .write(toFile: "\(services)/org.audiod.AudioSession1.service", atomically: true, encoding: .utf8)
-        // dbus-daemon notices the new file (inotify) or on ReloadConfig.
-        _ = try? server.run([
-            "dbus-send", "--session", "--dest=org.freedesktop.DBus", "--type=method_call",
-            "/org/freedesktop/DBus", "org.freedesktop.DBus.ReloadConfig",
-        ])
+        try server.makeAudiodActivatable(
+            template: repo.appendingPathComponent("systemd/org.audiod.AudioSession1.service.in"))
         let client = try BusClient(address: server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? "")
         defer { client.close() }
         let version = client.property(API.managerPath, API.manager.name, "Version")
         #expect(
             version?.stringValue?.isEmpty == false, "activation did not start audiod: \(String(describing: version))")
         // The activated audiod is a child of the bus, which stop() kills; stop audiod first, the clean way.
-        let pid = (try? server.run(["pgrep", "-f", "-n", TestServer.builtProduct("audiod")]))?.trimmingCharacters(
-            in: .whitespacesAndNewlines)
-        if let pid, let p = pid_t(pid) { kill(p, SIGTERM) }
+        if let p = server.activatedAudiod() { kill(p, SIGTERM) }
     }
 }
