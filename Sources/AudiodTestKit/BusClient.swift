@@ -362,6 +362,19 @@ public struct Daemon {
         _ = child.wait(timeout: 10)
     }
 
+    /// The sessions whose `ApplicationName` is `name`, with their `Active`.
+    public func sessions(named name: String) -> [(path: String, active: Bool)] {
+        guard case .success(let out) = client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
+            case .dict(_, _, let pairs)? = out.first
+        else { return [] }
+        return pairs.compactMap { pair in
+            guard case .objectPath(let path) = pair.0,
+                client.property(path, API.session.name, "ApplicationName") == .string(name)
+            else { return nil }
+            return (path, client.property(path, API.session.name, "Active") == .bool(true))
+        }
+    }
+
     /// SIGKILL, as a crash would, and reaped: the journal and whatever audiod applied stay behind.
     public func kill() {
         client.close()

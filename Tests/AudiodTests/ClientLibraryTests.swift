@@ -163,17 +163,6 @@ struct ClientLibraryTests {
         }
         #expect(active, "the stream did not activate its session")
         let events = player.mediaServices
-        func players(_ d: Daemon) -> [String] {
-            guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
-                case .dict(_, _, let pairs)? = out.first
-            else { return [] }
-            return pairs.compactMap { pair -> String? in
-                guard case .objectPath(let path) = pair.0,
-                    d.client.property(path, API.session.name, "ApplicationName") == .string("Player")
-                else { return nil }
-                return path
-            }
-        }
         // Killed, started, killed again at once and started again.
         for round in 0..<2 {
             d.kill()
@@ -186,7 +175,7 @@ struct ClientLibraryTests {
         var found: [String] = []
         #expect(
             waitFor(5) {
-                found = players(d)
+                found = d.sessions(named: "Player").map(\.path)
                 return found == [player.path]
             }, "sessions of the app: \(found)")
         #expect(try await player.state().active, "the session its stream activated came back inactive")

@@ -79,19 +79,6 @@ struct ExampleTests {
         #expect(waitFor(5) { stream()?.muted == false }, "the example's stream is silenced")
     }
 
-    /// The sessions of the app named `name` (`ApplicationName`), with their `Active`.
-    func sessions(_ d: Daemon, named name: String) -> [(path: String, active: Bool)] {
-        guard case .success(let out) = d.client.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
-            case .dict(_, _, let pairs)? = out.first
-        else { return [] }
-        return pairs.compactMap { pair in
-            guard case .objectPath(let path) = pair.0,
-                d.client.property(path, API.session.name, "ApplicationName") == .string(name)
-            else { return nil }
-            return (path, d.client.property(path, API.session.name, "Active") == .bool(true))
-        }
-    }
-
     @Test(
         "audiod killed while the C and Python examples, a Swift client and audioctl run hold sessions: each is made again, the last one activated holds the audio again, and each says so once"
     )
@@ -131,8 +118,8 @@ struct ExampleTests {
         let names = ["example-player", "example-player-py", "swift-player", "pacat"]
         #expect(
             waitFor(10) {
-                sessions(d, named: "pacat").first?.active == true
-                    && sessions(d, named: "swift-player").first?.active == false
+                d.sessions(named: "pacat").first?.active == true
+                    && d.sessions(named: "swift-player").first?.active == false
             },
             "audioctl run did not take the audio")
         #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside them")
@@ -143,7 +130,7 @@ struct ExampleTests {
         defer { d.stop() }
         var back: [String: [(path: String, active: Bool)]] = [:]
         let allBack = waitFor(10) {
-            back = Dictionary(uniqueKeysWithValues: names.map { ($0, sessions(d, named: $0)) })
+            back = Dictionary(uniqueKeysWithValues: names.map { ($0, d.sessions(named: $0)) })
             return back.values.allSatisfy { $0.count == 1 } && back["pacat"]?.first?.active == true
         }
         // The goal is 2 s; the figure is printed, not asserted (timings are the benchmarks' business).
