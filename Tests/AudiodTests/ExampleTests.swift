@@ -101,7 +101,8 @@ struct ExampleTests {
                 waitFor(10) { server.file(log).contains("playing in") && server.file(log).contains("(active)") },
                 "\(language): \(server.file(log))")
         }
-        let swiftApp = try playback(server, name: "swift-player")
+        // Its stream has a name of its own: an implicit session named after it would pass for the Swift client's.
+        let swiftApp = try playback(server, name: "swift-player-audio")
         children.append(swiftApp)
         let swift = try await AudioSession.make(
             applicationName: "swift-player", pid: swiftApp.pid,
