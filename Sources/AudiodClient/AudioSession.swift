@@ -138,17 +138,25 @@ public final class AudioSession: Sendable {
         if let pid { hints.append(("pid", .uint32(UInt32(bitPattern: pid)))) }
         // Subscribed before the call, so that audiod going away meanwhile is not missed.
         let signals = c.signals()
-        let (out, owner) = try await c.callWithSender(
-            to: AudiodConnection.busName, AudiodConnection.managerPath, AudiodConnection.managerInterface,
-            "CreateSession", [.properties(hints)])
-        guard case .objectPath(let p)? = out.first else {
-            throw AudiodError(
-                name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
-        }
+        let (p, owner) = try await createSession(c, to: AudiodConnection.busName, hints)
         let session = AudioSession(connection: c, path: p, hints: hints)
         session.box.state.withLock { $0.madeOn = owner }
         session.followAudiod(signals)
         return session
+    }
+
+    /// `CreateSession` on `destination`: the new session's path, and the unique name of the audiod that made it.
+    private static func createSession(_ c: AudiodConnection, to destination: String, _ hints: [(String, DBusValue)])
+        async throws(AudiodError) -> (path: String, owner: String?)
+    {
+        let (out, owner) = try await c.callWithSender(
+            to: destination, AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession",
+            [.properties(hints)])
+        guard case .objectPath(let p)? = out.first else {
+            throw AudiodError(
+                name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
+        }
+        return (p, owner)
     }
 
     /// Follows audiod's name and this session's signals, in the order they arrive: audiod gone → `wereLost`; a new
@@ -175,8 +183,8 @@ public final class AudioSession: Sendable {
                 }
                 guard s.path == box.state.withLock({ $0.path }) else { continue }
                 if s.member == "InterruptionBegan" { box.state.withLock { $0.active = false } }
-                // `Active` as audiod publishes it, after each reply: an activation by the app, by its stream
-                // (automatic), an interruption, a deactivation.
+                // `Active` as audiod publishes it, after each reply and in order with its interruptions: an
+                // activation by the app, by its stream (automatic), an interruption, a deactivation.
                 if s.member == "PropertiesChanged", s.arguments.first?.stringValue == AudiodConnection.sessionInterface,
                     s.arguments.count > 1, let active = s.arguments[1].propertyMap?["Active"]?.boolValue
                 {
@@ -194,13 +202,7 @@ public final class AudioSession: Sendable {
         let r = box.state.withLock { $0 }
         guard let hints = r.hints, !r.released else { return }
         do throws(AudiodError) {
-            let out = try await c.call(
-                to: owner, AudiodConnection.managerPath, AudiodConnection.managerInterface, "CreateSession",
-                [.properties(hints)])
-            guard case .objectPath(let p)? = out.first else {
-                throw AudiodError(
-                    name: "org.freedesktop.DBus.Error.InvalidSignature", message: "CreateSession answered \(out)")
-            }
+            let (p, _) = try await createSession(c, to: owner, hints)
             let releasedMeanwhile = box.state.withLock { state -> Bool in
                 state.path = p
                 state.madeOn = owner
