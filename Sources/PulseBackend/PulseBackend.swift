@@ -103,7 +103,8 @@ public final class PulseBackend {
     private var confirmTimer: LoopTimer?
     /// The repair probes' connections (RepairProbe.swift): their streams are audiod's own, never reported.
     private var probes: [RepairProbe] = []
-    private var probeTimer: LoopTimer?
+    private var probeTimers: [Int: LoopTimer] = [:]
+    private var nextProbeTimer = 0
 
     /// The journal of a previous run (or connection), applied once the server's streams are known.
     private var recovery: Journal?
@@ -253,8 +254,8 @@ public final class PulseBackend {
         context?.close()
         context = nil
         // A repair in progress ends with the connection; a client index of this server run means nothing in the next.
-        probeTimer?.cancel()
-        probeTimer = nil
+        for t in probeTimers.values { t.cancel() }
+        probeTimers.removeAll()
         for p in probes { p.close() }
         probes.removeAll()
         server = nil
@@ -733,7 +734,7 @@ public final class PulseBackend {
             if method == .writeBlindConfirmByProbe {
                 // WirePlumber 0.5 takes the write into pipewire-pulse's list but not into its state: only a stream
                 // of the key shows what the next one starts with.
-                confirming = { [weak self] in self?.probeRepair(writes[...], confirmed: [], $0) ?? $0([]) }
+                confirming = { [weak self] in self?.probeRepair(writes, $0) ?? $0([]) }
             } else {
                 confirming = { [weak self] in self?.confirm(writes, attempt: 1, $0) ?? $0([]) }
             }
@@ -751,26 +752,57 @@ public final class PulseBackend {
         }
     }
 
-    /// Repairs each entry through probes of its key (RepairProbe.swift), one key after another: a probe shows what a
-    /// new stream of the key starts with; where that is audiod's value, the user's is written on the probe, and
-    /// WirePlumber saves it into the key; then a second probe must start with the user's values. Up to three rounds
-    /// per key. Calls `done` with the keys confirmed.
-    private func probeRepair(
-        _ writes: ArraySlice<RestoreLedger.Repair>, confirmed: Set<String>, round: Int = 1,
-        _ done: @escaping (Set<String>) -> Void
-    ) {
-        guard let w = writes.first, context != nil else { return done(confirmed) }
-        guard let props = RepairProbe.clientProperties(forKey: w.key) else {
-            // No probe can stand for this key: it stays in the journal.
-            return probeRepair(writes.dropFirst(), confirmed: confirmed, done)
+    /// Repairs each entry through probes of its key (RepairProbe.swift): a probe shows what a new stream of the key
+    /// starts with; where that is audiod's value, the user's is written on the probe, and WirePlumber saves it into
+    /// the key; then a second probe must start with the user's values. Up to three rounds per key. The keys are
+    /// probed side by side, up to `probeWidth` at a time: a probe takes about a third of a second, and after a
+    /// sound-server restart a dozen keys must fit in the stop's 3 s (one after another, the last ones were never
+    /// checked). Keys are independent — each probe is its own client, filed under its own key. Calls `done` with the
+    /// keys confirmed.
+    private func probeRepair(_ writes: [RestoreLedger.Repair], _ done: @escaping (Set<String>) -> Void) {
+        var queue = writes[...]
+        var confirmed: Set<String> = []
+        var running = 0
+        var finished = false
+        func startNext() {
+            guard !finished else { return }
+            while running < Self.probeWidth, let w = queue.popFirst() {
+                guard let props = RepairProbe.clientProperties(forKey: w.key) else {
+                    // No probe can stand for this key: it stays in the journal.
+                    continue
+                }
+                running += 1
+                probeKey(w, props, round: 1) { ok in
+                    running -= 1
+                    if ok { confirmed.insert(w.key) }
+                    startNext()
+                }
+            }
+            if running == 0 {
+                finished = true
+                done(confirmed)
+            }
         }
+        guard context != nil else { return done([]) }
+        startNext()
+    }
+
+    /// How many keys are probed at once: each probe is a connection of its own to the server, and WirePlumber links
+    /// each stream it makes.
+    static let probeWidth = 8
+
+    /// One key's probe rounds (see `probeRepair`); `done` gets whether a probe finally started with the user's values.
+    private func probeKey(
+        _ w: RestoreLedger.Repair, _ props: [String: String], round: Int, _ done: @escaping (Bool) -> Void
+    ) {
+        guard context != nil else { return done(false) }
         let next = { [weak self] (ok: Bool) in
-            guard let self else { return done(confirmed) }
+            guard let self else { return done(false) }
             if ok || round >= 3 {
                 if !ok { self.logger.notice("restore-database entry \(w.key): probes still start with audiod's value") }
-                self.probeRepair(writes.dropFirst(), confirmed: ok ? confirmed.union([w.key]) : confirmed, done)
+                done(ok)
             } else {
-                self.probeRepair(writes, confirmed: confirmed, round: round + 1, done)
+                self.probeKey(w, props, round: round + 1, done)
             }
         }
         openProbe(props) { [weak self] first, close in
@@ -780,12 +812,20 @@ public final class PulseBackend {
             }
             var writing = 0
             let written = { [weak self] in
-                close()
-                // WirePlumber saves the probe's change when the node reports it.
-                self?.probeTimer = self?.loop.timer(afterNanoseconds: 100_000_000) { [weak self] in
-                    guard let self else { return next(false) }
-                    self.probeTimer = nil
-                    self.openProbe(props) { [weak self] second, close in
+                guard let self else {
+                    close()
+                    return next(false)
+                }
+                // WirePlumber saves the probe's change when the node reports it, which a busy WirePlumber (a dozen
+                // probes at once) does late: the first probe stays until the second has been read, for a node gone
+                // before its change was seen saves nothing. Each round waits longer.
+                self.probeAfter(UInt64(round) * 100_000_000) { [weak self] in
+                    guard let self else {
+                        close()
+                        return next(false)
+                    }
+                    self.openProbe(props) { [weak self] second, closeSecond in
+                        closeSecond()
                         close()
                         guard let self, let second else { return next(false) }
                         let shown = RestoreLedger.Entry(key: w.key, muted: second.muted, volume: second.volume)
@@ -817,6 +857,22 @@ public final class PulseBackend {
             )
             if writing == 0 { written() }
         }
+    }
+
+    /// Runs `handler` on the loop after `ns`, on a timer of its own (probes of several keys wait side by side); the
+    /// timer ends with the connection (`dropConnection`), and then the handler never runs.
+    private func probeAfter(_ ns: UInt64, _ handler: @escaping () -> Void) {
+        let id = nextProbeTimer
+        nextProbeTimer &+= 1
+        let timer = loop.timer(afterNanoseconds: ns) { [weak self] in
+            self?.probeTimers[id] = nil
+            handler()
+        }
+        guard let timer else {
+            // No timerfd left: go on at once rather than never.
+            return handler()
+        }
+        probeTimers[id] = timer
     }
 
     /// Opens a repair probe with these client properties and reads its stream once WirePlumber has linked it (and
@@ -860,9 +916,8 @@ public final class PulseBackend {
             guard let self else { return done(nil) }
             let linked = raw.map { $0.device != UInt32.max } ?? false
             guard linked || attempt < 100 else { return done(nil) }
-            self.probeTimer = self.loop.timer(afterNanoseconds: linked ? 50_000_000 : 20_000_000) { [weak self] in
+            self.probeAfter(linked ? 50_000_000 : 20_000_000) { [weak self] in
                 guard let self else { return done(nil) }
-                self.probeTimer = nil
                 if linked {
                     c.stream(record: false, index: index) { done($0) }
                 } else {
