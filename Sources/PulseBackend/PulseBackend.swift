@@ -764,8 +764,12 @@ public final class PulseBackend {
         var confirmed: Set<String> = []
         var running = 0
         var finished = false
+        // A probe may fail at once (a refused connection) and answer within `probeKey`: `starting` keeps such an
+        // answer's `startNext` from finishing the repair under the loop that is still starting keys.
+        var starting = false
         func startNext() {
-            guard !finished else { return }
+            guard !finished, !starting else { return }
+            starting = true
             while running < Self.probeWidth, let w = queue.popFirst() {
                 guard let props = RepairProbe.clientProperties(forKey: w.key) else {
                     // No probe can stand for this key: it stays in the journal.
@@ -778,7 +782,8 @@ public final class PulseBackend {
                     startNext()
                 }
             }
-            if running == 0 {
+            starting = false
+            if running == 0, queue.isEmpty {
                 finished = true
                 done(confirmed)
             }
@@ -810,7 +815,13 @@ public final class PulseBackend {
                 close()
                 return next(false)
             }
-            var writing = 0
+            let volumeWrite =
+                !w.volume.isEmpty
+                && !self.session.ledger.shows(
+                    w, in: [RestoreLedger.Entry(key: w.key, muted: w.muted, volume: first.volume)])
+            // Both writes are counted before either is sent: one refused at once answers at once.
+            let writes = (first.muted != w.muted ? 1 : 0) + (volumeWrite ? 1 : 0)
+            var writing = writes
             let written = { [weak self] in
                 guard let self else {
                     close()
@@ -841,21 +852,12 @@ public final class PulseBackend {
                 writing -= 1
                 if writing == 0 { written() }
             }
-            if first.muted != w.muted {
-                writing += 1
-                c.setMute(record: false, index: first.index, w.muted, acknowledged)
-            }
-            if !w.volume.isEmpty,
-                !self.session.ledger.shows(
-                    w, in: [RestoreLedger.Entry(key: w.key, muted: w.muted, volume: first.volume)])
-            {
-                writing += 1
-                c.setVolume(record: false, index: first.index, w.volume, acknowledged)
-            }
             self.logger.debug(
-                "restore-database entry \(w.key) probed: a new stream starts \(first.muted ? "muted" : "unmuted") at \(first.volume); \(writing) write(s) — \(w.because)"
+                "restore-database entry \(w.key) probed: a new stream starts \(first.muted ? "muted" : "unmuted") at \(first.volume); \(writes) write(s) — \(w.because)"
             )
-            if writing == 0 { written() }
+            if first.muted != w.muted { c.setMute(record: false, index: first.index, w.muted, acknowledged) }
+            if volumeWrite { c.setVolume(record: false, index: first.index, w.volume, acknowledged) }
+            if writes == 0 { written() }
         }
     }
 
