@@ -177,6 +177,7 @@ let package = Package(
             name: "AudiodCoreTests",
             dependencies: [
                 "AudioPolicy", "AppIdentity", "PulseBackend", "PulseLoop", "LoopThread", "AudiodCore", "AudiodTestKit",
+                "DBusService",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -11,6 +11,8 @@ extension Arbiter: PolicyHost {
 
     public func processOwner(_ pid: UInt32) -> UInt32? { ProcessTable.owner(of: pid) }
 
+    public func processStartTime(_ pid: UInt32) -> UInt64? { ProcessTable.stat(pid)?.start }
+
     public func hostPid(_ pid: UInt32, seenBy viewer: UInt32) -> UInt32? { ProcessTable.hostPid(pid, seenBy: viewer) }
 
     public func reloadConfig() -> ConfigReload {

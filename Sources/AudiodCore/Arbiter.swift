@@ -1,4 +1,5 @@
 import AudioPolicy
+import DBusService
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -58,6 +59,8 @@ public final class Arbiter {
     /// Where the sessions of the next run are numbered from (beside the journal, so per login: `$XDG_RUNTIME_DIR`
     /// lives as long as the user's login); nil: nowhere, and each run numbers from 1.
     let sessionIDPath: String?
+    /// Where the `lifetime=process` sessions are kept for the next run (beside the journal); nil: nowhere.
+    public let processSessionsPath: String?
     /// Ids below this are reserved on disk: a crash loses at most the rest of the block, never reuses an id.
     private var sessionIDsReserved: UInt64 = 0
     static let sessionIDBlock: UInt64 = 1024
@@ -69,6 +72,7 @@ public final class Arbiter {
         self.loop = loop
         self.statePath = statePath
         self.sessionIDPath = options.journalPath.map(SessionIDFile.path(besideJournal:))
+        self.processSessionsPath = options.journalPath.map(ProcessSessionFile.path(besideJournal:))
         self.engine = Engine(settings: settings)
         self.logger = logger
         self.backend = PulseBackend(
@@ -106,6 +110,32 @@ public final class Arbiter {
         }
         backend.onEvent = { [weak self] e in self?.backendEvent(e) }
         backend.start()
+    }
+
+    /// The process sessions the last run kept (none when it kept none, or the file is damaged: said in the log).
+    public func keptProcessSessions() -> [KeptProcessSession] {
+        guard let path = processSessionsPath else { return [] }
+        switch ProcessSessionFile.read(path) {
+        case .success(let kept): return kept
+        case .failure(let problem):
+            logger.warning(
+                "the process-session file \(path) is damaged (\(problem)); the shells' sessions of the last run are not made again"
+            )
+            return []
+        }
+    }
+
+    /// Keeps the process sessions for the next run, written off the loop in order.
+    public func keepProcessSessions(_ sessions: [KeptProcessSession]) {
+        guard let path = processSessionsPath else { return }
+        let log = logger
+        stateWriter.async {
+            do { try ProcessSessionFile.write(sessions, to: path) } catch {
+                log.error(
+                    "cannot keep the process sessions; a restart will not make them again",
+                    metadata: ["path": "\(path)", "error": "\(error)"])
+            }
+        }
     }
 
     /// Writes the next block of session ids as given out. Once per 1,024 sessions, on the loop: a small file on the

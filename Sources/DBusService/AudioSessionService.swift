@@ -19,6 +19,8 @@ public protocol PolicyHost: PlatformHost {
     func processChain(_ pid: UInt32) -> [UInt32]
     /// The real uid of a live process.
     func processOwner(_ pid: UInt32) -> UInt32?
+    /// A live process's start time (clock ticks since boot): with the pid, it names the process across a restart.
+    func processStartTime(_ pid: UInt32) -> UInt64?
     /// The host pid of what the process `viewer` calls `pid` (it may live in a pid namespace of its own); nil when
     /// there is no such process.
     func hostPid(_ pid: UInt32, seenBy viewer: UInt32) -> UInt32?
@@ -63,6 +65,16 @@ public final class AudioSessionService {
     private(set) var publishedManager: [String: DBusValue] = [:]
     /// Every source of the desktop and the phone, and the bus links they are followed on.
     public let platform: Platform
+    /// Gets the `lifetime=process` sessions whenever they change (ProcessSessions.swift): what the daemon keeps
+    /// beside the journal for its next run.
+    public var onProcessSessions: (([KeptProcessSession]) -> Void)?
+    /// What `onProcessSessions` got last, and those sessions' ids.
+    var lastKeptProcessSessions: [KeptProcessSession] = [] {
+        didSet {
+            keptProcessSessionIDs = Set(publishedSessions.keys.filter { owners.owner(of: $0)?.lifetime == .process })
+        }
+    }
+    private(set) var keptProcessSessionIDs: Set<SessionID> = []
 
     public init(bus: DBusConnection, host: PolicyHost, limits: Limits = Limits(), logger: Logger) {
         self.bus = bus
@@ -286,6 +298,7 @@ public final class AudioSessionService {
     /// step's effects, in order.
     public func publish(_ effects: [Effect]) {
         defer { platform.carryOut(effects) }
+        defer { if onProcessSessions != nil, touchesProcessSession(effects) { processSessionsMayHaveChanged() } }
         for e in effects {
             switch e {
             case .reply(let r, let answer):

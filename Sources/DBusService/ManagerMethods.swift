@@ -92,6 +92,8 @@ extension AudioSessionService {
             ) { .createSession($0, NewSession(pid: pid, applicationName: name, lifetime: lifetime)) }
             // Owned from the step that made it (its reply may be published later), so that the limit counts it.
             for case .reply(_, .session(let id)) in effects { self.owners.adopt(id, owner: owner) }
+            // Its reply may have been published before its owner was known.
+            if lifetime == .process { self.processSessionsMayHaveChanged() }
         }
     }
 

@@ -121,6 +121,9 @@ struct Lifecycle {
                     service.setLoopPriority(nice: $0.niceLevel)
                     service.setTrustedPlatformApps($0.trustedPlatformApps)
                 }
+                // Before the name is owned: a shell's `audioctl` that finds its session finds the one made again.
+                service.onProcessSessions = { arbiter.keepProcessSessions($0) }
+                service.remakeProcessSessions(arbiter.keptProcessSessions())
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
                 // Once connecting (to the bus and the sound server) is over, what start-up ran can go.

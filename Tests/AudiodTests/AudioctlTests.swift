@@ -1,3 +1,4 @@
+import AppIdentity
 import AudiodTestKit
 import DBusService
 import Foundation
@@ -236,6 +237,111 @@ struct AudioctlTests {
         usleep(500_000)
         #expect(
             server.file("run.log").components(separatedBy: "audiod restarted").count == 2, "\(server.file("run.log"))")
+    }
+
+    /// Nothing is left to make the shell's session again after a crash (its `audioctl` exited long ago): audiod
+    /// keeps `lifetime=process` sessions beside its journal and makes them again at the next start.
+    @Test(
+        "a shell's session outlives a restart: made again with its category and mode, active, found by --pid; not once its shell has gone"
+    )
+    func shellSessionFollowsARestart() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        var d = try Daemon.start(server)
+        let game = try playback(server, name: "game", role: "game")
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        // The README's way: the shell makes its session, activates it, and plays (exec keeps its pid).
+        let shell = try server.spawn([
+            "bash", "-c",
+            "\(audioctl) set-category playback --mode spoken-audio && \(audioctl) activate && exec pacat --playback /dev/zero",
+        ])
+        defer { shell.kill() }
+        _ = try server.waitForPlaybackStream(pid: shell.pid)
+        func find(_ d: Daemon) -> String? {
+            guard case .success(let out) = d.client.manager("FindSession", [.uint32(UInt32(shell.pid))]),
+                case .objectPath(let p)? = out.first
+            else { return nil }
+            return p
+        }
+        let before = try #require(find(d), "the shell has no session")
+        #expect(waitFor(5) { d.client.property(before, API.session.name, "Active") == .bool(true) })
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside the shell")
+
+        d.kill()
+        let restarted = Date()
+        d = try Daemon.start(server, log: "audiod-2.log")
+        var after: String?
+        #expect(
+            waitFor(5) {
+                after = find(d)
+                return after != nil
+            }, "the shell's session was not made again: \(server.file("audiod-2.log"))")
+        let took = Date().timeIntervalSince(restarted)
+        print("audioctl: the shell's session back \(String(format: "%.0f", took * 1000)) ms after the restart began")
+        if let after {
+            #expect(after != before, "the new run gave out the dead run's id")
+            #expect(d.client.property(after, API.session.name, "Category") == .string("playback"))
+            #expect(d.client.property(after, API.session.name, "Mode") == .string("spoken-audio"))
+            #expect(
+                waitFor(5) { d.client.property(after, API.session.name, "Active") == .bool(true) },
+                "made again inactive")
+            #expect(
+                d.client.property(after, API.session.name, "ProcessID") == .uint32(UInt32(shell.pid)),
+                "it holds another process")
+        }
+        #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "the game plays beside the shell")
+        // Another terminal drives it as before: it is the user's, not the dead connection's.
+        #expect(try ctl(server, "deactivate", "--pid", "\(shell.pid)").status == 0)
+        if let after {
+            #expect(waitFor(5) { d.client.property(after, API.session.name, "Active") == .bool(false) })
+        }
+
+        // Its shell gone while audiod was down, the next start makes nothing for it (nor for whatever reuses its pid).
+        d.kill()
+        shell.kill()
+        d = try Daemon.start(server, log: "audiod-3.log")
+        defer { d.stop() }
+        usleep(300_000)
+        #expect(find(d) == nil, "a session was made for a shell that has gone")
+        #expect(
+            server.file("audiod-3.log").contains("made 0 of 1 process session(s)"), "\(server.file("audiod-3.log"))")
+    }
+
+    /// Any program of the user may write the kept-session file: it gets no more than a `CreateSession` would.
+    @Test("kept process sessions are believed only for a live process with the same start time, never for pid 1")
+    func keptProcessSessionsAreChecked() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let sleeper = try server.spawn(["sleep", "600"])
+        defer { sleeper.kill() }
+        let start = try #require(ProcessTable.stat(UInt32(sleeper.pid))?.start)
+        func kept(_ pid: UInt32, _ start: UInt64, owner: String = ":1.9") -> KeptProcessSession {
+            KeptProcessSession(
+                pid: pid, start: start, uid: getuid(), owner: owner, applicationName: "sh", category: "playback",
+                mode: "default", options: [], handlesSecondaryAudio: false,
+                prefersNoInterruptionsFromSystemAlerts: false, active: false)
+        }
+        let list = [
+            kept(1, ProcessTable.stat(1)?.start ?? 0), kept(UInt32(sleeper.pid), start + 1),
+            kept(UInt32(sleeper.pid), start, owner: "org.audiod.AudioSession1"), kept(UInt32(sleeper.pid), start),
+        ]
+        let path = "\(server.directory)/audiod/process-sessions"
+        try FileManager.default.createDirectory(
+            atPath: "\(server.directory)/audiod", withIntermediateDirectories: true)
+        try JSONEncoder().encode(list).write(to: URL(fileURLWithPath: path))
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        #expect(server.file("audiod.log").contains("made 1 of 4 process session(s)"), "\(server.file("audiod.log"))")
+        #expect(server.file("audiod.log").contains("pid 1 is"), "\(server.file("audiod.log"))")
+        guard case .success(let found) = d.client.manager("FindSession", [.uint32(UInt32(sleeper.pid))]),
+            case .objectPath(let p)? = found.first
+        else {
+            Issue.record("the one true kept session was not made")
+            return
+        }
+        #expect(d.client.property(p, API.session.name, "Category") == .string("playback"))
+        #expect(d.client.property(p, API.session.name, "Active") == .bool(false))
+        if case .success = d.client.manager("FindSession", [.uint32(1)]) { Issue.record("a session holds pid 1") }
     }
 
     @Test("monitor --json prints a scripted scenario's events in order")

@@ -625,7 +625,23 @@ final class PromiseRun {
         _ = d.child.wait(timeout: 10)
         daemon = nil
         try startAudiod()
-        return "SIGKILL audiod, then a restart"
+        // A restart loses no session: each `audioctl run` makes its session again (the session holds audioctl's own
+        // pid; the command is its child).
+        var lost: [String] = []
+        var back = 0
+        if let d = daemon {
+            for a in apps where a.label.hasPrefix("run-") {
+                guard let run = a.child else { continue }
+                let found = waitFor(10) {
+                    if case .success = d.client.manager("FindSession", [.uint32(UInt32(run.pid))]) { return true }
+                    return false
+                }
+                if found { back += 1 } else { lost.append(a.label) }
+            }
+        }
+        pending += lost.map { "\($0): its session was not made again within 10 s of audiod's restart" }
+        return "SIGKILL audiod, then a restart (audioctl run sessions back: \(back))"
+            + (lost.isEmpty ? "" : " [not back: \(lost)]")
     }
 
     /// The system bus lost and back, after about one step in 30: drawn from a generator of its own, so that the other
