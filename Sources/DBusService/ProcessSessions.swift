@@ -1,4 +1,5 @@
 import AudioPolicy
+import Glibc
 import Platform
 
 /// A `lifetime=process` session as audiod keeps it across its own restart: the shell's session made by a
@@ -59,10 +60,10 @@ extension AudioSessionService {
 
     /// After a step that may have changed a process session: hands the new list to `onProcessSessions` when it
     /// differs from the last one. Not while stopping: the sessions end with audiod, and the next run makes them again.
-    func processSessionsMayHaveChanged() {
+    public func processSessionsMayHaveChanged(always: Bool = false) {
         guard let host, host.acceptsRequests, let keep = onProcessSessions else { return }
         let now = keptProcessSessions()
-        guard now != lastKeptProcessSessions else { return }
+        guard always || now != lastKeptProcessSessions else { return }
         lastKeptProcessSessions = now
         keep(now)
     }
@@ -110,7 +111,9 @@ extension AudioSessionService {
                 logger.warning("a kept process session is not made again: pid \(k.pid) is \(not.what)")
                 continue
             }
-            guard host.processStartTime(k.pid) == k.start, host.processOwner(k.pid) == k.uid else {
+            // audiod's own user only: an entry naming another user's process (a root login process above the
+            // user's apps) would hold streams the user could then neither change nor release.
+            guard k.uid == getuid(), host.processStartTime(k.pid) == k.start, host.processOwner(k.pid) == k.uid else {
                 logger.debug("a kept process session's process is gone", metadata: ["pid": "\(k.pid)"])
                 continue
             }
@@ -135,8 +138,12 @@ extension AudioSessionService {
             }
             if !refused.isEmpty {
                 logger.warning(
-                    "a kept process session came back with what the engine took: \(refused.joined(separator: "; "))",
+                    "a kept process session is not made again: \(refused.joined(separator: "; "))",
                     metadata: ["session": "\(id.rawValue)", "pid": "\(k.pid)"])
+                // As `audioctl set-category` does with a session whose values audiod refused.
+                let r = host.makeRequestID()
+                host.handle(.release(r, id))
+                continue
             }
             made.append((id, k))
         }

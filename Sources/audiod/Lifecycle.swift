@@ -122,8 +122,10 @@ struct Lifecycle {
                     service.setTrustedPlatformApps($0.trustedPlatformApps)
                 }
                 // Before the name is owned: a shell's `audioctl` that finds its session finds the one made again.
-                service.onProcessSessions = { arbiter.keepProcessSessions($0) }
+                // Kept from here on: once, for what was made again (the file drops what was not), then on each change.
                 service.remakeProcessSessions(arbiter.keptProcessSessions())
+                service.onProcessSessions = { arbiter.keepProcessSessions($0) }
+                service.processSessionsMayHaveChanged(always: true)
                 try service.claimName()
                 log.info("ready on the session bus as \(API.busName)")
                 // Once connecting (to the bus and the sound server) is over, what start-up ran can go.

@@ -321,9 +321,17 @@ struct AudioctlTests {
                 mode: "default", options: [], handlesSecondaryAudio: false,
                 prefersNoInterruptionsFromSystemAlerts: false, active: false)
         }
+        let other = try server.spawn(["sleep", "601"])
+        defer { other.kill() }
+        let otherStart = try #require(ProcessTable.stat(UInt32(other.pid))?.start)
+        var loud = kept(UInt32(other.pid), otherStart)
+        loud.category = "loud"
+        var foreign = kept(UInt32(other.pid), otherStart)
+        foreign.uid = getuid() + 1
         let list = [
             kept(1, ProcessTable.stat(1)?.start ?? 0), kept(UInt32(sleeper.pid), start + 1),
-            kept(UInt32(sleeper.pid), start, owner: "org.audiod.AudioSession1"), kept(UInt32(sleeper.pid), start),
+            kept(UInt32(sleeper.pid), start, owner: "org.audiod.AudioSession1"), loud, foreign,
+            kept(UInt32(sleeper.pid), start),
         ]
         let path = "\(server.directory)/audiod/process-sessions"
         try FileManager.default.createDirectory(
@@ -331,7 +339,7 @@ struct AudioctlTests {
         try JSONEncoder().encode(list).write(to: URL(fileURLWithPath: path))
         let d = try Daemon.start(server)
         defer { d.stop() }
-        #expect(server.file("audiod.log").contains("made 1 of 4 process session(s)"), "\(server.file("audiod.log"))")
+        #expect(server.file("audiod.log").contains("made 1 of 6 process session(s)"), "\(server.file("audiod.log"))")
         #expect(server.file("audiod.log").contains("pid 1 is"), "\(server.file("audiod.log"))")
         guard case .success(let found) = d.client.manager("FindSession", [.uint32(UInt32(sleeper.pid))]),
             case .objectPath(let p)? = found.first
@@ -342,6 +350,16 @@ struct AudioctlTests {
         #expect(d.client.property(p, API.session.name, "Category") == .string("playback"))
         #expect(d.client.property(p, API.session.name, "Active") == .bool(false))
         if case .success = d.client.manager("FindSession", [.uint32(1)]) { Issue.record("a session holds pid 1") }
+        if case .success = d.client.manager("FindSession", [.uint32(UInt32(other.pid))]) {
+            Issue.record("a session with a refused category, or of another user, was kept")
+        }
+        // The file now keeps what was made again, and nothing else.
+        func pids() -> [UInt32]? {
+            FileManager.default.contents(atPath: path).flatMap {
+                try? JSONDecoder().decode([KeptProcessSession].self, from: $0).map(\.pid)
+            }
+        }
+        #expect(waitFor(5) { pids() == [UInt32(sleeper.pid)] }, "the file keeps \(String(describing: pids()))")
     }
 
     @Test("monitor --json prints a scripted scenario's events in order")
