@@ -1,6 +1,5 @@
 import DBusService
 import FoundationEssentials
-import Glibc
 import PulseBackend
 
 /// The `lifetime=process` sessions of the running audiod, for the next run (`KeptProcessSession`): JSON in
@@ -29,29 +28,17 @@ public enum ProcessSessionFile {
 
     /// The kept sessions, none when there is no file. Never blocks on what is at the path (a FIFO, a device).
     public static func read(_ path: String) -> Result<[KeptProcessSession], Problem> {
-        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return errno == ENOENT ? .success([]) : .failure(.unreadable) }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return .failure(.unreadable) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(.notARegularFile) }
-        guard st.st_size <= largestBytes else { return .failure(.tooLarge) }
-        var bytes = [UInt8](repeating: 0, count: largestBytes + 1)
-        var count = 0
-        while count <= largestBytes {
-            let n = bytes.withUnsafeMutableBytes { buffer in
-                buffer.baseAddress.map { Glibc.read(fd, $0 + count, largestBytes + 1 - count) } ?? -1
+        switch SmallFile.read(path, limit: largestBytes) {
+        case .failure(.unreadable): return .failure(.unreadable)
+        case .failure(.notARegularFile): return .failure(.notARegularFile)
+        case .failure(.tooLarge): return .failure(.tooLarge)
+        case .success(nil): return .success([])
+        case .success(let bytes?):
+            guard let list = try? JSONDecoder().decode([KeptProcessSession].self, from: Data(bytes)) else {
+                return .failure(.notAList)
             }
-            if n < 0, errno == EINTR { continue }
-            guard n >= 0 else { return .failure(.unreadable) }
-            if n == 0 { break }
-            count += n
+            return .success(list)
         }
-        guard count <= largestBytes else { return .failure(.tooLarge) }
-        guard let list = try? JSONDecoder().decode([KeptProcessSession].self, from: Data(bytes[..<count])) else {
-            return .failure(.notAList)
-        }
-        return .success(list)
     }
 
     /// Writes the list atomically (a crash leaves the old file or the new one), readable by the user alone.

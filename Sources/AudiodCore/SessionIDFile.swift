@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import PulseBackend
 
 /// The first session id the next run of audiod may give out: one decimal number and a newline, in
@@ -28,17 +27,15 @@ public enum SessionIDFile {
     /// The first id to give out: 1 when there is no file (the login's first run). Reads at most 64 bytes of a
     /// regular file: whatever is at the path (a FIFO, a device) never holds up the start.
     public static func read(_ path: String) -> Result<UInt64, Problem> {
-        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return errno == ENOENT ? .success(1) : .failure(.unreadable) }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return .failure(.unreadable) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { return .failure(.notARegularFile) }
-        guard st.st_size <= 64 else { return .failure(.notANumber) }
-        var bytes = [UInt8](repeating: 0, count: 65)
-        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, 65) }
-        guard n >= 0, n <= 64 else { return .failure(n < 0 ? .unreadable : .notANumber) }
-        let text = String(decoding: bytes[..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let bytes: [UInt8]
+        switch SmallFile.read(path, limit: 64) {
+        case .failure(.unreadable): return .failure(.unreadable)
+        case .failure(.notARegularFile): return .failure(.notARegularFile)
+        case .failure(.tooLarge): return .failure(.notANumber)
+        case .success(nil): return .success(1)
+        case .success(let read?): bytes = read
+        }
+        let text = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard let value = UInt64(text), value >= 1, value <= largest else { return .failure(.notANumber) }
         return .success(value)
     }
