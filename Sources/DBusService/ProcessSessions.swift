@@ -69,16 +69,27 @@ extension AudioSessionService {
     }
 
     /// Whether a step's effects touch a process session (or one that was kept).
+    /// Only what `KeptProcessSession` holds counts: the frequent `OtherAudioPlaying` and `Streams` changes of a
+    /// process session do not rebuild the list.
     func touchesProcessSession(_ effects: [Effect]) -> Bool {
         effects.contains { e in
             let id: SessionID
             switch e {
             case .sessionAdded(let v): id = v.id
             case .sessionRemoved(let s): id = s
-            case .sessionPropertiesChanged(let s, _): id = s
+            case .sessionPropertiesChanged(let s, let changed) where changed.contains(where: Self.isKept): id = s
             default: return false
             }
             return owners.owner(of: id)?.lifetime == .process || keptProcessSessionIDs.contains(id)
+        }
+    }
+
+    private static func isKept(_ p: SessionProperty) -> Bool {
+        switch p {
+        case .category, .mode, .options, .active, .handlesSecondaryAudio, .prefersNoInterruptionsFromSystemAlerts,
+            .applicationName:
+            true
+        default: false
         }
     }
 
