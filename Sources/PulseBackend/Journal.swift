@@ -40,17 +40,32 @@ public struct Journal: Codable, Equatable, Sendable {
         /// the server run the journal names: a stream of that run with an index up to this one existed before, and
         /// the server gave it its values from the entry then, not this one. Nil: not known (any stream may carry it).
         public var existedBefore: UInt32?
+        /// Other policy volumes the entry may hold besides `appliedVolume`, each put back to `restoreVolume` like it:
+        /// a key ducked at two levels (the duck level changed, or lost with a restart) while the server had not yet
+        /// saved the first may come back with either (random test, seeds 930699 and 868802 on PipeWire 0.3.65: a
+        /// journal that kept one of two ducks left a later stream at the other, taken for the user's volume).
+        public var otherVolumes: [[UInt32]] = []
+        /// At most this many `otherVolumes`: a key is ducked at one level at a time, and the level changes by hand.
+        public static let otherVolumesLimit = 7
+
+        private enum CodingKeys: String, CodingKey {
+            case unmute, appliedVolume, restoreVolume, userMuted, existedBefore
+        }
 
         public init(
             unmute: Bool, appliedVolume: [UInt32]?, restoreVolume: [UInt32]?, userMuted: Bool? = nil,
-            existedBefore: UInt32? = nil
+            existedBefore: UInt32? = nil, otherVolumes: [[UInt32]] = []
         ) {
             self.unmute = unmute
             self.appliedVolume = appliedVolume
             self.restoreVolume = restoreVolume
             self.userMuted = userMuted
             self.existedBefore = existedBefore
+            self.otherVolumes = otherVolumes
         }
+
+        /// Every policy volume the entry may hold.
+        public var policyVolumes: [[UInt32]] { (appliedVolume.map { [$0] } ?? []) + otherVolumes }
 
         /// A stream of the server run the leak was recorded in cannot carry it: it existed before the entry held it.
         public func olderThanLeak(_ index: UInt32) -> Bool { existedBefore.map { index <= $0 } ?? false }
@@ -138,12 +153,12 @@ public struct Journal: Codable, Equatable, Sendable {
 ///   applied volume>]` — audiod holds this change on the stream (replacing any earlier line for it); while a write
 ///   that lifts or changes a value is in flight, the line still names what the stream may show until it lands;
 /// - `- <p|r> <index>` — it holds nothing there any more;
-/// - `L <key> <unmute 0|1> <applied volume|-> <user volume|-> [<user's mute 0|1|-> [<highest index seen>]]` — a
-///   restore-database entry may hold a policy value (streams of the journal's server run up to that index existed
-///   before it did);
+/// - `L <key> <unmute 0|1> <applied volume|-> <user volume|-> [<user's mute 0|1|-> [<highest index seen|-> [<other
+///   applied volumes, `;`-separated>]]]` — a restore-database entry may hold a policy value (streams of the journal's
+///   server run up to that index existed before it did);
 /// - `l <key>` — it does not;
-/// - `U <key> <unmute 0|1> <applied volume|-> <user volume|-> <user's mute 0|1|-> <written at>` — a server that saves
-///   late may still hold this policy value in its saved state (`Journal.Unsaved`);
+/// - `U <key> <unmute 0|1> <applied volume|-> <user volume|-> <user's mute 0|1|-> <written at> [<other applied
+///   volumes>]` — a server that saves late may still hold this policy value in its saved state (`Journal.Unsaved`);
 /// - `u <key>` — it has saved since.
 public final class JournalLog {
     public let path: String
@@ -317,20 +332,40 @@ public final class JournalLog {
 
     private static func line(leak key: String, _ l: Journal.Leak) -> String {
         var line = "L \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume))"
-        if l.userMuted != nil || l.existedBefore != nil { line += " " + (l.userMuted.map { $0 ? "1" : "0" } ?? "-") }
-        if let before = l.existedBefore { line += " \(before)" }
+        let others = !l.otherVolumes.isEmpty
+        if l.userMuted != nil || l.existedBefore != nil || others {
+            line += " " + (l.userMuted.map { $0 ? "1" : "0" } ?? "-")
+        }
+        if l.existedBefore != nil || others { line += " " + (l.existedBefore.map(String.init) ?? "-") }
+        if others { line += " " + volumes(l.otherVolumes) }
         return line + "\n"
     }
 
     private static func line(unsaved key: String, _ u: Journal.Unsaved) -> String {
         let l = u.leak
         return "U \(encode(key)) \(l.unmute ? 1 : 0) \(volume(l.appliedVolume)) \(volume(l.restoreVolume)) "
-            + "\(l.userMuted.map { $0 ? "1" : "0" } ?? "-") \(u.at)\n"
+            + "\(l.userMuted.map { $0 ? "1" : "0" } ?? "-") \(u.at)"
+            + (l.otherVolumes.isEmpty ? "" : " " + volumes(l.otherVolumes)) + "\n"
     }
 
     private static func volume(_ v: [UInt32]?) -> String {
         guard let v, !v.isEmpty else { return "-" }
         return v.map(String.init).joined(separator: ",")
+    }
+
+    /// Several volumes in one field: `a,b;c,d`.
+    private static func volumes(_ list: [[UInt32]]) -> String { list.map { volume($0) }.joined(separator: ";") }
+
+    /// Each put back to a user volume of `width` channels: a list without one is damaged.
+    private static func parseVolumes(_ s: Substring, width: Int?) throws -> [[UInt32]] {
+        let list = try s.split(separator: ";", omittingEmptySubsequences: false).map { v in
+            guard let parsed = try parseVolume(v), parsed.count == width else {
+                throw JournalError("a list of other policy volumes does not match the user's volume")
+            }
+            return parsed
+        }
+        guard !list.isEmpty else { throw JournalError("a list of other policy volumes is empty") }
+        return list
     }
 
     private static func parseVolume(_ s: Substring) throws -> [UInt32]? {
@@ -425,30 +460,37 @@ public final class JournalLog {
                     let k = UInt64(index) << 1 | (f[1] == "r" ? 1 : 0)
                     if entries.removeValue(forKey: k) != nil { order.removeAll { $0 == k } }
                 case "L":
-                    // The sixth field (the user's mute under a duck) and the seventh (the highest index seen) were
-                    // added later: journals without them still read.
-                    guard (5...7).contains(f.count), f[2] == "0" || f[2] == "1",
+                    // The sixth field (the user's mute under a duck), the seventh (the highest index seen) and the
+                    // eighth (other policy volumes) were added later: journals without them still read.
+                    guard (5...8).contains(f.count), f[2] == "0" || f[2] == "1",
                         f.count < 6 || ["0", "1", "-"].contains(f[5])
                     else { throw fail() }
                     var before: UInt32?
-                    if f.count == 7 {
+                    // "-" for the index only where the eighth field needs the seventh.
+                    if f.count == 7 || (f.count == 8 && f[6] != "-") {
                         guard let b = UInt32(f[6]) else { throw fail() }
                         before = b
                     }
+                    let restore = try parseVolume(f[4])
                     j.leaks[try decode(f[1])] = Journal.Leak(
-                        unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]), restoreVolume: try parseVolume(f[4]),
-                        userMuted: f.count >= 6 && f[5] != "-" ? f[5] == "1" : nil, existedBefore: before)
+                        unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]), restoreVolume: restore,
+                        userMuted: f.count >= 6 && f[5] != "-" ? f[5] == "1" : nil, existedBefore: before,
+                        otherVolumes: f.count == 8 ? try parseVolumes(f[7], width: restore?.count) : [])
                 case "l":
                     guard f.count == 2 else { throw fail() }
                     j.leaks[try decode(f[1])] = nil
                 case "U":
-                    guard f.count == 7, f[2] == "0" || f[2] == "1", ["0", "1", "-"].contains(f[5]),
+                    // The eighth field (other policy volumes) was added later.
+                    guard f.count == 7 || f.count == 8, f[2] == "0" || f[2] == "1", ["0", "1", "-"].contains(f[5]),
                         let at = UInt64(f[6])
                     else { throw fail() }
                     j.unsaved[try decode(f[1])] = Journal.Unsaved(
                         leak: Journal.Leak(
                             unmute: f[2] == "1", appliedVolume: try parseVolume(f[3]),
-                            restoreVolume: try parseVolume(f[4]), userMuted: f[5] == "-" ? nil : f[5] == "1"),
+                            restoreVolume: try parseVolume(f[4]), userMuted: f[5] == "-" ? nil : f[5] == "1",
+                            otherVolumes: f.count == 8
+                                ? try parseVolumes(f[7], width: f[4] == "-" ? nil : f[4].split(separator: ",").count)
+                                : []),
                         at: at)
                 case "u":
                     guard f.count == 2 else { throw fail() }
@@ -504,6 +546,17 @@ extension Journal.Leak {
             m.appliedVolume = earlier.appliedVolume
             m.restoreVolume = earlier.restoreVolume
             m.userMuted = earlier.userMuted
+            m.otherVolumes = []
+        }
+        // The first volume is put back to the first leak's user volume; the others are kept beside it, so that a
+        // stream that starts with any of them is corrected.
+        let width = m.restoreVolume?.count
+        for v in earlier.policyVolumes where v.count == width && v != m.appliedVolume && !m.otherVolumes.contains(v) {
+            m.otherVolumes.append(v)
+        }
+        // The newer ones first: what the earlier leaks add is dropped first.
+        if m.otherVolumes.count > Self.otherVolumesLimit {
+            m.otherVolumes = Array(m.otherVolumes.prefix(Self.otherVolumesLimit))
         }
         return m
     }

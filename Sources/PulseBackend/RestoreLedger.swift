@@ -183,9 +183,8 @@ public struct RestoreLedger {
         serverCookie = cookie
     }
 
-    /// `held` as the key's leak, with the key's last user values as what a repair writes. Its first volume wins
-    /// the merge: what audiod held on the key at the drop (the list's order: held, lifted, recent, unsaved, saved at
-    /// the last quiet second); the others still count for this run through `heldAtDrop`.
+    /// `held` as the key's leak, with the key's last user values as what a repair writes. Every policy volume in it
+    /// is kept (`Journal.Leak.otherVolumes`), so that an audiod killed later still knows each of them.
     private mutating func recordHeld(_ held: [Journal.Leak], for key: String) {
         let leak = held.reversed().reduce(Journal.Leak?.none) { $1.merged(with: $0) }
         guard var leak else { return }
@@ -633,14 +632,16 @@ public struct RestoreLedger {
         return sources
     }
 
-    /// The first policy volume of `sources` that `shown` still has, with the user's volume to put back.
+    /// The first policy volume of `sources` that `shown` still has (a leak's own or one of its others), with the user's
+    /// volume to put back.
     private func policyVolume(_ sources: [Journal.Leak], shown: [UInt32]) -> (applied: [UInt32], user: [UInt32])? {
         let v = Volume(channels: shown)
         for leak in sources {
-            guard let a = leak.appliedVolume, let r = leak.restoreVolume, r.count == shown.count,
-                v.isClose(to: Volume(channels: a), tolerance: volumeTolerance)
-            else { continue }
-            return (a, r)
+            guard let r = leak.restoreVolume, r.count == shown.count else { continue }
+            for a in leak.policyVolumes
+            where a.count == r.count && v.isClose(to: Volume(channels: a), tolerance: volumeTolerance) {
+                return (a, r)
+            }
         }
         return nil
     }

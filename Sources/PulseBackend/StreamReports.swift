@@ -229,7 +229,9 @@ extension ServerSession {
                 ledger.recorded(
                     Journal.Leak(
                         unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume,
-                        existedBefore: journal.serverCookie == serverCookie ? e.index : nil),
+                        existedBefore: journal.serverCookie == serverCookie ? e.index : nil,
+                        // A duck at the previous level, whose replacement may not have landed, may be what was saved.
+                        otherVolumes: e.earlierAppliedVolume.map { $0 == e.appliedVolume ? [] : [$0] } ?? []),
                     for: key)
             }
         }

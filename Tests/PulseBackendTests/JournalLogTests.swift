@@ -44,9 +44,11 @@ struct JournalLogTests {
                     existedBefore: step % 2 == 0 ? UInt32(step) : nil)
             }
             if step % 13 == 0 {
+                // A key ducked at several levels names the others too, with or without the index field.
                 j.leaks["duck \(step % 3)"] = Journal.Leak(
                     unmute: false, appliedVolume: [13_107, 13_107], restoreVolume: [65_536, 65_536],
-                    userMuted: step % 2 == 0)
+                    userMuted: step % 2 == 0, existedBefore: step % 4 == 0 ? UInt32(step) : nil,
+                    otherVolumes: step % 3 == 0 ? [] : [[30_419, 30_419], [38_326, 38_326]].suffix(step % 3))
             }
             if step % 11 == 0 { j.leaks["key \(step % 4)"] = nil }
             // What a server that saves late may not have saved yet comes and goes with the steps.
@@ -54,7 +56,8 @@ struct JournalLogTests {
                 j.unsaved["late key \(step % 3)"] = Journal.Unsaved(
                     leak: Journal.Leak(
                         unmute: step % 2 == 0, appliedVolume: step % 3 == 0 ? [13_107] : nil,
-                        restoreVolume: step % 3 == 0 ? [65_536] : nil, userMuted: step % 4 == 0 ? true : nil),
+                        restoreVolume: step % 3 == 0 ? [65_536] : nil, userMuted: step % 4 == 0 ? true : nil,
+                        otherVolumes: step % 3 == 0 && step % 2 == 0 ? [[30_419]] : []),
                     at: 1_700_000_000 + UInt64(step))
             }
             if step % 9 == 0 { j.unsaved["late key \(step % 3)"] = nil }
@@ -188,7 +191,20 @@ struct JournalLogTests {
             newer.leaks["d"]
                 == Journal.Leak(
                     unmute: false, appliedVolume: [1, 1], restoreVolume: [2, 2], userMuted: true, existedBefore: 9))
-        for bad in ["L k 1 - - x", "L k 1 - - - -", "L k 1 - - 1 2 3", "L k 1 - - - -5"] {
+        // An eighth field, the other policy volumes of a key ducked at several levels, needs the seventh ("-" when
+        // not known); a `U` line takes them as its eighth.
+        try Data(Array("audiod-journal 1 7\nL d 0 1,1 2,2 - - 3,3;4,4\nU u 0 1 2 - 99 3\n".utf8)).write(
+            to: URL(fileURLWithPath: p))
+        let several = try #require(try Journal.load(from: p))
+        #expect(
+            several.leaks["d"]
+                == Journal.Leak(
+                    unmute: false, appliedVolume: [1, 1], restoreVolume: [2, 2], otherVolumes: [[3, 3], [4, 4]]))
+        #expect(several.unsaved["u"]?.leak.otherVolumes == [[3]])
+        for bad in [
+            "L k 1 - - x", "L k 1 - - - -", "L k 1 - - 1 2 3", "L k 1 - - - -5", "L d 0 1,1 2,2 - - 3",
+            "L d 0 1,1 2,2 - - 3,3;", "L d 0 1,1 2,2 - 4 3,3 5", "U u 0 1 2 - 99 3,3", "U u 0 1 - - 99 3",
+        ] {
             try Data(Array("audiod-journal 1 7\n\(bad)\n".utf8)).write(to: URL(fileURLWithPath: p))
             #expect(throws: JournalError.self, "\(bad)") { try Journal.load(from: p) }
         }

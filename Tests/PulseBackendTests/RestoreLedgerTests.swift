@@ -1,4 +1,5 @@
 import AudioPolicy
+import Foundation
 import Testing
 
 @testable import PulseBackend
@@ -360,6 +361,112 @@ struct RestoreLedgerTests {
         restarted.connected(serverCookie: 8)
         restarted.resumePendingSaves(pending, sameServerRun: false, now: 10_000 * Self.ms)
         #expect(restarted.leaks[Self.key]?.appliedVolume == Self.ducked)
+    }
+
+    /// The leaks of `journal` as the next audiod reads them: written with the log, loaded from the file.
+    static func throughTheFile(_ journal: Journal) throws -> [String: Journal.Leak] {
+        let p = NSTemporaryDirectory() + "ledger-test-\(getpid())-\(UInt64.random(in: 0...UInt64.max))/journal"
+        defer { try? FileManager.default.removeItem(atPath: (p as NSString).deletingLastPathComponent) }
+        try JournalLog(path: p).write(journal)
+        return try #require(try Journal.load(from: p)).leaks
+    }
+
+    /// A ledger of the next audiod, started from these leaks on server run `cookie`.
+    static func next(leaks: [String: Journal.Leak], cookie: UInt32) -> RestoreLedger {
+        var l = RestoreLedger(
+            leaks: leaks, serverCookie: cookie, volumeTolerance: 64, leakWindowNanoseconds: 2_000 * ms,
+            restoreSettleNanoseconds: 2_000 * ms)
+        l.savesLate = true
+        l.connected(serverCookie: cookie)
+        return l
+    }
+
+    static let deeper: [UInt32] = [30_419, 30_419]
+
+    static func deeperDuck(_ id: StreamID) -> AppliedChange {
+        AppliedChange(
+            stream: id, applicationName: "Music", unmute: false, appliedVolume: Volume(channels: deeper),
+            restoreVolume: Volume(channels: full))
+    }
+
+    /// Seed 868802 on PipeWire 0.3.65: mpv was ducked, and WirePlumber saved the duck; the duck level changed, and the
+    /// sound server died within the second. Either duck may be in the entry: the journal must name both, or the next
+    /// audiod (this one was killed later) takes a stream at the other for the user's, and even a clean stop leaves it.
+    @Test func aKeyDuckedAtTwoLevelsWhenTheServerDiedKeepsBothInTheJournal() throws {
+        let a = StreamID.playback(1)
+        var l = Self.ledger(savesLate: true)
+        l.connected(serverCookie: 1)
+        _ = Self.appear(&l, a)
+        _ = l.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        // A quiet second: the server saved the first duck.
+        _ = l.shown(a, first: false, preexisting: false, muted: false, volume: Self.ducked, now: 1_500 * Self.ms)
+        _ = l.update([(a, Self.deeperDuck(a))], muted: { _ in false }, now: 1_600 * Self.ms)
+        l.connectionDropped(now: 1_900 * Self.ms, muted: { _ in false })
+        l.connected(serverCookie: 2)
+        let leak = try #require(l.journal(cookie: 2).leaks[Self.key])
+        #expect(Set(leak.policyVolumes) == [Self.ducked, Self.deeper])
+        // audiod is killed; the next one reads the journal, and the key's next stream starts at either duck.
+        let leaks = try Self.throughTheFile(l.journal(cookie: 2))
+        for shown in [Self.ducked, Self.deeper] {
+            var next = Self.next(leaks: leaks, cookie: 2)
+            let values = Self.appear(&next, StreamID.playback(9), volume: shown, now: 20_000 * Self.ms)
+            #expect(values?.volume == Volume(channels: shown), "a stream at \(shown) taken for the user's")
+            #expect(values?.userVolume == Volume(channels: Self.full))
+            // A stop on a server that lists its entries writes the user's volume over either.
+            var stopping = Self.next(leaks: leaks, cookie: 2)
+            let repairs = stopping.repairRecorded(
+                [RestoreLedger.Entry(key: Self.key, muted: false, volume: shown)], now: 20_000 * Self.ms)
+            #expect(repairs.map(\.volume) == [Self.full], "the entry left at \(shown)")
+        }
+    }
+
+    /// Seed 930699 on PipeWire 0.3.65: a leaked duck at one level was put back on the key's new stream, which audiod
+    /// then ducked at another; audiod was killed, and the sound server, before WirePlumber saved either. The next run
+    /// finds both in its journal (the put-back one as not yet saved, the other as the stream's entry): both are the
+    /// key's leak, through any number of further kills.
+    @Test func aLeakPutBackAndADuckAtAnotherLevelBothOutliveTwoKills() throws {
+        let b = StreamID.playback(2)
+        let earlier = Journal.Leak(unmute: false, appliedVolume: Self.deeper, restoreVolume: Self.full)
+        var l = Self.next(leaks: [Self.key: earlier], cookie: 1)
+        #expect(Self.appear(&l, b, volume: Self.deeper, now: 0)?.volume == Volume(channels: Self.deeper))
+        _ = l.update([(b, Self.duck(b))], muted: { _ in false }, now: 100 * Self.ms)
+        let pending = l.pendingSaves(now: 300 * Self.ms)
+        let entries = l.journal(cookie: 1).entries
+        #expect(pending[Self.key]?.policyVolumes == [Self.deeper], "the correction is not saved yet")
+        #expect(entries.map(\.appliedVolume) == [Self.ducked])
+
+        // Killed; the server too. The next audiod finds the stream gone (another server run).
+        var second = Self.next(leaks: [:], cookie: 2)
+        for e in entries {
+            second.recorded(
+                Journal.Leak(unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume),
+                for: try #require(e.restoreKey))
+        }
+        second.resumePendingSaves(pending, sameServerRun: false, now: 10_000 * Self.ms)
+        let leaks = try Self.throughTheFile(second.journal(cookie: 2))
+        #expect(Set(leaks[Self.key]?.policyVolumes ?? []) == [Self.ducked, Self.deeper])
+        // Killed again before anything of the key started: the third run still corrects either duck.
+        for shown in [Self.ducked, Self.deeper] {
+            var third = Self.next(leaks: leaks, cookie: 2)
+            #expect(
+                Self.appear(&third, StreamID.playback(5), volume: shown, now: 20_000 * Self.ms)?.volume
+                    == Volume(channels: shown), "a stream at \(shown) taken for the user's")
+        }
+    }
+
+    @Test func mergingLeaksKeepsEveryVolumeOfTheKeysWidthBounded() {
+        var leak = Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)
+        for level in 1...12 {
+            let v = UInt32(level * 1_000)
+            leak = Journal.Leak(unmute: false, appliedVolume: [v, v], restoreVolume: Self.full).merged(with: leak)
+        }
+        #expect(leak.unmute, "a mute in the entry stays")
+        #expect(leak.appliedVolume == [12_000, 12_000], "the newest is the first")
+        #expect(leak.otherVolumes.count == Journal.Leak.otherVolumesLimit)
+        #expect(leak.otherVolumes.first == [11_000, 11_000], "the newer kept, the oldest dropped")
+        // A volume of another channel count cannot be put back to the user's volume: it is not kept.
+        let mono = Journal.Leak(unmute: false, appliedVolume: [5], restoreVolume: [65_536])
+        #expect(leak.merged(with: mono).otherVolumes == leak.otherVolumes)
     }
 
     @Test func aLeakedDuckIsPutBackToTheKeysLastUserVolumeNotTheDuckedSiblings() {
