@@ -45,8 +45,9 @@ public struct Journal: Codable, Equatable, Sendable {
         /// saved the first may come back with either (random test, seeds 930699 and 868802 on PipeWire 0.3.65: a
         /// journal that kept one of two ducks left a later stream at the other, taken for the user's volume).
         public var otherVolumes: [[UInt32]] = []
-        /// At most this many `otherVolumes`: a key is ducked at one level at a time, and the level changes by hand.
-        public static let otherVolumesLimit = 7
+        /// At most this many `otherVolumes`: a key is ducked at one level at a time and the level changes by hand, but
+        /// siblings at different user volumes each add their own duck within the server's unsaved second.
+        public static let otherVolumesLimit = 15
 
         private enum CodingKeys: String, CodingKey {
             case unmute, appliedVolume, restoreVolume, userMuted, existedBefore
@@ -550,8 +551,11 @@ extension Journal.Leak {
         }
         // The first volume is put back to the first leak's user volume; the others are kept beside it, so that a
         // stream that starts with any of them is corrected.
+        // Only volumes of the user's volume's width can be put back (and read back: the journal refuses others).
         let width = m.restoreVolume?.count
-        for v in earlier.policyVolumes where v.count == width && v != m.appliedVolume && !m.otherVolumes.contains(v) {
+        let candidates = m.otherVolumes + earlier.policyVolumes
+        m.otherVolumes = []
+        for v in candidates where v.count == width && v != m.appliedVolume && !m.otherVolumes.contains(v) {
             m.otherVolumes.append(v)
         }
         // The newer ones first: what the earlier leaks add is dropped first.

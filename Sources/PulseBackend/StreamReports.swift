@@ -231,7 +231,9 @@ extension ServerSession {
                         unmute: e.unmute, appliedVolume: e.appliedVolume, restoreVolume: e.restoreVolume,
                         existedBefore: journal.serverCookie == serverCookie ? e.index : nil,
                         // A duck at the previous level, whose replacement may not have landed, may be what was saved.
-                        otherVolumes: e.earlierAppliedVolume.map { $0 == e.appliedVolume ? [] : [$0] } ?? []),
+                        otherVolumes: e.earlierAppliedVolume.map {
+                            $0 == e.appliedVolume || $0.count != e.restoreVolume?.count ? [] : [$0]
+                        } ?? []),
                     for: key)
             }
         }

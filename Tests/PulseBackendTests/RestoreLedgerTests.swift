@@ -365,10 +365,14 @@ struct RestoreLedgerTests {
 
     /// The leaks of `journal` as the next audiod reads them: written with the log, loaded from the file.
     static func throughTheFile(_ journal: Journal) throws -> [String: Journal.Leak] {
+        try throughTheFile(whole: journal).leaks
+    }
+
+    static func throughTheFile(whole journal: Journal) throws -> Journal {
         let p = NSTemporaryDirectory() + "ledger-test-\(getpid())-\(UInt64.random(in: 0...UInt64.max))/journal"
         defer { try? FileManager.default.removeItem(atPath: (p as NSString).deletingLastPathComponent) }
         try JournalLog(path: p).write(journal)
-        return try #require(try Journal.load(from: p)).leaks
+        return try #require(try Journal.load(from: p))
     }
 
     /// A ledger of the next audiod, started from these leaks on server run `cookie`.
@@ -454,16 +458,52 @@ struct RestoreLedgerTests {
         }
     }
 
+    /// Seed 673601 on PipeWire 1.4: a video stream was ducked at 0.2 and WirePlumber saved it; the level went to 0.1,
+    /// then the stream was muted and the duck lifted, all within WirePlumber's second. audiod was killed (its journal's
+    /// `U` line is all that knows the ducks), the next run started on the same server, and the server was killed a
+    /// moment later. Its key's next stream came back at the 0.2 duck, which the `U` line had dropped for the 0.1 one.
+    @Test func twoDucksNotYetSavedWhenAudiodWasKilledOutliveTheServersDeathInTheNextRun() throws {
+        let a = StreamID.playback(81)
+        var killed = Self.ledger(savesLate: true)
+        killed.connected(serverCookie: 1)
+        _ = Self.appear(&killed, a)
+        _ = killed.update([(a, Self.duck(a))], muted: { _ in false }, now: 0)
+        _ = killed.shown(a, first: false, preexisting: false, muted: false, volume: Self.ducked, now: 1_500 * Self.ms)
+        _ = killed.update([(a, Self.deeperDuck(a))], muted: { _ in false }, now: 3_000 * Self.ms)
+        let mutedOnly = AppliedChange(
+            stream: a, applicationName: "Music", unmute: true, appliedVolume: nil, restoreVolume: nil)
+        _ = killed.update([(a, mutedOnly)], muted: { _ in true }, now: 3_500 * Self.ms)
+        var journal = killed.journal(cookie: 1)
+        let wall: UInt64 = 1_800_000_000
+        journal.unsaved = killed.pendingSaves(now: 3_700 * Self.ms).mapValues { Journal.Unsaved(leak: $0, at: wall) }
+        let read = try Self.throughTheFile(whole: journal)
+        #expect(Set(read.unsaved[Self.key]?.leak.policyVolumes ?? []) == [Self.ducked, Self.deeper])
+
+        // The next run, on the same server: the stream is found carrying the mute; the server dies within the second.
+        var next = Self.next(leaks: read.leaks, cookie: 1)
+        next.resumePendingSaves(read.unsaved.mapValues(\.leak), sameServerRun: true, now: 6_000 * Self.ms)
+        _ = Self.appear(&next, a, muted: true, volume: Self.full, preexisting: true, now: 6_100 * Self.ms)
+        next.connectionDropped(now: 6_600 * Self.ms, muted: { _ in false })
+        next.connected(serverCookie: 2)
+        for shown in [Self.ducked, Self.deeper] {
+            var copy = next
+            let values = Self.appear(&copy, StreamID.playback(71), volume: shown, now: 8_000 * Self.ms)
+            #expect(values?.volume == Volume(channels: shown), "a stream at \(shown) taken for the user's")
+            #expect(values?.userVolume == Volume(channels: Self.full))
+        }
+    }
+
     @Test func mergingLeaksKeepsEveryVolumeOfTheKeysWidthBounded() {
         var leak = Journal.Leak(unmute: true, appliedVolume: nil, restoreVolume: nil)
-        for level in 1...12 {
+        for level in 1...20 {
             let v = UInt32(level * 1_000)
             leak = Journal.Leak(unmute: false, appliedVolume: [v, v], restoreVolume: Self.full).merged(with: leak)
         }
         #expect(leak.unmute, "a mute in the entry stays")
-        #expect(leak.appliedVolume == [12_000, 12_000], "the newest is the first")
+        #expect(leak.appliedVolume == [20_000, 20_000], "the newest is the first")
         #expect(leak.otherVolumes.count == Journal.Leak.otherVolumesLimit)
-        #expect(leak.otherVolumes.first == [11_000, 11_000], "the newer kept, the oldest dropped")
+        #expect(leak.otherVolumes.first == [19_000, 19_000], "the newer kept, the oldest dropped")
+        #expect(!leak.otherVolumes.contains([1_000, 1_000]))
         // A volume of another channel count cannot be put back to the user's volume: it is not kept.
         let mono = Journal.Leak(unmute: false, appliedVolume: [5], restoreVolume: [65_536])
         #expect(leak.merged(with: mono).otherVolumes == leak.otherVolumes)

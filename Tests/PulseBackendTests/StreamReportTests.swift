@@ -467,6 +467,25 @@ struct StreamReportTests {
         #expect(r19 == 0, "another server run: the index is somebody else's")
     }
 
+    /// A gone stream's entry whose write of another duck level was in flight: either duck may be in its key's entry.
+    @Test func aGoneStreamsEarlierDuckIsALeakToo() {
+        var s = Self.session(Self.pulseAudio)
+        let journal = Journal(
+            serverCookie: 77,
+            entries: [
+                .init(
+                    record: false, index: 72, applicationName: "Gone", restoreKey: "k72", unmute: false,
+                    appliedVolume: [30_419, 30_419], restoreVolume: [65_536, 65_536],
+                    earlierAppliedVolume: [38_326, 38_326]),
+                .init(
+                    record: false, index: 73, applicationName: "Gone too", restoreKey: "k73", unmute: false,
+                    appliedVolume: [30_419, 30_419], restoreVolume: [65_536, 65_536], earlierAppliedVolume: [38_326]),
+            ])
+        #expect(s.recover(journal, serverCookie: 78) == 0)
+        #expect(s.ledger.leaks["k72"]?.policyVolumes == [[30_419, 30_419], [38_326, 38_326]])
+        #expect(s.ledger.leaks["k73"]?.policyVolumes == [[30_419, 30_419]], "a width that cannot be put back")
+    }
+
     @Test func aDroppedConnectionForgetsItsStreamsAndLifts() {
         var (s, id) = Self.reported(80)
         _ = s.appliedChanged([(id, Self.muted(id))], now: 0)
