@@ -487,12 +487,16 @@ extension ServerSession {
         var journalNow: [StreamID] = []
         for id in dirty {
             let new = ledger.journalEntry(id)
+            // A lift already in flight keeps its count: the line drops only when every write sent since the first
+            // unanswered lift is answered (random test, seed 423587 on PipeWire 0.3.65: a stream's unmute was in flight
+            // when its duck was lifted; the unmute's answer dropped the line, audiod was killed before the volume
+            // write landed, and `--restore` left the duck).
             if new == nil, streams[id] != nil {
                 // The line the file has stays until the write lands (and in a whole rewrite meanwhile).
-                liftsAwaitingWrite[id] = 0
+                liftsAwaitingWrite[id] = liftsAwaitingWrite[id] ?? 0
                 inFlight[id] = before[id]
             } else if let new, streams[id] != nil, let old = before[id], let both = Self.both(old, new) {
-                liftsAwaitingWrite[id] = 0
+                liftsAwaitingWrite[id] = liftsAwaitingWrite[id] ?? 0
                 inFlight[id] = both
                 journalNow.append(id)
             } else {

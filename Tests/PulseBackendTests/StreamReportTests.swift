@@ -344,6 +344,32 @@ struct StreamReportTests {
             restoreVolume: Volume(channels: [65536]))
     }
 
+    /// Random test, seed 423587 on PipeWire 0.3.65: a stream muted and ducked; its mute is lifted (the write in
+    /// flight), then its duck in the next step. The unmute's answer must not drop the line while the volume write is
+    /// still unanswered: killed then, `--restore` left the duck.
+    @Test func aSecondLiftWhileTheFirstIsInFlightKeepsTheLineUntilEveryWriteIsAnswered() {
+        var (s, id) = Self.reported(64)
+        _ = s.appliedChanged([(id, Self.ducked(id, mute: true, to: 30419))], now: 0)
+        _ = s.writing(id, mute: true, now: 0)
+        _ = s.writing(id, volume: [30419], now: 0)
+        _ = s.writeAnswered(id, ok: true)
+        _ = s.writeAnswered(id, ok: true)
+        // The mute lifted; its write sent, not answered.
+        _ = s.appliedChanged([(id, Self.ducked(id, to: 30419))], now: Self.ms)
+        _ = s.writing(id, mute: false, now: Self.ms)
+        _ = s.writesSent()
+        // The duck lifted too; its write sent.
+        _ = s.appliedChanged([(id, nil)], now: 2 * Self.ms)
+        _ = s.writing(id, volume: [65536], now: 2 * Self.ms)
+        #expect(s.writesSent().isEmpty)
+        // The unmute is answered: the volume write is not, and the stream may still show the duck.
+        _ = s.writeAnswered(id, ok: true)
+        #expect(s.journalEntry(id)?.appliedVolume == [30419], "the duck the stream still shows left the journal")
+        #expect(s.journalEntry(id)?.restoreVolume == [65536])
+        #expect(s.writeAnswered(id, ok: true).journal)
+        #expect(s.journalEntry(id) == nil)
+    }
+
     @Test func aLiftOfOneValueOrAMovedDuckKeepsWhatTheStreamShowsInTheJournalUntilTheWriteLands() {
         // Seed 936379 (PulseAudio): a stream muted and ducked; the duck is lifted while the mute stays. Killed
         // between the journal line and the volume write, the journal named only the mute and --restore left the duck.
