@@ -143,9 +143,14 @@ let package = Package(
             dependencies: ["AudiodCore", "DBusService", "PulseBackend", "PulseLoop", "LoopThread", "CPulse"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
+        // Both benchmarks' guard: a calibration workload and a committed baseline of each figure as a multiple of it.
+        .target(
+            name: "BenchGuard",
+            swiftSettings: [.swiftLanguageMode(.v6)]
+        ),
         .executableTarget(
             name: "AudioPolicyBenchmarks",
-            dependencies: ["AudioPolicy"],
+            dependencies: ["AudioPolicy", "BenchGuard"],
             swiftSettings: [.swiftLanguageMode(.v6)]
         ),
         // The benchmark command: the built audiod on private servers, next to the floor and the peers.
@@ -153,7 +158,7 @@ let package = Package(
             name: "AudiodBenchmarks",
             dependencies: [
                 "AudioPolicy", "AppIdentity", "AudiodCore", "PulseBackend", "PulseLoop", "LoopThread", "DBusService",
-                "AudiodTestKit",
+                "AudiodTestKit", "BenchGuard",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -1,7 +1,9 @@
 // The benchmark command (scripts/bench runs it in release mode): the built audiod on a private bus and sound
 // server, measured from the outside next to the floor and the peers, on every installed server.
 //
-// Usage: AudiodBenchmarks [iterations] [pulseaudio|pipewire …]   (default: 200, every installed server)
+// Usage: AudiodBenchmarks [iterations] [pulseaudio|pipewire …] [--baseline FILE | --write-baseline FILE]
+// (default: 200, every installed server; the baseline holds audiod's CPU per call and per identification as multiples
+// of a calibration workload, and a figure past twice its baseline fails the run — the test command's guard)
 // For digging into one figure: BENCH_STREAMS=1,10 (the activation rows), BENCH_EXTRA=98 (the idle ambient
 // sessions beside the two that compete), BENCH_LOG=debug (audiod's log level; the log is kept in $TMPDIR, as it
 // is after a failed run, and every stream write in it is checked against the decision before it; =trace also
@@ -21,6 +23,7 @@
 import AudioPolicy
 import AudiodCore
 import AudiodTestKit
+import BenchGuard
 import DBusService
 import Foundation
 import Logging
@@ -28,7 +31,9 @@ import PulseBackend
 import PulseLoop
 import Synchronization
 
-let args = Array(CommandLine.arguments.dropFirst())
+// `--baseline FILE`: the CPU figures compared with a committed baseline (`--write-baseline FILE` records one).
+let (baselinePath, afterBaseline) = BenchGuard.option("--baseline", in: Array(CommandLine.arguments.dropFirst()))
+let (writeBaselinePath, args) = BenchGuard.option("--write-baseline", in: afterBaseline)
 let journalOnDisk = ProcessInfo.processInfo.environment["BENCH_JOURNAL"] == "disk"
 /// BENCH_ONLY=activation: start-up and the activation rows only (scripts/bench's run with the journal on disk).
 /// Also a comma list of the parts to measure — memory (idle and loaded), activation, phone, ring, sleep, churn, calls, identity — for
@@ -570,6 +575,10 @@ print(
 )
 print("audiod: \(TestServer.builtProduct("audiod"))")
 var all: [(ServerKind, Results)] = []
+// The guard's figures are CPU times, not latencies: a latency over the floor is scheduling on a busy machine more than
+// audiod's work (the 100-session activation's ratio to the floor moved between 1.2 and 4.7 in runs of one build).
+var benchGuard = BenchGuard(subject: "audiod's CPU per call and identification")
+benchGuard.units.append(calibration())
 for kind in kinds {
     let program =
         switch kind {
@@ -585,16 +594,31 @@ for kind in kinds {
             "\(kind): measuring (start-up, 10 s idle, 1,000 sessions, activation with 2 and 100 sessions, a phone-role stream, what is heard together, calls, churn, memory, peer)…"
         )
         fflush(nil)  // progress shows as it happens when piped to a file
-        all.append((kind, try run(kind)))
+        let r = try run(kind)
+        all.append((kind, r))
+        if r.setActiveCPUus > 0 {
+            benchGuard.figures += [("\(kind) setactive-cpu", r.setActiveCPUus), ("\(kind) ping-cpu", r.pingCPUus)]
+        }
+        benchGuard.units.append(calibration())
     } catch {
         print("\(kind): FAILED: \(error)")
         exit(1)
     }
 }
 
+/// Writes or checks the baseline as asked; false when the check fails.
+@MainActor func guardFigures() -> Bool {
+    if let writeBaselinePath { benchGuard.write(to: writeBaselinePath) }
+    guard let baselinePath else { return true }
+    print("\n### The guard: CPU figures as multiples of a calibration workload, against \(baselinePath)\n")
+    return benchGuard.check(against: baselinePath)
+}
+
 if wants("identity"), !onlyActivation {
     print("\n### Identifying a new app's stream: /proc read and desktop entries (no server)\n")
-    print(identityRows(iterations: iterations))
+    let (rows, warm) = identityRows(iterations: iterations)
+    print(rows)
+    benchGuard.figures.append(("identity warm", warm))
 }
 print(
     "\n### Activation → competing streams muted, as an observer client sees it (journal on \(journalOnDisk ? "disk (ext4)" : "tmpfs"))\n"
@@ -619,7 +643,7 @@ for (kind, r) in all {
         )
     }
 }
-if onlyActivation { exit(0) }
+if onlyActivation { exit(guardFigures() ? 0 : 1) }
 print(
     "\n### An unmanaged phone-role stream starts → the music stream muted (PulseAudio: audiod and module-role-cork in four alternating blocks each)\n"
 )
@@ -763,3 +787,5 @@ for (kind, r) in all {
         }
     }
 }
+
+exit(guardFigures() ? 0 : 1)
