@@ -75,6 +75,10 @@ public struct BenchGuard {
 
     /// Writes the figures as multiples of the calibration (`key ratio` lines under a comment); exits 1 if it cannot.
     public func write(to path: String) {
+        guard !figures.isEmpty else {
+            print("error: this run measured no figure for \(path): nothing written (run the parts it guards)")
+            exit(1)
+        }
         let text =
             "# \(subject): each figure as a multiple of the calibration workload's median (key ratio).\n"
             + ratios.map { "\($0.key) \(String(format: "%.3f", $0.ratio))" }.joined(separator: "\n") + "\n"
@@ -89,7 +93,12 @@ public struct BenchGuard {
 
     /// Compares with the baseline at `path`: prints each figure beside its baseline, and returns false when one is
     /// more than twice its baseline's multiple (each named, with both figures) or the baseline cannot be used.
-    public func check(against path: String) -> Bool {
+    /// `notRun`: a baseline's figure this run could not measure (a server not installed) is left out, and said so.
+    public func check(against path: String, notRun: (String) -> Bool = { _ in false }) -> Bool {
+        guard !figures.isEmpty else {
+            print("error: this run measured no figure to compare with \(path) (run the parts it guards)")
+            return false
+        }
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
             print("error: cannot read the baseline \(path)")
             return false
@@ -103,6 +112,11 @@ public struct BenchGuard {
             }
             baseline[parts.dropLast().joined(separator: " ")] = r
         }
+        let skipped = baseline.keys.filter { notRun($0) && !figures.map(\.key).contains($0) }.sorted()
+        if !skipped.isEmpty {
+            print("guard: not measured in this run, not compared: \(skipped.joined(separator: ", "))")
+        }
+        for k in skipped { baseline[k] = nil }
         // Every figure has a baseline and every baseline a figure: a guard that compared nothing would pass.
         let unmatched = Set(figures.map(\.key)).symmetricDifference(baseline.keys).sorted()
         if !unmatched.isEmpty {

@@ -100,8 +100,9 @@ public struct ServerSession<Stream: ServerStreamValue> {
     private(set) var availableDevices: Set<String> = []
     /// Every stream of the connection, between the server's reads and the engine's reports (StreamReports.swift).
     var streams: [StreamID: TrackedStream<Stream>] = [:]
-    /// Streams whose policy value was lifted, with the writes carrying the lift not yet acknowledged.
-    var liftsAwaitingWrite: [StreamID: Int] = [:]
+    /// Each stream's writes not yet answered, every write counted: a line in flight (`inFlight`) drops only when none
+    /// is left, so an earlier write's answer never stands for the one that carries a later lift.
+    var writesUnanswered: [StreamID: Int] = [:]
     /// While the writes that lift or change a stream's values are in flight, its journal line names both what the
     /// stream showed and what audiod holds now (`StreamReports.appliedChanged`).
     var inFlight: [StreamID: Journal.Entry] = [:]
@@ -219,7 +220,7 @@ public struct ServerSession<Stream: ServerStreamValue> {
         // The streams went with the connection (the engine hears of it from `streamIDs`, read before).
         let shown = streams.mapValues(\.raw.muted)
         streams.removeAll()
-        liftsAwaitingWrite.removeAll()
+        writesUnanswered.removeAll()
         inFlight.removeAll()
         ownClients.removeAll()
         tracker.reset()

@@ -406,7 +406,7 @@ extension ServerSession {
     public mutating func writing(_ id: StreamID, mute: Bool? = nil, volume: [UInt32]? = nil, now: UInt64) -> Bool {
         guard let t = streams[id] else { return false }
         if t.beforeWrite == nil { streams[id]?.beforeWrite = WrittenValues(muted: t.raw.muted, volume: t.raw.volume) }
-        liftsAwaitingWrite[id]? += 1
+        writesUnanswered[id, default: 0] += 1
         if let mute { tracker.sent(id, mute: mute, now: now) }
         if let volume { tracker.sent(id, volume: volume, now: now) }
         // On PipeWire a new stream shows volume 0 until WirePlumber gives it its key's saved values, which may hold a
@@ -432,11 +432,8 @@ extension ServerSession {
     /// A step's writes are sent: the lifts that no write carries (the user changed the stream, or the engine let
     /// go of it) are journaled now.
     public mutating func writesSent() -> [ServerAction] {
-        let unwritten = liftsAwaitingWrite.filter { $0.value == 0 }.map(\.key).sorted()
-        for id in unwritten {
-            liftsAwaitingWrite[id] = nil
-            inFlight[id] = nil
-        }
+        let unwritten = inFlight.keys.filter { writesUnanswered[$0] == nil }.sorted()
+        for id in unwritten { inFlight[id] = nil }
         return unwritten.isEmpty ? [] : [.journalStreams(unwritten)]
     }
 
@@ -459,16 +456,13 @@ extension ServerSession {
         var answer: [ServerAction] = []
         if !ok, streams[id] != nil, let r = tracker.refused(id) { answer.append(.read(r)) }
         if ok { answer.append(.repairRestoreEntry(id)) }
-        if let n = liftsAwaitingWrite[id] {
-            if n > 1 {
-                liftsAwaitingWrite[id] = n - 1
-            } else {
-                // Refused, the stream still shows audiod's value: its entry stays (a stale entry is harmless — the
-                // engine undoes only what a stream still shows).
-                liftsAwaitingWrite[id] = nil
-                inFlight[id] = nil
-                if ok { answer.append(.journalStreams([id])) }
-            }
+        if let n = writesUnanswered[id], n > 1 {
+            writesUnanswered[id] = n - 1
+        } else {
+            writesUnanswered[id] = nil
+            // Refused, the stream still shows audiod's value: its entry stays (a stale entry is harmless — the
+            // engine undoes only what a stream still shows).
+            if inFlight.removeValue(forKey: id) != nil, ok { answer.append(.journalStreams([id])) }
         }
         return answer
     }
@@ -487,20 +481,17 @@ extension ServerSession {
         var journalNow: [StreamID] = []
         for id in dirty {
             let new = ledger.journalEntry(id)
-            // A lift already in flight keeps its count: the line drops only when every write sent since the first
-            // unanswered lift is answered (random test, seed 423587 on PipeWire 0.3.65: a stream's unmute was in flight
-            // when its duck was lifted; the unmute's answer dropped the line, audiod was killed before the volume
-            // write landed, and `--restore` left the duck).
+            // The line drops only when every write sent to the stream is answered, not at the answer of one sent before
+            // the lift (random test, seed 423587 on PipeWire 0.3.65: a stream's unmute was in flight when its duck was
+            // lifted; the unmute's answer dropped the line, audiod was killed before the volume write landed, and
+            // `--restore` left the duck).
             if new == nil, streams[id] != nil {
                 // The line the file has stays until the write lands (and in a whole rewrite meanwhile).
-                liftsAwaitingWrite[id] = liftsAwaitingWrite[id] ?? 0
                 inFlight[id] = before[id]
             } else if let new, streams[id] != nil, let old = before[id], let both = Self.both(old, new) {
-                liftsAwaitingWrite[id] = liftsAwaitingWrite[id] ?? 0
                 inFlight[id] = both
                 journalNow.append(id)
             } else {
-                liftsAwaitingWrite[id] = nil
                 inFlight[id] = nil
                 journalNow.append(id)
             }

@@ -124,6 +124,9 @@ final class PromiseRun {
     var modem: PlatformCallTests.Mock
     var watcher: StreamWatcher
     var daemon: Daemon?
+    /// When audiod was last started, and when the current step began (`stepStart`).
+    var daemonStartedAt: UInt64 = 0
+    var stepBeganAt: UInt64 = 0
     var apps: [App] = []
     /// The last value the user set under each key (what the server's restore database must give a new stream).
     var lastUser: [String: (muted: Bool, volume: UInt32)] = [:]
@@ -187,6 +190,7 @@ final class PromiseRun {
         // restart is issue 46's.)
         for i in apps.indices where apps[i].label.hasPrefix("explicit-") { apps[i].game = false }
         runs += 1
+        daemonStartedAt = DispatchTime.now().uptimeNanoseconds
         daemon = try Daemon.start(
             server, arguments: ["--log-level", ProcessInfo.processInfo.environment["AUDIOD_PROMISE_LOG"] ?? "info"],
             log: "audiod-\(log.count).log",
@@ -750,7 +754,8 @@ final class PromiseRun {
             guard a.game, !a.userMuted, let s = stream(of: a), s.muted else { return nil }
             return (a.label, s.index)
         }
-        watcher.dropReports(before: DispatchTime.now().uptimeNanoseconds)
+        stepBeganAt = DispatchTime.now().uptimeNanoseconds
+        watcher.dropReports(before: stepBeganAt)
         let signals = daemon?.client.allSignals().count ?? 0
         return StepStart(
             at: DispatchTime.now().uptimeNanoseconds, primary: primaryAudioSession(), silencedGames: games,
@@ -820,10 +825,14 @@ final class PromiseRun {
         _ = primaryAudioSession()
         guard !primaryLapsed(since: signalsBefore) else { return v }
         for (label, a) in heard {
-            // Nor when audiod has muted the game and the server has not applied it yet: audiod decided, and the server
-            // is late (seed 60051 on PulseAudio, under the load of nine runs: audiod muted the game in its first
-            // listing after a restart, and the server had not answered 0.3 s later when the check read it).
-            if listedByAudiod(pid: UInt32(a.pid))?["policy-muted"]?.boolValue == true,
+            // Nor when audiod, started in this step, has muted the game in its first listing and the server has not
+            // applied it yet: audiod decided, and the server is late (seed 60051 on PulseAudio, under the load of nine
+            // runs: the server had not answered 0.3 s later when the check read it). Only a game the server has not
+            // shown muted since that start: a mute undone and done again (a late restore, a handover) is judged.
+            let index = stream(of: a)?.index
+            if daemonStartedAt >= stepBeganAt, let index,
+                !watcher.reports(of: index, since: daemonStartedAt).contains(where: { $0.muted || $0.corked }),
+                listedByAudiod(pid: UInt32(a.pid))?["policy-muted"]?.boolValue == true,
                 waitFor(2, { stream(of: a).map { $0.muted || $0.corked } ?? true })
             {
                 continue

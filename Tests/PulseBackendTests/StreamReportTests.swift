@@ -370,6 +370,29 @@ struct StreamReportTests {
         #expect(s.journalEntry(id) == nil)
     }
 
+    /// The same with the duck's own write unanswered when the lift comes: its answer must not stand for the lift's.
+    @Test func theAnswerToAWriteSentBeforeALiftDoesNotDropTheLiftsLine() {
+        var (s, id) = Self.reported(65)
+        _ = s.appliedChanged([(id, Self.ducked(id, to: 30419))], now: 0)
+        _ = s.writing(id, volume: [30419], now: 0)
+        _ = s.writesSent()
+        _ = s.appliedChanged([(id, nil)], now: Self.ms)
+        _ = s.writing(id, volume: [65536], now: Self.ms)
+        #expect(s.writesSent().isEmpty)
+        _ = s.writeAnswered(id, ok: true)
+        #expect(s.journalEntry(id)?.appliedVolume == [30419], "the duck the stream still shows left the journal")
+        #expect(s.writeAnswered(id, ok: true).journal)
+        #expect(s.journalEntry(id) == nil)
+        // A lift no write carries (the user changed the stream) is journaled once the step's writes are sent.
+        var (t, other) = Self.reported(66)
+        _ = t.appliedChanged([(other, Self.ducked(other, to: 30419))], now: 0)
+        _ = t.writing(other, volume: [30419], now: 0)
+        _ = t.writeAnswered(other, ok: true)
+        _ = t.appliedChanged([(other, nil)], now: Self.ms)
+        #expect(t.writesSent().journal)
+        #expect(t.journalEntry(other) == nil)
+    }
+
     @Test func aLiftOfOneValueOrAMovedDuckKeepsWhatTheStreamShowsInTheJournalUntilTheWriteLands() {
         // Seed 936379 (PulseAudio): a stream muted and ducked; the duck is lifted while the mute stays. Killed
         // between the journal line and the volume write, the journal named only the mute and --restore left the duck.
