@@ -357,16 +357,35 @@ public struct SessionView: Sendable, Equatable {
         if configured { configuration = Configuration(category: category, mode: mode, options: options) }
     }
 
-    /// The properties whose value differs from `old`'s, with the new values. Compared one by one: every step
-    /// compares the views of the sessions it touched, and two lists of all properties per session cost more than
-    /// the comparison.
+    /// The properties whose value differs from `old`'s, with the new values. Compared field by field, and a property
+    /// made only when it changed: every step compares the views of the sessions it touched — all of them when audio
+    /// starts or stops everywhere — and making each property of both views cost ~1.6 µs a session (a hundred
+    /// sessions' `OtherAudioPlaying` flipping took 167 µs of an activation).
     func changes(from old: SessionView) -> [SessionProperty] {
         var changed: [SessionProperty] = []
-        for i in 0..<Self.propertyCount {
-            let p = property(at: i)
-            if p != old.property(at: i) { changed.append(p) }
-        }
+        for i in 0..<Self.propertyCount where !sameProperty(at: i, as: old) { changed.append(property(at: i)) }
         return changed
+    }
+
+    /// Whether the property at `i` (`property(at:)`'s numbering) has the same value in `old`.
+    private func sameProperty(at i: Int, as old: SessionView) -> Bool {
+        switch i {
+        case 0: configuration.category == old.configuration.category
+        case 1: configuration.mode == old.configuration.mode
+        case 2: configuration.options == old.configuration.options
+        case 3: active == old.active
+        case 4: interrupted == old.interrupted
+        case 5: mixable == old.mixable
+        case 6: secondaryAudioShouldBeSilencedHint == old.secondaryAudioShouldBeSilencedHint
+        case 7: otherAudioPlaying == old.otherAudioPlaying
+        case 8: handlesSecondaryAudio == old.handlesSecondaryAudio
+        case 9: applicationName == old.applicationName
+        case 10: processID == old.processID
+        case 11: streams == old.streams
+        case 12: recordStreams == old.recordStreams
+        case 13: prefersNoInterruptionsFromSystemAlerts == old.prefersNoInterruptionsFromSystemAlerts
+        default: identity == old.identity
+        }
     }
 }
 

@@ -1,0 +1,60 @@
+import Testing
+
+@testable import AudioPolicy
+
+/// `SessionView.changes(from:)` compares field by field; what it reports must be exactly the properties whose value
+/// differs, in docs/API.md order — the same as comparing the two views' property lists.
+@Suite struct SessionViewChangesTests {
+    static func view() -> SessionView? {
+        var engine = Engine()
+        let fx = engine.handle(
+            .createSession(RequestID(1), NewSession(pid: 4242, applicationName: "podcasts")), at: .zero)
+        guard case .sessionAdded(let v)? = fx.first else { return nil }
+        return v
+    }
+
+    /// Every property's value changed alone, then all at once.
+    static let edits: [(String, @Sendable (inout SessionView) -> Void)] = [
+        ("category", { $0.configuration = Configuration(category: .playback, mode: .default, options: []) }),
+        (
+            "mode",
+            { $0.configuration = Configuration(category: $0.configuration.category, mode: .spokenAudio, options: []) }
+        ),
+        (
+            "options",
+            {
+                $0.configuration = Configuration(
+                    category: $0.configuration.category, mode: $0.configuration.mode, options: [.mixWithOthers])
+            }
+        ),
+        ("active", { $0.active.toggle() }),
+        ("interrupted", { $0.interrupted.toggle() }),
+        ("hint", { $0.secondaryAudioShouldBeSilencedHint.toggle() }),
+        ("other audio", { $0.otherAudioPlaying.toggle() }),
+        ("handles secondary", { $0.handlesSecondaryAudio.toggle() }),
+        ("name", { $0.applicationName += "-2" }),
+        ("pid", { $0.processID += 1 }),
+        ("streams", { $0.streams.append(7) }),
+        ("record streams", { $0.recordStreams.append(8) }),
+        ("no alerts", { $0.prefersNoInterruptionsFromSystemAlerts.toggle() }),
+        ("identity", { $0.identity.appID += ".other" }),
+    ]
+
+    @Test(arguments: 0..<edits.count + 1)
+    func reportsExactlyWhatDiffers(_ i: Int) throws {
+        let old = try #require(Self.view())
+        var new = old
+        if i < Self.edits.count {
+            Self.edits[i].1(&new)
+        } else {
+            for (_, edit) in Self.edits { edit(&new) }
+        }
+        let expected = zip(new.properties, old.properties).filter { $0 != $1 }.map(\.0)
+        #expect(!expected.isEmpty, "the edit changed no property")
+        #expect(new.changes(from: old) == expected)
+        #expect(old.changes(from: old).isEmpty)
+        var applied = old
+        applied.apply(new.changes(from: old))
+        #expect(applied == new, "a reader applying the changes holds the new view")
+    }
+}
