@@ -379,14 +379,15 @@ extension ServerSession {
         streams.filter { $0.value.raw.client == index && $0.value.fed != nil }.keys.sorted()
     }
 
-    /// The desktop entries changed (or arrived): every reported stream's app is identified again at its next
-    /// report. Reports them now (none while the first state is read: its listing reports them all).
+    /// The desktop entries changed (or arrived): every stream's app is identified again at its next report — a
+    /// PipeWire stream announced before its link too, or it would appear with the app named before the entries came
+    /// (a game installed a moment before it started, taken for a plain process). Reports the reported ones now
+    /// (none while the first state is read: its listing reports them all); an unlinked one is read again anyway.
     public mutating func desktopEntriesChanged(_ index: DesktopEntrySnapshot) -> [ServerAction] {
         identifier.entriesChanged(index)
         guard !isEnumerating else { return [] }
-        let ids = streams.filter { $0.value.fed != nil }.keys.sorted()
-        for id in ids { streams[id]?.identitySource = [] }
-        return ids.map(ServerAction.report)
+        for id in streams.keys { streams[id]?.identitySource = [] }
+        return streams.filter { $0.value.fed != nil }.keys.sorted().map(ServerAction.report)
     }
 
     /// The server removed a stream.

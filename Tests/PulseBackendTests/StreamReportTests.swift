@@ -1,5 +1,6 @@
 import AppIdentity
 import AudioPolicy
+import Foundation
 import Testing
 
 @testable import PulseBackend
@@ -101,6 +102,37 @@ struct StreamReportTests {
         #expect(Self.kinds(linked) == ["appeared"])
         #expect(linked.readAgainAfter == nil)
         #expect(!s.unreported(id))
+    }
+
+    /// A game installed a moment before it started: its stream announced (PipeWire, not linked yet) before the new
+    /// entry was read; linked after. It appears as the game, not as the plain process the announcement named.
+    @Test func onPipeWireEntriesReadBetweenAnAnnouncementAndTheLinkNameTheApp() throws {
+        var s = Self.session(Self.pipeWire)
+        let id = StreamID.playback(40)
+        func raw(_ device: UInt32) -> Value {
+            Value(
+                muted: false, volume: [65536], id: id, client: 9, device: device,
+                properties: [
+                    "application.name": "ffplay", "application.process.binary": "ffplay",
+                    "application.process.id": "500",
+                ])
+        }
+        _ = s.accepted(raw(.max))
+        let announced = s.report(id, now: 0)
+        #expect(Self.kinds(announced) == ["announced"])
+        let dir = FileManager.default.temporaryDirectory.path + "/audiod-late-entry-\(getpid())"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try "[Desktop Entry]\nType=Application\nName=Late\nExec=ffplay -nodisp x\nCategories=Game;\n"
+            .write(toFile: dir + "/org.example.LateGame.desktop", atomically: true, encoding: .utf8)
+        _ = s.desktopEntriesChanged(DesktopEntryIndex(directories: [dir]).snapshot)
+        _ = s.accepted(raw(0))
+        let linked = s.report(id, now: 60 * Self.ms)
+        guard case .streamAppeared(let info)? = linked.events.first else {
+            Issue.record("not appeared: \(linked)")
+            return
+        }
+        #expect(info.app?.entry?.id == "org.example.LateGame", "\(String(describing: info.app))")
     }
 
     @Test func anUnlinkedStreamIsReportedAsItIsAfterFortyReads() {
