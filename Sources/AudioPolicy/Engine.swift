@@ -359,8 +359,8 @@ public struct SessionView: Sendable, Equatable {
 
     /// The properties whose value differs from `old`'s, with the new values. Compared field by field, and a property
     /// made only when it changed: every step compares the views of the sessions it touched — all of them when audio
-    /// starts or stops everywhere — and making each property of both views cost ~1.6 µs a session (a hundred
-    /// sessions' `OtherAudioPlaying` flipping took 167 µs of an activation).
+    /// starts or stops everywhere — and making every property of both views cost more than all the rest of such a
+    /// step (docs/BENCHMARKS.md, the engine's handover row).
     func changes(from old: SessionView) -> [SessionProperty] {
         var changed: [SessionProperty] = []
         for i in 0..<Self.propertyCount where !sameProperty(at: i, as: old) { changed.append(property(at: i)) }

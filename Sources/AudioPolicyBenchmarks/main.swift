@@ -106,6 +106,42 @@ for n in counts {
     }
     benchGuard.units.append(calibration())
 }
+
+// The one everyday event that touches every session: a handover between two playback apps while 98 ambient sessions
+// hold the audio with no stream of their own. The only audible stream goes quiet and comes back, so every session's
+// `OtherAudioPlaying` flips — AudiodBenchmarks' 100-session activation row in the engine alone.
+do {
+    var b = Bench(sessions: 0)
+    for i in 0..<98 {
+        guard
+            case .reply(_, .session(let id))? = b.send(.createSession(b.req(), NewSession(pid: UInt32(20_000 + i))))
+                .last
+        else { continue }
+        _ = b.send(.setCategory(b.req(), id, category: "ambient", mode: "default", options: []))
+        _ = b.send(.setActive(b.req(), id, active: true, options: []))
+    }
+    var rivals: [SessionID] = []
+    for pid: UInt32 in [900, 901] {
+        if case .reply(_, .session(let id))? = b.send(.createSession(b.req(), NewSession(pid: pid))).last {
+            _ = b.send(.setCategory(b.req(), id, category: "playback", mode: "default", options: []))
+            rivals.append(id)
+        }
+    }
+    guard rivals.count == 2 else {
+        print("the handover's two sessions were not made")
+        exit(1)
+    }
+    _ = b.send(.setActive(b.req(), rivals[1], active: true, options: []))
+    _ = b.send(.streamAppeared(StreamInfo(id: .playback(1), processChain: [901, 1], applicationName: "b")))
+    var changed = 0
+    let handover = measure(2_000) { i in
+        let fx = b.send(.setActive(b.req(), rivals[i % 2], active: true, options: []))
+        changed = max(changed, fx.filter { if case .sessionPropertiesChanged = $0 { true } else { false } }.count)
+    }
+    print(
+        "handover with 100 sessions, every one's OtherAudioPlaying flipping (\(changed) sessions changed): \(fmt(handover.median)) / \(fmt(handover.p99)) µs"
+    )
+}
 if let writePath { benchGuard.write(to: writePath) }
 // The guard: a figure more than twice its baseline's multiple of the calibration fails the run.
 if let baselinePath, !benchGuard.check(against: baselinePath) { exit(1) }

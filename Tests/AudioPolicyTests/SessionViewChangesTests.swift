@@ -13,7 +13,8 @@ import Testing
         return v
     }
 
-    /// Every property's value changed alone, then all at once.
+    /// Each property's value changed alone (`Mixable` follows the configuration: it changes with the options, and an
+    /// options change that leaves it alone is the last edit), then all at once.
     static let edits: [(String, @Sendable (inout SessionView) -> Void)] = [
         ("category", { $0.configuration = Configuration(category: .playback, mode: .default, options: []) }),
         (
@@ -40,21 +41,35 @@ import Testing
         ("identity", { $0.identity.appID += ".other" }),
     ]
 
-    @Test(arguments: 0..<edits.count + 1)
+    /// The options change, mixable before and after.
+    static func mixableBoth(_ v: inout SessionView, _ options: [CategoryOption]) {
+        v.configuration = Configuration(category: .playback, mode: .default, options: options)
+    }
+
+    @Test(arguments: 0..<edits.count + 2)
     func reportsExactlyWhatDiffers(_ i: Int) throws {
-        let old = try #require(Self.view())
+        var old = try #require(Self.view())
         var new = old
+        let name: String
         if i < Self.edits.count {
+            name = Self.edits[i].0
             Self.edits[i].1(&new)
-        } else {
+        } else if i == Self.edits.count {
+            name = "all at once"
             for (_, edit) in Self.edits { edit(&new) }
+        } else {
+            name = "options, mixable before and after"
+            Self.mixableBoth(&old, [.mixWithOthers])
+            Self.mixableBoth(&new, [.mixWithOthers, .duckOthers])
         }
         let expected = zip(new.properties, old.properties).filter { $0 != $1 }.map(\.0)
-        #expect(!expected.isEmpty, "the edit changed no property")
-        #expect(new.changes(from: old) == expected)
+        #expect(!expected.isEmpty, "\(name): the edit changed no property")
+        if name == "all at once" { #expect(expected.count == SessionView.propertyCount, "a property no edit changes") }
+        if name.hasPrefix("options, mixable") { #expect(expected.count == 1, "\(expected)") }
+        #expect(new.changes(from: old) == expected, "\(name)")
         #expect(old.changes(from: old).isEmpty)
         var applied = old
         applied.apply(new.changes(from: old))
-        #expect(applied == new, "a reader applying the changes holds the new view")
+        #expect(applied == new, "\(name): a reader applying the changes holds the new view")
     }
 }
