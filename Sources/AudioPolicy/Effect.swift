@@ -37,6 +37,8 @@ public enum Signal: Sendable, Equatable {
     case interruptionEnded(shouldResume: Bool)
     case silenceSecondaryAudioHint(SecondaryAudioHintType)
     case routeChanged(RouteChangeReason, previousDevice: String?, currentDevice: String?)
+    /// The user unmuted a stream of the output-muted session in a mixer; it has the audio now.
+    case userIntentToUnmuteOutput
 }
 
 /// The answer to a request.
@@ -64,6 +66,7 @@ public enum SessionProperty: Sendable, Equatable {
     /// Indices of its record streams, ascending.
     case recordStreams([UInt32])
     case prefersNoInterruptionsFromSystemAlerts(Bool)
+    case outputMuted(Bool)
     /// Who audiod takes the app to be, and why it has its category.
     case identity(SessionIdentity)
 
@@ -85,6 +88,7 @@ public enum SessionProperty: Sendable, Equatable {
         case .streams: "Streams"
         case .recordStreams: "RecordStreams"
         case .prefersNoInterruptionsFromSystemAlerts: "PrefersNoInterruptionsFromSystemAlerts"
+        case .outputMuted: "OutputMuted"
         }
     }
 }
@@ -96,6 +100,7 @@ public enum ManagerProperty: Sendable, Equatable {
     /// nil: no primary audio (published as the path `/`).
     case primaryAudioSession(SessionID?)
     case duckLevel(Double)
+    case strongDuckLevel(Double)
     case callState(CallState)
     case screenLocked(Bool)
 
@@ -107,6 +112,7 @@ public enum ManagerProperty: Sendable, Equatable {
         case .otherAudioPlaying: "OtherAudioPlaying"
         case .primaryAudioSession: "PrimaryAudioSession"
         case .duckLevel: "DuckLevel"
+        case .strongDuckLevel: "StrongDuckLevel"
         }
     }
 }
@@ -121,12 +127,13 @@ struct ManagerProperties: OptionSet, Sendable, Hashable, CustomStringConvertible
     static let duckLevel = ManagerProperties(rawValue: 1 << 3)
     static let callState = ManagerProperties(rawValue: 1 << 4)
     static let screenLocked = ManagerProperties(rawValue: 1 << 5)
+    static let strongDuckLevel = ManagerProperties(rawValue: 1 << 6)
 
     var description: String {
         let all: [(ManagerProperties, String)] = [
             (.silentMode, "SilentMode"), (.otherAudioPlaying, "OtherAudioPlaying"),
             (.primaryAudioSession, "PrimaryAudioSession"), (.duckLevel, "DuckLevel"), (.callState, "CallState"),
-            (.screenLocked, "ScreenLocked"),
+            (.screenLocked, "ScreenLocked"), (.strongDuckLevel, "StrongDuckLevel"),
         ]
         return all.filter { contains($0.0) }.map(\.1).joined(separator: ",")
     }

@@ -14,7 +14,7 @@ extension Engine {
     /// Why an activation is granted and interrupted at once, if it is: the machine is going to sleep, or an explicit
     /// ambient session activates behind the lock. (An implicit one's streams are silenced instead.)
     func heldOffReason(_ s: SessionState) -> InterruptionReason? {
-        if isPlatformCall(s.id) { return nil }
+        if isPlatformCall(s.id) || s.isAlert { return nil }
         if sleeping { return .suspend }
         if !s.isImplicit && lockedOut(s) { return .screenLocked }
         return nil
@@ -63,7 +63,10 @@ extension Engine {
         guard going != sleeping else { return }
         sleeping = going
         if going {
-            for id in activeSessions.sorted() where !isPlatformCall(id) { interruptForPlatform(id, .suspend) }
+            // A player audiod has just told to resume too: it would start by itself on the way to sleep.
+            for id in activeSessions.sorted() + resuming(excluding: platformCall?.session) where !isPlatformCall(id) {
+                interruptForPlatform(id, .suspend)
+            }
             // Players of explicit sessions, and players whose app has no active session: every one that plays (and
             // was not paused with its session just now).
             for pid in players.keys.sorted() {
@@ -71,6 +74,7 @@ extension Engine {
                     !playsForPlatformCall(p)
                 else { continue }
                 p.pauseInFlight = true
+                p.sentAt = now
                 players[pid] = p
                 out.mpris.append(.mprisPause(pid))
             }

@@ -61,7 +61,7 @@ extension Engine {
         if pc.onlyRings {
             // Ringing takes the audio from non-mixable sessions only, and not from those that asked to keep it
             // until the call is answered (PrefersNoInterruptionsFromSystemAlerts).
-            for other in activeNonMixable.sorted() where other != id {
+            for other in activeNonMixable.sorted() + resuming(excluding: id) where other != id {
                 guard sessions[other]?.prefersNoInterruptions != true else { continue }
                 interrupt(other, reason: .call, by: id)
             }

@@ -63,20 +63,30 @@ extension Engine {
     mutating func changeConfiguration(of id: SessionID, to config: Configuration) -> PolicyError? {
         guard var s = sessions[id] else { return nil }
         if s.configuration == config { return nil }
-        if s.active, let call = refusingCall(for: config, excluding: id) {
+        // A feed that autoplays muted (SPEC §5): the mode mutes an explicit session's output as it is set. (An app
+        // rule's mode does not: nothing could unmute an implicit app.)
+        let mutesOutput = !s.isImplicit && config.mode == .shortFormVideo && s.configuration.mode != .shortFormVideo
+        let outputMuted = s.outputMuted || mutesOutput
+        if s.active,
+            let call = refusingCall(for: config, excluding: id, mutedFeed: outputMuted && !config.category.captures)
+        {
             return .insufficientPriority(call: call)
         }
         let wasMixable = s.mixable
+        let spared = sparesCalls(s)
+        s.outputMuted = outputMuted
         s.configuration = config
         sessions[id] = s
+        defer { stopSparingCalls(id, spared: spared) }
         reindexCategory(id)
         touch(id)
         markStreamsDirty(of: id)
         guard s.active else { return nil }
-        if config.isMixable { activeNonMixable.remove(id) } else { activeNonMixable.insert(id) }
-        setDucker(id, config.ducksOthers)
+        if s.mixable { activeNonMixable.remove(id) } else { activeNonMixable.insert(id) }
+        setDucker(id, s.ducksOthers)
         interruptOthers(for: id)
-        if config.isMixable && !wasMixable { pendingHintBegin.insert(id) }
+        if s.mixable && !wasMixable { pendingHintBegin.insert(id) }
+        if !s.mixable && wasMixable { hintNoLongerApplies(id) }
         emit(id, .routeChanged(.categoryChange, previousDevice: nil, currentDevice: nil))
         if let s = sessions[id], s.active, lockedOut(s) { interruptForPlatform(id, .screenLocked) }
         return nil
@@ -114,6 +124,61 @@ extension Engine {
         removeSession(id)
     }
 
+    /// A write of `OutputMuted` by the session's owner (SPEC §5). Clearing it activates the session, as the app
+    /// unmuting its feed means to be heard.
+    mutating func setOutputMuted(_ r: RequestID, _ id: SessionID, _ value: Bool) {
+        if let e = explicitSessionRefusal(id) { return reply(r, .error(e)) }
+        changeOutputMuted(id, to: value)
+        reply(r, .ok)
+    }
+
+    /// Mutes or unmutes an explicit session's output on its app's behalf. Muted, it counts as mixable, ducks
+    /// nobody and is interrupted by no one's activation; unmuted, it activates (or, already active, takes the audio
+    /// as a fresh activation would). Refused during a call, it is interrupted by the call and tied to it.
+    mutating func changeOutputMuted(_ id: SessionID, to muted: Bool) {
+        guard var s = sessions[id], !s.isImplicit, s.outputMuted != muted else { return }
+        let wasMixable = s.mixable
+        let spared = sparesCalls(s)
+        s.outputMuted = muted
+        sessions[id] = s
+        defer { stopSparingCalls(id, spared: spared) }
+        touch(id)
+        markStreamsDirty(of: id)
+        if s.active {
+            if s.mixable { activeNonMixable.remove(id) } else { activeNonMixable.insert(id) }
+            setDucker(id, s.ducksOthers)
+            if s.mixable && !wasMixable { pendingHintBegin.insert(id) }
+            // Taking the audio as a fresh activation would — only when unmuting made it non-mixable (a session
+            // that may capture was never counted mixable).
+            if !s.mixable && wasMixable {
+                hintNoLongerApplies(id)
+                if let call = refusingCall(for: s.configuration, excluding: id) {
+                    interrupt(id, reason: .call, by: call)
+                } else {
+                    interruptOthers(for: id)
+                }
+            }
+        } else if !muted {
+            userActivate(id)
+        }
+    }
+
+    /// A session told to silence its secondary audio that is no longer mixable: the hint is about others' audio
+    /// beside its own, and it now takes the audio itself — told `end`, so that a later `begin` reaches it.
+    mutating func hintNoLongerApplies(_ id: SessionID) {
+        guard sessions[id]?.toldHintBegin == true else { return }
+        sessions[id]?.toldHintBegin = false
+        emit(id, .silenceSecondaryAudioHint(.end))
+    }
+
+    /// The user unmuted a stream of an output-muted session in a mixer: the session is told, its output is unmuted
+    /// and it takes the audio (SPEC §5).
+    mutating func userUnmutedOutput(_ id: SessionID) {
+        guard let s = sessions[id], s.outputMuted else { return }
+        emit(id, .userIntentToUnmuteOutput)
+        changeOutputMuted(id, to: false)
+    }
+
     mutating func setHandlesSecondaryAudio(_ r: RequestID, _ id: SessionID, _ value: Bool) {
         if let e = explicitSessionRefusal(id) { return reply(r, .error(e)) }
         sessions[id]?.handlesSecondaryAudio = value
@@ -136,17 +201,35 @@ extension Engine {
     }
 
     mutating func setDuckLevel(_ r: RequestID, _ level: Double) {
-        if let refusal = Refusal.check(duckLevel: level) { return reply(r, .error(PolicyError(refusal))) }
-        applyDuckLevel(level)
+        if let refusal = Refusal.check(duckLevel: level, strongDuckLevel: settings.strongDuckLevel) {
+            return reply(r, .error(PolicyError(refusal)))
+        }
+        applyDuckLevels(level, settings.strongDuckLevel)
         reply(r, .ok)
     }
 
-    mutating func applyDuckLevel(_ level: Double) {
-        guard level != settings.duckLevel else { return }
-        settings.duckLevel = level
-        duckFactor = Volume.fromLinear(level)
-        managerChanged.insert(.duckLevel)
-        if !activeDuckers.isEmpty { markAllPlaybackDirty() }
+    mutating func setStrongDuckLevel(_ r: RequestID, _ level: Double) {
+        if let refusal = Refusal.check(strongDuckLevel: level, duckLevel: settings.duckLevel) {
+            return reply(r, .error(PolicyError(refusal)))
+        }
+        applyDuckLevels(settings.duckLevel, level)
+        reply(r, .ok)
+    }
+
+    mutating func applyDuckLevels(_ level: Double, _ strong: Double) {
+        let ducking = !activeDuckers.isEmpty || !audibleA11y.isEmpty || callActive
+        if level != settings.duckLevel {
+            settings.duckLevel = level
+            duckFactor = Volume.fromLinear(level)
+            managerChanged.insert(.duckLevel)
+            if ducking { markAllPlaybackDirty() }
+        }
+        if strong != settings.strongDuckLevel {
+            settings.strongDuckLevel = strong
+            strongDuckFactor = Volume.fromLinear(strong)
+            managerChanged.insert(.strongDuckLevel)
+            if ducking { markAllPlaybackDirty() }
+        }
     }
 
     mutating func configure(_ r: RequestID, _ new: Settings) {
@@ -157,13 +240,21 @@ extension Engine {
                     .invalidArgs(
                         "duck-level \(new.duckLevel) is out of range: it must be greater than 0 and less than 1")))
         }
-        let level = new.duckLevel
+        guard new.strongDuckLevel > 0, new.strongDuckLevel <= new.duckLevel, new.strongDuckLevel.isFinite else {
+            return reply(
+                r,
+                .error(
+                    .invalidArgs(
+                        "strong-duck-level \(new.strongDuckLevel) is out of range: it must be greater than 0 and at "
+                            + "most duck-level (\(new.duckLevel))")))
+        }
         let lockBefore = lockApplies
         var kept = new
         kept.duckLevel = settings.duckLevel
+        kept.strongDuckLevel = settings.strongDuckLevel
         settings = kept
         configRules = Engine.index(new.configRules)
-        applyDuckLevel(level)
+        applyDuckLevels(new.duckLevel, new.strongDuckLevel)
         recomputeImplicitCategories()
         lockRulesChanged(from: lockBefore)
         reply(r, .ok)
@@ -198,13 +289,14 @@ extension Engine {
     // MARK: Activation (§2)
 
     /// The active call that would refuse an activation with `config` (§2.1), if any.
-    func refusingCall(for config: Configuration, excluding id: SessionID) -> SessionID? {
+    /// `mutedFeed`: the session is output-muted (SPEC §5), so it counts as mixable.
+    func refusingCall(for config: Configuration, excluding id: SessionID, mutedFeed: Bool = false) -> SessionID? {
         guard let call = activeCall(excluding: id) else { return nil }
         // Nothing interrupts the platform call: another call may activate beside it only while it is held.
         if config.isCall, let pc = platformCall, pc.session != id, pc.info.state != .held { return pc.session }
         if config.isCall { return nil }
         if config.category == .record || config.category == .playAndRecord { return call }
-        if !config.isMixable { return call }
+        if !config.isMixable && !mutedFeed { return call }
         return nil
     }
 
@@ -225,7 +317,7 @@ extension Engine {
     @discardableResult
     mutating func activate(_ id: SessionID, byOwner: Bool) -> PolicyError? {
         guard let current = sessions[id] else { return nil }
-        if let call = refusingCall(for: current.configuration, excluding: id) {
+        if let call = refusingCall(for: current.configuration, excluding: id, mutedFeed: current.mutedFeed) {
             return .insufficientPriority(call: call)
         }
         // Asleep, or an explicit ambient session behind the lock (SPEC §10): granted, and interrupted at once —
@@ -243,16 +335,30 @@ extension Engine {
         s.spokenOnly = false
         s.awaitingActivation = false
         s.active = true
+        s.notifiesAtEnd = s.isImplicit && (s.isCall || s.roleClass == .emergency || s.isVoiceInput)
         sessions[id] = s
         activeSessions.insert(id)
-        if !s.mixable { activeNonMixable.insert(id) }
+        if !s.mixable {
+            activeNonMixable.insert(id)
+            // Told `begin` while it was mixable (a muted feed, another category), and now it takes the audio.
+            hintNoLongerApplies(id)
+        }
         touch(id)
         markStreamsDirty(of: id)
         cancelLinger(id)
         interruptOthers(for: id)
-        setDucker(id, s.configuration.ducksOthers)
+        setDucker(id, s.ducksOthers)
         if s.mixable { pendingHintBegin.insert(id) }
         return nil
+    }
+
+    /// A voice prompt or an alarm that a call spared and that is neither any more is interrupted by the call, as it
+    /// would have been when the call began.
+    mutating func stopSparingCalls(_ id: SessionID, spared: Bool) {
+        guard spared, let s = sessions[id], s.active, !sparesCalls(s), let call = activeCall(excluding: id) else {
+            return
+        }
+        interrupt(id, reason: .call, by: call)
     }
 
     /// What every activation lifts: the session's wait for activation, and its streams' route silencing; an
@@ -276,12 +382,40 @@ extension Engine {
         markStreamsDirty(of: id)
     }
 
+    /// Implicit players audiod has just told to resume (`Play` sent, `Playing` not yet heard): inactive, but they
+    /// take the audio back the moment they play. An activation that would interrupt them if they were active
+    /// interrupts them now (measured: a dictation starting 20 ms after audiod resumed the music it had paused).
+    /// `mixable`: a mixable one too (an emergency takes the audio from those as well).
+    func resuming(excluding id: SessionID?, mixable: Bool = false) -> [SessionID] {
+        var found: Set<SessionID> = []
+        for p in players.values where p.playInFlight && awaitsAnswer(p) {
+            guard let sid = implicitByKey[.process(p.info.pid)], sid != id, let s = sessions[sid], !s.active,
+                !s.interrupted, mixable || !s.mixable
+            else { continue }
+            found.insert(sid)
+        }
+        return found.sorted()
+    }
+
     /// §2.2 and §2.3: whom an active session interrupts.
     mutating func interruptOthers(for id: SessionID) {
-        guard let s = sessions[id], s.active else { return }
+        // An output-muted session interrupts nobody, spoken audio neither: nothing of it is heard (SPEC §5).
+        guard let s = sessions[id], s.active, !s.mutedFeed else { return }
+        if s.isCall || s.roleClass == .emergency || !s.mixable {
+            for other in resuming(excluding: id, mixable: s.isCall || s.roleClass == .emergency) {
+                interrupt(other, reason: s.isCall ? .call : .default, by: id)
+            }
+        }
         if s.isCall {
-            for other in activeSessions.sorted() where other != id {
+            // A voice prompt or an alarm plays on, ducked under the call (SPEC §7 step 5).
+            for other in activeSessions.sorted() where other != id && !sparesCalls(other) {
                 interrupt(other, reason: .call, by: id)
+            }
+        } else if s.roleClass == .emergency {
+            // An emergency takes the audio from everyone but a call, mixable or not; they may resume after it.
+            for other in activeSessions.sorted() where other != id {
+                guard let o = sessions[other], !o.isCall, !isPlatformCall(other) else { continue }
+                interrupt(other, reason: .default, by: id)
             }
         } else if !s.mixable {
             for other in activeNonMixable.sorted() where other != id {
@@ -302,7 +436,11 @@ extension Engine {
     mutating func interrupt(
         _ id: SessionID, reason: InterruptionReason, by interrupter: SessionID?, spokenOnly: Bool = false
     ) {
-        guard var s = sessions[id], !isPlatformCall(id) else { return }
+        // Nothing interrupts the platform call, an alarm or an emergency; no other session's activation interrupts
+        // an output-muted one (SPEC §5: it plays nothing anyone hears), though sleep, the lock or a route change do.
+        guard var s = sessions[id], !isPlatformCall(id), !s.isAlert, !(s.mutedFeed && interrupter != nil) else {
+            return
+        }
         // The session taking over in a handover is interrupted: its handover ends. Whoever took primary audio
         // (or the session that counted as it) from it takes over in turn, until its own first sound (§5).
         if handover == id { endHandover() }
@@ -320,14 +458,28 @@ extension Engine {
         if let interrupter { tiedTo[interrupter, default: []].insert(id) }
         if wasActive { dropFromActiveSets(id) }
         cancelLinger(id)
-        for sid in s.recordStreams {
-            streams[sid]?.recordHeld = true
-            markDirty(sid)
+        // A capture is held (§3 Privacy) — but a voice-input app's: one that loses the audio stops holding it, and
+        // its microphone is left alone (SPEC §7).
+        if !s.isVoiceInput {
+            for sid in s.recordStreams {
+                streams[sid]?.recordHeld = true
+                markDirty(sid)
+            }
         }
         markStreamsDirty(of: id)
         touch(id)
         if s.isImplicit { pausePlayers(of: id, resumable: reason != .routeDisconnected) }
         emit(id, .interruptionBegan(reason, interrupter: interrupter))
+        // A voice-input app that loses the audio resumes nothing it paused, then or later: whoever took the audio
+        // from it takes them over (they resume when it ends with notify); after sleep or the microphone switch,
+        // which nobody ends with notify, they are told they may not.
+        if s.isVoiceInput {
+            if let interrupter, sessions[interrupter] != nil {
+                retie(from: id, to: interrupter)
+            } else {
+                resolveTies(of: id, notify: false, cause: .implicitEnded, interrupterWasCall: false)
+            }
+        }
     }
 
     mutating func dropFromActiveSets(_ id: SessionID) {
@@ -337,8 +489,19 @@ extension Engine {
     }
 
     mutating func setDucker(_ id: SessionID, _ ducks: Bool) {
-        let changed = ducks ? activeDuckers.insert(id).inserted : activeDuckers.remove(id) != nil
+        let strong = ducks && sessions[id]?.configuration.mode == .voicePrompt
+        var changed = ducks ? activeDuckers.insert(id).inserted : activeDuckers.remove(id) != nil
+        changed = (strong ? strongDuckers.insert(id).inserted : strongDuckers.remove(id) != nil) || changed
         if changed { markAllPlaybackDirty() }
+    }
+
+    /// The sessions tied to `id` are tied to `holder` instead.
+    mutating func retie(from id: SessionID, to holder: SessionID) {
+        guard let tied = tiedTo.removeValue(forKey: id) else { return }
+        for other in tied.sorted() where other != holder && sessions[other]?.interrupter == id {
+            sessions[other]?.interrupter = holder
+            tiedTo[holder, default: []].insert(other)
+        }
     }
 
     mutating func untie(_ id: SessionID) {
@@ -358,6 +521,7 @@ extension Engine {
         if handover == id { endHandover() }
         if s.active {
             s.active = false
+            s.notifiesAtEnd = false
             sessions[id] = s
             dropFromActiveSets(id)
             cancelLinger(id)
@@ -461,6 +625,7 @@ extension Engine {
         sessionsWithAudio.remove(id)
         activeSessions.remove(id)
         activeNonMixable.remove(id)
+        strongDuckers.remove(id)
         if activeDuckers.remove(id) != nil { markAllPlaybackDirty() }
         touched.remove(id)
         published[id] = nil
@@ -504,7 +669,7 @@ extension Engine {
             prefersNoInterruptionsFromSystemAlerts: s.prefersNoInterruptions,
             streams: s.playbackStreams.map(\.index).sorted(),
             recordStreams: s.recordStreams.map(\.index).sorted(),
-            identity: identity(s))
+            identity: identity(s), outputMuted: s.outputMuted)
     }
 
     /// The `Identity` of a session: an explicit one names itself; an implicit one is who its streams' profile says.

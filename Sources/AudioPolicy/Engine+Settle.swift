@@ -10,6 +10,9 @@ extension Engine {
             // Privacy (§3): a silenced record stream stays muted until its owner's activation or the user.
             return st.recordHeld || (!s.isImplicit && s.heldSilent)
         }
+        // An alarm sounds through everything: no interruption reaches it, nothing silences it but its device going
+        // away (§6 lists no exemption: its sound does not jump to the speakers unasked either).
+        if s.isAlert { return st.routeSilenced }
         if s.heldSilent || st.routeSilenced { return true }
         if silentMode && s.configuration.category.obeysSilentMode { return true }
         if lockedOut(s) { return true }
@@ -21,9 +24,48 @@ extension Engine {
         return false
     }
 
-    func shouldDuck(_ st: StreamState) -> Bool {
-        guard st.kind == .playback, let owner = st.session, !activeDuckers.isEmpty else { return false }
-        return !activeDuckers.contains(owner)
+    /// A session's playback stream is ducked while another session ducks others (a ducker itself is not), and
+    /// strongly when one of those is a voice prompt. An audible a11y stream ducks every session's playback stream
+    /// strongly, duckers' too: a screen reader must be understood over anything. A call is ducked only by plain
+    /// duckers; a voice prompt or an alarm plays ducked under an active call instead (SPEC §7 step 5).
+    func duckDepth(_ st: StreamState) -> DuckDepth {
+        guard st.kind == .playback, let owner = st.session else { return .none }
+        if !audibleA11y.isEmpty { return .strong }
+        guard let s = sessions[owner] else { return .none }
+        if callAbove(s) != nil { return .normal }
+        guard !activeDuckers.isEmpty, !activeDuckers.contains(owner) else { return .none }
+        if s.isCall || isPlatformCall(owner) {
+            return activeDuckers.contains { !sparesCalls($0) } ? .normal : .none
+        }
+        return strongDuckers.isEmpty ? .normal : .strong
+    }
+
+    /// A voice prompt or an alarm: heard under a call, never over it.
+    func sparesCalls(_ id: SessionID) -> Bool { sessions[id].map(sparesCalls) ?? false }
+
+    func sparesCalls(_ s: SessionState) -> Bool {
+        s.isAlert || (s.configuration.mode == .voicePrompt && s.mixable)
+    }
+
+    /// The active call a voice prompt or an alarm plays ducked under, if any.
+    func callAbove(_ s: SessionState) -> SessionID? {
+        guard sparesCalls(s) else { return nil }
+        return activeCall(excluding: s.id)
+    }
+
+    /// The duckers whose duck applies to a session's streams (a ducker is not ducked, a call only by plain ones).
+    func duckers(of s: SessionState) -> [SessionID] {
+        guard !activeDuckers.contains(s.id) else { return [] }
+        let call = s.isCall || isPlatformCall(s.id)
+        return activeDuckers.sorted().filter { !call || !sparesCalls($0) }
+    }
+
+    func duckLevel(of depth: DuckDepth) -> Double {
+        switch depth {
+        case .none: 1.0
+        case .normal: settings.duckLevel
+        case .strong: settings.strongDuckLevel
+        }
     }
 
     /// docs/POLICY.md §0 "Audible": a playback stream that is uncorked, muted by nobody, above 0, and whose app's MPRIS
@@ -78,21 +120,56 @@ extension Engine {
         }
     }
 
+    /// A call starting or ending changes how voice prompts and alarms are ducked: under a call, or not at all.
+    mutating func callsChanged() {
+        let sessions = self.sessions
+        let now = activeNonMixable.contains { sessions[$0]?.isCall == true }
+        guard now != callActive else { return }
+        callActive = now
+        for (id, s) in sessions where sparesCalls(s) { markStreamsDirty(of: id, kind: .playback) }
+    }
+
+    /// A voice-input app starting or stopping to capture is judged as a player starting or stopping to be heard.
+    /// `byApp`: the app started or stopped capturing (not its stream changing hands, which activates nothing).
+    mutating func adjustCapturing(_ owner: SessionID?, _ delta: Int, byApp: Bool = false) {
+        guard let owner, var s = sessions[owner] else { return }
+        let before = s.holdsAudio
+        let started = byApp && delta > 0 && s.capturingCount == 0
+        s.capturingCount += delta
+        if started && s.isVoiceInput { s.captureStarted = true }
+        sessions[owner] = s
+        if before != s.holdsAudio || s.captureStarted { crossings.insert(owner) }
+    }
+
     mutating func decide(_ sid: StreamID) {
         guard var st = streams[sid] else { return }
         everDirty.insert(sid)
         let mute = policyMute(st)
         st.policyMute = mute
-        st.ducked = shouldDuck(st)
+        st.duck = duckDepth(st)
         let audible = isAudible(st, policyMuted: mute)
         let changed = audible != st.audible
         st.audible = audible
+        let capturing = st.kind == .record && !st.info.corked && !st.info.fromMonitor && !st.userMuted && !mute
+        let captureChanged = capturing != st.capturing
+        st.capturing = capturing
         streams[sid] = st
         if changed { adjustAudible(st.session, audible ? 1 : -1) }
+        if captureChanged { adjustCapturing(st.session, capturing ? 1 : -1, byApp: true) }
+        if st.isA11y || !audibleA11y.isEmpty { screenReader(sid, heard: audible && st.isA11y) }
+    }
+
+    /// A screen reader starting or stopping to be heard changes every session's duck.
+    mutating func screenReader(_ sid: StreamID, heard: Bool) {
+        let before = audibleA11y.isEmpty
+        if heard { audibleA11y.insert(sid) } else { audibleA11y.remove(sid) }
+        if before != audibleA11y.isEmpty { markAllPlaybackDirty() }
     }
 
     mutating func settle() {
         var rounds = 0
+        // Once before the first round; each round's end then covers the next.
+        callsChanged()
         while rounds < 16 {
             rounds += 1
             let batch = dirty.sorted()
@@ -102,6 +179,7 @@ extension Engine {
             crossings.removeAll(keepingCapacity: true)
             for id in crossed { audibilityCrossed(id) }
             updatePrimary()
+            callsChanged()
             if dirty.isEmpty && crossings.isEmpty { break }
         }
         if !dirty.isEmpty || !crossings.isEmpty {
@@ -124,14 +202,20 @@ extension Engine {
         pendingHintBegin.removeAll(keepingCapacity: true)
     }
 
-    /// An implicit session activates when one of its streams becomes audible, and starts its linger when none is.
+    /// An implicit session activates when one of its streams becomes audible — a voice-input app when it starts
+    /// to capture, even after an interruption — and starts its linger when nothing holds it.
     mutating func audibilityCrossed(_ id: SessionID) {
         guard let s = sessions[id] else { return }
         touch(id)
         guard s.isImplicit else { return }
-        if s.audibleCount > 0 {
+        sessions[id]?.captureStarted = false
+        if s.holdsAudio {
             cancelLinger(id)
-            if !s.active && !s.heldSilent { userActivate(id) }
+            // A dictation started during a call or sleep would only be interrupted again: it waits for its next.
+            let pushToTalk =
+                s.captureStarted && s.isVoiceInput && !sleeping
+                && refusingCall(for: s.configuration, excluding: id) == nil
+            if !s.active && (!s.heldSilent || pushToTalk) { userActivate(id) }
         } else if s.active {
             scheduleLingerIfIdle(id)
         }
@@ -237,6 +321,7 @@ extension Engine {
         if changed.contains(.otherAudioPlaying) { values.append(.otherAudioPlaying(otherAudioPlaying)) }
         if changed.contains(.primaryAudioSession) { values.append(.primaryAudioSession(primaryAudioSession)) }
         if changed.contains(.duckLevel) { values.append(.duckLevel(duckLevel)) }
+        if changed.contains(.strongDuckLevel) { values.append(.strongDuckLevel(strongDuckLevel)) }
         if changed.contains(.callState) { values.append(.callState(callState)) }
         if changed.contains(.screenLocked) { values.append(.screenLocked(screenLocked)) }
         return values
@@ -277,8 +362,27 @@ extension Engine {
     /// did), unmute what it muted once no reason holds, duck and unduck from the user's own volume.
     mutating func streamOperations(_ sid: StreamID, into effects: inout [Effect]) {
         guard var st = streams[sid] else { return }
+        // An output-muted session's playback streams are muted on the app's behalf (SPEC §5): the stream's own mute
+        // from then on, as if the app had muted it — audiod holds nothing (no journal line, nothing undone at exit),
+        // and a policy mute it held is handed over. Cleared, the stream is unmuted (`StreamState.mutedForApp`).
+        var unmuteForApp = false
+        let forApp = sid.kind == .playback && st.session.flatMap { sessions[$0]?.outputMuted } == true
+        if forApp && st.mutedForApp != st.session {
+            st.mutedForApp = st.session
+            if !st.userMuted && !st.appliedMute { effects.append(.setStreamMute(sid, true)) }
+            st.userMuted = true
+            st.appliedMute = false
+        } else if !forApp, let muter = st.mutedForApp {
+            st.mutedForApp = nil
+            if muter == st.session {
+                st.userMuted = false
+                unmuteForApp = true
+            }
+        }
         let wantMute = (st.policyMute || silencedAhead(sid) != nil) && !st.userMuted
-        if wantMute && !st.appliedMute {
+        if unmuteForApp && !wantMute {
+            effects.append(.setStreamMute(sid, false))
+        } else if wantMute && !st.appliedMute {
             effects.append(.setStreamMute(sid, true))
             st.appliedMute = true
             // Whatever silenced it, a record stream audiod muted stays muted until its owner's activation or the
@@ -289,7 +393,7 @@ extension Engine {
             st.appliedMute = false
         }
         if st.ducked {
-            let target = st.userVolume.multiplied(by: duckFactor)
+            let target = st.userVolume.multiplied(by: st.duck == .strong ? strongDuckFactor : duckFactor)
             if st.appliedVolume != target && !(st.appliedVolume == nil && target == st.userVolume) {
                 effects.append(.setStreamVolume(sid, target))
                 st.appliedVolume = target

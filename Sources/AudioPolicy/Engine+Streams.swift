@@ -75,7 +75,7 @@ extension Engine {
         // An implicit session whose last stream went to another session ends at once (§7).
         for id in emptied.sorted() {
             guard let s = sessions[id], !s.hasStreams else { continue }
-            deactivate(id, notify: s.isCall, cause: .implicitEnded)
+            deactivate(id, notify: s.endsWithNotify, cause: .implicitEnded)
             if players(ofImplicit: s).isEmpty { removeSession(id) }
             changedImplicit.remove(id)
         }
@@ -97,6 +97,7 @@ extension Engine {
             adjustAudible(id, +1)
         }
         streams[sid] = st
+        if st.capturing { adjustCapturing(id, +1) }
         touch(id)
     }
 
@@ -110,6 +111,7 @@ extension Engine {
             adjustAudible(nil, +1)
         }
         streams[sid] = st
+        if st.capturing { adjustCapturing(id, -1) }
         touch(id)
         if let s = sessions[id], s.isImplicit, !s.hasStreams { scheduleLingerIfIdle(id) }
     }
@@ -122,7 +124,10 @@ extension Engine {
     // MARK: Stream events
 
     mutating func streamAppeared(_ info: StreamInfo) {
-        withdrawAnnouncement(info.id)
+        // PipeWire shows a linked stream corked until its node runs, a graph cycle or more after the link: what a
+        // call's stream silenced ahead stays silenced until it runs (`streamChanged`), ends or is overdue, or the
+        // music would be given back between the link and the call's first sample and heard over it.
+        if !(info.corked && callsAboutToSound[info.id] != nil) { withdrawAnnouncement(info.id) }
         if streams[info.id] != nil { return streamChanged(info) }
         // A dead process makes no new streams: one that appears at a pid that exited is a new process the kernel
         // gave the pid again, and it is policed like any other.
@@ -149,7 +154,8 @@ extension Engine {
     /// muted now — found by deciding on a copy of the engine as if it did — and only for a call's stream: a
     /// softphone creates its stream to play at once, while media libraries create theirs corked and start them
     /// later or never (cubeb does), which would silence the music for nothing. The link brings the real decision
-    /// (`streamAppeared`), which keeps the mutes or lifts them; so do the stream's end and `callLinkOverdue`.
+    /// (`streamAppeared`, or the first report that it runs if it links corked), which keeps the mutes or lifts them;
+    /// so do the stream's end and `callLinkOverdue`.
     mutating func streamAnnounced(_ info: StreamInfo) {
         guard streams[info.id] == nil, info.id.kind == .playback, callsAboutToSound[info.id] == nil else { return }
         var probe = self
@@ -175,10 +181,11 @@ extension Engine {
 
     /// The announced call stream whose link the stream is muted ahead of, if any.
     /// Only while the stream belongs to a session that policy may silence: one that has since gone to the
-    /// platform's call, or to no session, is never silenced (`policyMute`), ahead of a call or otherwise.
+    /// platform's call, or to no session, or that rings an alarm, is never silenced (`policyMute`), ahead of a call
+    /// or otherwise.
     func silencedAhead(_ sid: StreamID) -> StreamID? {
-        guard !callsAboutToSound.isEmpty, let owner = streams[sid]?.session, sessions[owner] != nil,
-            !isPlatformCall(owner)
+        guard !callsAboutToSound.isEmpty, let owner = streams[sid]?.session, let s = sessions[owner],
+            !isPlatformCall(owner), !s.isAlert
         else { return nil }
         return callsAboutToSound.first { $0.value.contains(sid) }?.key
     }
@@ -192,6 +199,7 @@ extension Engine {
 
     mutating func streamChanged(_ info: StreamInfo) {
         guard var st = streams[info.id] else { return streamAppeared(info) }
+        if !info.corked { withdrawAnnouncement(info.id) }
         // Values audiod left are its own before anything is taken for the user's.
         adopt(&st, info)
         var info = info
@@ -225,6 +233,9 @@ extension Engine {
             st.previousDevice = old.device
             st.movedAt = now
         }
+        // The user unmuting a stream muted for its output-muted session (SPEC §5): the session takes the audio.
+        let unmutedForApp = userUnmuted && st.mutedForApp != nil
+        if unmutedForApp { st.mutedForApp = nil }
         if userUnmuted && st.kind == .record {
             // The user's unmute lifts the privacy hold, unless an explicit session's interruption silences it
             // again at once: then audiod's mute stands and only the owner's activation may lift it.
@@ -259,9 +270,15 @@ extension Engine {
 
         if info.device != old.device { announceNewDevice(info.device, previous: old.device, to: owner) }
 
-        if s.isImplicit {
+        if unmutedForApp && s.outputMuted {
+            userUnmutedOutput(owner)
+        } else if s.isImplicit {
             // The user takes precedence over interruptions and route changes of apps that never talk to us (§7).
-            if userUnmuted && (s.heldSilent || st.routeSilenced) { userActivate(owner) }
+            if userUnmuted && (s.heldSilent || st.routeSilenced) {
+                userActivate(owner)
+                // Unmuted, but not heard or capturing (corked, a monitor): the linger ends it as it ends any.
+                if sessions[owner]?.active == true { scheduleLingerIfIdle(owner) }
+            }
         } else if !ownershipInputsChanged && !wasAudible && wouldBeAudible(info.id) {
             autoActivate(owner)
         }
@@ -290,6 +307,7 @@ extension Engine {
         guard let st = streams[id] else { return }
         if let owner = st.session { detach(id, from: owner) }
         if st.audible { adjustAudible(nil, -1) }
+        screenReader(id, heard: false)
         unindex(id, chain: st.info.processChain)
         // An exited pid is remembered only while a listed stream has it in its chain: an ancestor that exited
         // before its children's streams ended would otherwise stay forever.
@@ -313,7 +331,7 @@ extension Engine {
         // they cannot start a new implicit session.
         goneProcesses.insert(pid)
         if let id = implicitByKey[.process(pid)], let s = sessions[id] {
-            deactivate(id, notify: s.isCall, cause: .implicitEnded)
+            deactivate(id, notify: s.endsWithNotify, cause: .implicitEnded)
             removeSession(id)
         }
         reassignOwnership(of: streamsByAncestor[pid] ?? [])
@@ -350,14 +368,48 @@ extension Engine {
         guard let s = sessions[id], s.isImplicit, s.hasStreams else { return }
         updateVoiceCall(id)
         guard let s = sessions[id] else { return }
-        let (config, exempt, reason) = implicitConfiguration(s)
+        let (config, roleClass, reason) = implicitConfiguration(s)
         if s.categoryReason != reason {
             sessions[id]?.categoryReason = reason
             touch(id)
         }
-        if s.roleExempt != exempt {
-            sessions[id]?.roleExempt = exempt
+        if s.roleClass != roleClass {
+            sessions[id]?.roleClass = roleClass
             markStreamsDirty(of: id, kind: .playback)
+            // An alarm is a ducker that spares calls: the ducks it causes are judged again.
+            if s.active && s.configuration.ducksOthers { markAllPlaybackDirty() }
+            // A ringing alarm that turns into an emergency takes the audio from everyone now, as if it began so.
+            if roleClass == .emergency && s.active { interruptOthers(for: id) }
+            // An app interrupted before it rang an alarm is not interrupted any more: nothing holds an alarm back.
+            // (It is told without `should_resume`: the alarm rings by itself, the app need not do anything.)
+            if roleClass == .alarm || roleClass == .emergency, s.interrupted {
+                untie(id)
+                endInterruption(id, shouldResume: false, playPlayers: false)
+                sessions[id]?.awaitingActivation = false
+                crossings.insert(id)
+            }
+        }
+        defer {
+            // Voice input began or ended with the rule: whether the session holds the audio is judged again.
+            if let now = sessions[id], now.holdsAudio != s.holdsAudio { crossings.insert(id) }
+            if let now = sessions[id], now.active {
+                // It became a call, an emergency or voice input while active: it ends as one.
+                if now.endsWithNotify { sessions[id]?.notifiesAtEnd = true }
+                // An alarm rang through sleep and an emergency; an app that is no alarm any more sleeps, and gives
+                // way to the emergency, like the rest.
+                if s.isAlert, !now.isAlert {
+                    if sleeping {
+                        interruptForPlatform(id, .suspend)
+                    } else if !now.isCall,
+                        let e = activeSessions.sorted().first(where: {
+                            $0 != id && sessions[$0]?.roleClass == .emergency
+                        })
+                    {
+                        interrupt(id, reason: .default, by: e)
+                    }
+                }
+            }
+            stopSparingCalls(id, spared: sparesCalls(s))
         }
         guard config != s.configuration else { return }
         if s.active, let call = refusingCall(for: config, excluding: id) {
@@ -430,7 +482,7 @@ extension Engine {
     /// SPEC §7, first match wins: an app rule (D-Bus over config; on the strongest name), game evidence, the
     /// voice-call rule, an MPRIS player, the highest-priority media role, record-only, a media player's desktop
     /// entry, the default. With the sentence a person reads.
-    func implicitConfiguration(_ s: SessionState) -> (Configuration, exempt: Bool, reason: CategoryReason) {
+    func implicitConfiguration(_ s: SessionState) -> (Configuration, roleClass: RoleClass, reason: CategoryReason) {
         // Runs on every stream event of the session (a game may hold a hundred streams): one pass over them, and
         // none for rules when there are none.
         let profile = profile(of: s)
@@ -443,7 +495,7 @@ extension Engine {
                 names += [info.applicationID, info.binary, info.applicationName].compactMap { $0 }
             }
             for name in names where !name.isEmpty {
-                if let rule = rules[name] { return (rule.configuration, false, .rule(from: source, name: name)) }
+                if let rule = rules[name] { return (rule.configuration, .none, .rule(from: source, name: name)) }
             }
         }
         var roles: Set<String> = []
@@ -461,34 +513,35 @@ extension Engine {
         if let game = gameEvidence(s, roles: roles, profile: profile) {
             if call {
                 return (
-                    Configuration(category: .playAndRecord, mode: .gameChat, options: [.mixWithOthers]), false,
+                    Configuration(category: .playAndRecord, mode: .gameChat, options: [.mixWithOthers]), .none,
                     .gameChat(game)
                 )
             }
-            return (Configuration(category: .ambient), false, .game(game))
+            return (Configuration(category: .ambient), .none, .game(game))
         }
         if call {
-            return (Configuration(category: .playAndRecord, mode: .voiceChat), false, .voiceCall)
+            return (Configuration(category: .playAndRecord, mode: .voiceChat), .none, .voiceCall)
         }
-        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), false, .mpris) }
+        if !players(ofImplicit: s).isEmpty { return (Configuration(category: .playback), .none, .mpris) }
         for tier in Settings.builtInRoles {
             if let role = tier.roles.first(where: roles.contains) {
-                return (
-                    settings.roleConfigurations[role] ?? tier.configuration, tier.exemptFromSecondary,
-                    .role(role, configured: false)
-                )
+                // A config entry for `alarm` or `emergency` makes it an ordinary app of that configuration: an alarm
+                // that might not mix could not be spared every interruption.
+                let configured = settings.roleConfigurations[role]
+                let roleClass = configured != nil && tier.roleClass != .systemSound ? .none : tier.roleClass
+                return (configured ?? tier.configuration, roleClass, .role(role, configured: false))
             }
         }
         for role in roles.sorted() {
-            if let config = settings.roleConfigurations[role] { return (config, false, .role(role, configured: true)) }
+            if let config = settings.roleConfigurations[role] { return (config, .none, .role(role, configured: true)) }
         }
         if owned > 0 && recording == owned {
-            return (Configuration(category: .record), false, .recordOnly)
+            return (Configuration(category: .record), .none, .recordOnly)
         }
         if let e = profile?.entry, e.isPlayer {
-            return (Configuration(category: .playback), false, .player(e))
+            return (Configuration(category: .playback), .none, .player(e))
         }
-        return (settings.defaultConfiguration, false, .default)
+        return (settings.defaultConfiguration, .none, .default)
     }
 
     /// PipeWire's role names mean their PulseAudio equivalents (SPEC §7 step 5).
@@ -500,6 +553,10 @@ extension Engine {
         case "Game": "game"
         case "Notification": "event"
         case "Accessibility": "a11y"
+        case "Navigation": "navigation"
+        case "Assistant": "assistant"
+        case "Alarm": "alarm"
+        case "Emergency": "emergency"
         case "Production": "production"
         case "Test": "test"
         default: role
@@ -507,7 +564,7 @@ extension Engine {
     }
 
     mutating func scheduleLingerIfIdle(_ id: SessionID) {
-        guard let s = sessions[id], s.isImplicit, !s.lingerScheduled, s.audibleCount == 0 else { return }
+        guard let s = sessions[id], s.isImplicit, !s.lingerScheduled, !s.holdsAudio else { return }
         sessions[id]?.lingerScheduled = true
         out.timers.append(.scheduleTimer(.linger(id), afterNanoseconds: settings.lingerNanoseconds))
     }
@@ -537,6 +594,12 @@ extension Engine {
             guard let s = sessions[id], s.voiceCallEndScheduled else { return }
             sessions[id]?.voiceCallEndScheduled = false
             guard s.voiceCall, !capturesWhilePlaying(s) else { return }
+            // A rule decides the category of this app, not the voice-call rule: its capture and its sound end it
+            // as they end any session of its category (a dictation that beeped is still dictating).
+            if case .rule = s.categoryReason {
+                sessions[id]?.voiceCall = false
+                return
+            }
             // The call is over: the music comes back (deactivation with notify), and if the app still plays it
             // activates again with its new category, judged like any activation.
             sessions[id]?.voiceCall = false
@@ -554,13 +617,13 @@ extension Engine {
         case .linger(let id):
             guard let s = sessions[id], s.lingerScheduled else { return }
             sessions[id]?.lingerScheduled = false
-            guard s.audibleCount == 0 else { return }
-            // A call ends with notify (the music comes back after it); any other implicit app without: when
-            // someone pauses player B, player A that B took over stays paused.
-            if s.active { deactivate(id, notify: s.isCall, cause: .implicitEnded) }
+            guard !s.holdsAudio else { return }
+            // A call, an emergency or voice input ends with notify (the music comes back after it); any other
+            // implicit app without: when someone pauses player B, player A that B took over stays paused.
+            if s.active { deactivate(id, notify: s.endsWithNotify, cause: .implicitEnded) }
             if let now = sessions[id], !now.hasStreams, players(ofImplicit: now).isEmpty {
                 // Inactive already, but sessions may still be tied to it: deactivation resolves them.
-                deactivate(id, notify: now.isCall, cause: .implicitEnded)
+                deactivate(id, notify: now.endsWithNotify, cause: .implicitEnded)
                 removeSession(id)
             }
         }
@@ -586,7 +649,7 @@ extension Engine {
         if let sid = implicitByKey[.process(p.info.pid)], let s = sessions[sid], !s.hasStreams,
             players(ofImplicit: s).isEmpty
         {
-            deactivate(sid, notify: s.isCall, cause: .implicitEnded)
+            deactivate(sid, notify: s.endsWithNotify, cause: .implicitEnded)
             removeSession(sid)
         }
     }
@@ -603,12 +666,16 @@ extension Engine {
         let old = p.info.status
         p.info.status = status
         if status == .paused { p.pauseInFlight = false }
-        // A Playing that crossed audiod's Pause on the bus is not the user's Play: the player stays audiod's to resume.
-        if status == .playing, !p.pauseInFlight { p.pausedByAudiod = false }
+        // A Playing that answers audiod's own Play, or that crossed audiod's Pause on the bus, is not the user's
+        // Play: the player stays audiod's to resume (paused again since, it is resumed when that ends).
+        let answersPlay = status == .playing && p.playInFlight && awaitsAnswer(p)
+        let crossedPause = p.pauseInFlight && awaitsAnswer(p)
+        if status == .playing, !crossedPause, !answersPlay { p.pausedByAudiod = false }
+        if status != .paused { p.playInFlight = false }
         players[id] = p
         for sid in streamsByAncestor[p.info.pid] ?? [] { markDirty(sid) }
-        guard status == .playing, old != .playing, let sid = implicitByKey[.process(p.info.pid)],
-            let s = sessions[sid]
+        guard status == .playing, old != .playing, !answersPlay, !crossedPause,
+            let sid = implicitByKey[.process(p.info.pid)], let s = sessions[sid]
         else { return }
         let routeHeld = s.playbackStreams.contains { streams[$0]?.routeSilenced == true }
         if s.heldSilent || routeHeld { userActivate(sid) }
@@ -620,12 +687,15 @@ extension Engine {
             // A player whose stream sounds is playing, whatever its last PlaybackStatus said: the status travels
             // the bus and the stream the sound server, and either may arrive first.
             guard var p = players[pid],
-                p.info.status == .playing
+                p.info.status == .playing || (p.playInFlight && awaitsAnswer(p))
                     || (streamsByAncestor[p.info.pid] ?? []).contains(where: { streams[$0].map(soundsOnDevice) == true }
                     )
             else { continue }
             p.pausedByAudiod = resumable
-            p.pauseInFlight = true
+            // A player that still says Paused (its Play in flight) may answer nothing at all — or the Play first:
+            // that Playing is still audiod's own (`playInFlight` stays).
+            p.pauseInFlight = p.info.status != .paused
+            p.sentAt = now
             players[pid] = p
             out.mpris.append(.mprisPause(pid))
         }
@@ -636,8 +706,20 @@ extension Engine {
         for pid in players(ofImplicit: s).sorted() where players[pid]?.pausedByAudiod == true {
             players[pid]?.pausedByAudiod = false
             players[pid]?.pauseInFlight = false
+            // Only a paused player answers Play with Playing (one that stopped, its tab closed, has nothing to play).
+            let paused = players[pid]?.info.status == .paused
+            players[pid]?.playInFlight = paused
+            players[pid]?.sentAt = now
             out.mpris.append(.mprisPlay(pid))
         }
+    }
+
+    /// Whether audiod still waits for a player's answer to its last `Play` or `Pause`. Not for ever: a player that
+    /// never answers (nothing to play, a Pause it coalesced with the Play before it) must not have the user's next
+    /// press of Play taken for an answer.
+    func awaitsAnswer(_ p: PlayerState) -> Bool {
+        guard let sent = p.sentAt else { return false }
+        return now.since(sent) <= settings.lingerNanoseconds
     }
 
     mutating func forgetPausedPlayers(of id: SessionID) {

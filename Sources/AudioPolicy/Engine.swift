@@ -12,6 +12,7 @@ public struct Engine: Sendable {
 
     var settings: Settings
     var duckFactor: UInt32
+    var strongDuckFactor: UInt32
     public internal(set) var silentMode = false
 
     var sessions: [SessionID: SessionState] = [:]
@@ -39,13 +40,20 @@ public struct Engine: Sendable {
     var activeSessions: Set<SessionID> = []
     var activeNonMixable: Set<SessionID> = []
     var activeDuckers: Set<SessionID> = []
+    /// The active duckers that are voice prompts (mode `voice-prompt`): they duck with `StrongDuckLevel`.
+    var strongDuckers: Set<SessionID> = []
     /// Sessions tied to an interrupter, by interrupter.
     var tiedTo: [SessionID: Set<SessionID>] = [:]
     /// Sessions whose category obeys silent mode / is ambient.
     var silentModeSessions: Set<SessionID> = []
     var ambientSessions: Set<SessionID> = []
-    /// Audible streams that belong to no session (a11y).
+    /// Audible streams that belong to no session (a11y, and a gone process's until the server drops them).
     var sessionlessAudible = 0
+    /// Audible a11y streams: while there is one, a screen reader is heard and every session's playback is ducked
+    /// strongly. A set, not a count: a stream's role can change while it plays.
+    var audibleA11y: Set<StreamID> = []
+    /// Whether a call was active when the settle pass last looked: voice prompts and alarms duck under one.
+    var callActive = false
     /// Audible streams in all.
     var totalAudible = 0
     var sessionsWithAudio: Set<SessionID> = []
@@ -98,6 +106,7 @@ public struct Engine: Sendable {
     public init(settings: Settings = Settings()) {
         self.settings = settings
         self.duckFactor = Volume.fromLinear(settings.duckLevel)
+        self.strongDuckFactor = Volume.fromLinear(settings.strongDuckLevel)
         self.configRules = Engine.index(settings.configRules)
     }
 
@@ -109,6 +118,9 @@ public struct Engine: Sendable {
 
     /// The DuckLevel in force.
     public var duckLevel: Double { settings.duckLevel }
+
+    /// The StrongDuckLevel in force.
+    public var strongDuckLevel: Double { settings.strongDuckLevel }
 
     /// How far a reported volume may be from audiod's and still count as audiod's, in force.
     public var volumeTolerance: UInt32 { settings.volumeTolerance }
@@ -140,7 +152,7 @@ public struct Engine: Sendable {
         guard let s = streams[id] else { return nil }
         return StreamView(
             info: s.info, session: s.session, policyMuted: s.policyMute || silencedAhead(id) != nil,
-            duckFactor: s.ducked ? settings.duckLevel : 1.0, userMuted: s.userMuted,
+            duckFactor: duckLevel(of: s.duck), userMuted: s.userMuted,
             userVolume: s.userVolume, audible: s.audible, reasons: policyReasons(s))
     }
 
@@ -201,8 +213,10 @@ public struct Engine: Sendable {
         case .release(let r, let id): release(r, id)
         case .setHandlesSecondaryAudio(let r, let id, let v): setHandlesSecondaryAudio(r, id, v)
         case .setPrefersNoInterruptions(let r, let id, let v): setPrefersNoInterruptions(r, id, v)
+        case .setOutputMuted(let r, let id, let v): setOutputMuted(r, id, v)
         case .setSilentMode(let r, let on): setSilentMode(r, on)
         case .setDuckLevel(let r, let level): setDuckLevel(r, level)
+        case .setStrongDuckLevel(let r, let level): setStrongDuckLevel(r, level)
         case .setApplicationCategory(let r, let app, let c, let m, let o): setApplicationCategory(r, app, c, m, o)
         case .removeApplicationCategory(let r, let app): removeApplicationCategory(r, app)
         case .configure(let r, let s): configure(r, s)
@@ -299,13 +313,16 @@ public struct SessionView: Sendable, Equatable {
     /// Indices of its record streams, ascending.
     public var recordStreams: [UInt32]
     public var identity: SessionIdentity
+    /// `OutputMuted` (SPEC §5).
+    public var outputMuted = false
 
-    public var mixable: Bool { configuration.isMixable }
+    /// An output-muted session counts as mixable, unless it may capture.
+    public var mixable: Bool { configuration.isMixable || (outputMuted && !configuration.category.captures) }
 
     /// Every property the engine decides, with its value, in docs/API.md order.
     public var properties: [SessionProperty] { (0..<Self.propertyCount).map(property(at:)) }
 
-    public static let propertyCount = 15
+    public static let propertyCount = 16
 
     /// The property at `i` in docs/API.md order (the one list of them).
     public func property(at i: Int) -> SessionProperty {
@@ -323,7 +340,8 @@ public struct SessionView: Sendable, Equatable {
         case 10: .processID(processID)
         case 11: .streams(streams)
         case 12: .recordStreams(recordStreams)
-        case 13: .prefersNoInterruptionsFromSystemAlerts(prefersNoInterruptionsFromSystemAlerts)
+        case 13: .outputMuted(outputMuted)
+        case 14: .prefersNoInterruptionsFromSystemAlerts(prefersNoInterruptionsFromSystemAlerts)
         default: .identity(identity)
         }
     }
@@ -351,6 +369,7 @@ public struct SessionView: Sendable, Equatable {
             case .streams(let s): streams = s
             case .recordStreams(let s): recordStreams = s
             case .prefersNoInterruptionsFromSystemAlerts(let b): prefersNoInterruptionsFromSystemAlerts = b
+            case .outputMuted(let b): outputMuted = b
             case .identity(let i): identity = i
             }
         }
@@ -383,7 +402,8 @@ public struct SessionView: Sendable, Equatable {
         case 10: processID == old.processID
         case 11: streams == old.streams
         case 12: recordStreams == old.recordStreams
-        case 13: prefersNoInterruptionsFromSystemAlerts == old.prefersNoInterruptionsFromSystemAlerts
+        case 13: outputMuted == old.outputMuted
+        case 14: prefersNoInterruptionsFromSystemAlerts == old.prefersNoInterruptionsFromSystemAlerts
         default: identity == old.identity
         }
     }

@@ -15,10 +15,14 @@ public enum Event: Sendable, Equatable {
     case setHandlesSecondaryAudio(RequestID, SessionID, Bool)
     /// A write of the session property `PrefersNoInterruptionsFromSystemAlerts`.
     case setPrefersNoInterruptions(RequestID, SessionID, Bool)
+    /// A write of the session property `OutputMuted` by the session's owner.
+    case setOutputMuted(RequestID, SessionID, Bool)
     /// A write of `SilentMode` (also used to restore the persisted value at start).
     case setSilentMode(RequestID, Bool)
     /// A write of `DuckLevel` (0 < x < 1).
     case setDuckLevel(RequestID, Double)
+    /// `StrongDuckLevel`: the duck under a voice prompt or an audible a11y stream, 0 < x ≤ `DuckLevel`.
+    case setStrongDuckLevel(RequestID, Double)
     /// `SetApplicationCategory`.
     case setApplicationCategory(RequestID, application: String, category: String, mode: String, options: [String])
     /// `RemoveApplicationCategory`.
@@ -293,6 +297,11 @@ public struct ApplicationRule: Sendable, Equatable {
 public struct Settings: Sendable, Equatable {
     /// Linear amplitude factor for ducked streams, 0 < x < 1.
     public var duckLevel: Double
+    /// The deeper factor a voice prompt (mode `voice-prompt`) or an audible a11y stream ducks with, 0 < x ≤
+    /// `duckLevel`: Android's −35 dB for navigation and assistants, against −14 dB for the rest.
+    public var strongDuckLevel: Double = Settings.defaultStrongDuckLevel
+    /// −35 dB, as docs/API.md gives it.
+    public static let defaultStrongDuckLevel = 0.0178
     /// The category of an app that matches no rule, owns no player and has no known role.
     public var defaultConfiguration: Configuration
     /// `media.role` → configuration, overriding the built-in map of docs/POLICY.md §7 for the roles it names.
@@ -310,8 +319,8 @@ public struct Settings: Sendable, Equatable {
     /// Whether the lock screen silences ambient sound (SPEC §10; `[platform] lock-screen` in the config file).
     public var followsLockScreen: Bool
     /// How long a call's stream listed before its link (`Event.streamAnnounced`) keeps what it silenced ahead of
-    /// it muted if the link does not come. Links take 2–15 ms (measured on PipeWire); one that never comes (no
-    /// device, WirePlumber gone) must not keep the music muted.
+    /// it muted if it does not link and run. Links take 2–15 ms (measured on PipeWire); one that never comes (no
+    /// device, WirePlumber gone), or a call that links but stays corked, must not keep the music muted.
     public var callLinkWaitNanoseconds: UInt64 = 500_000_000
     /// The nice level audiod's loop thread asks for (`nice-level` in the config file; −20…19, 0 leaves it as
     /// started). Not a policy setting: the engine ignores it; the daemon applies it at start and at every reload.
@@ -339,6 +348,7 @@ public struct Settings: Sendable, Equatable {
     ) {
         self.followsLockScreen = followsLockScreen
         self.duckLevel = duckLevel
+        self.strongDuckLevel = min(Settings.defaultStrongDuckLevel, duckLevel)
         self.defaultConfiguration = defaultConfiguration
         self.roleConfigurations = roleConfigurations
         self.configRules = configRules
@@ -359,11 +369,21 @@ public struct Settings: Sendable, Equatable {
     }
 
     /// The built-in role map of docs/POLICY.md §7, in priority order (highest first).
-    public static let builtInRoles: [(roles: [String], configuration: Configuration, exemptFromSecondary: Bool)] = [
-        (["phone"], Configuration(category: .playAndRecord, mode: .voiceChat), false),
-        (["music", "video"], Configuration(category: .playback), false),
-        (["game"], Configuration(category: .ambient), false),
-        (["production"], Configuration(category: .playback, options: [.mixWithOthers]), false),
-        (["event", "animation", "test"], Configuration(category: .ambient), true),
+    public static let builtInRoles: [(roles: [String], configuration: Configuration, roleClass: RoleClass)] = [
+        (["phone"], Configuration(category: .playAndRecord, mode: .voiceChat), .none),
+        // An alarm or an emergency outranks the app's media: while a clock app rings, nothing may silence it.
+        (["emergency"], Configuration(category: .playback, options: [.duckOthers]), .emergency),
+        (["alarm"], Configuration(category: .playback, options: [.duckOthers]), .alarm),
+        (["music", "video"], Configuration(category: .playback), .none),
+        (["game"], Configuration(category: .ambient), .none),
+        (["production"], Configuration(category: .playback, options: [.mixWithOthers]), .none),
+        // Voice prompts: heard over everything but spoken audio, which they interrupt (it may resume after).
+        (
+            ["navigation", "assistant"],
+            Configuration(
+                category: .playback, mode: .voicePrompt, options: [.duckOthers, .interruptSpokenAudioAndMixWithOthers]),
+            .none
+        ),
+        (["event", "animation", "test"], Configuration(category: .ambient), .systemSound),
     ]
 }

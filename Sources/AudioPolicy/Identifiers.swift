@@ -48,8 +48,8 @@ public enum TimerID: Hashable, Sendable {
     /// An implicit call found by the voice-call rule (SPEC §7 step 3): it stops being a call when it has not both
     /// captured and played for the linger.
     case voiceCallEnd(SessionID)
-    /// A call's stream announced before its link (`Event.streamAnnounced`) that has not linked in time: what it
-    /// silenced ahead of it comes back.
+    /// A call's stream announced before its link (`Event.streamAnnounced`) that has not linked and played in time:
+    /// what it silenced ahead of it comes back.
     case callLinkOverdue(StreamID)
     /// A handover (docs/POLICY.md §5) whose session has not made a sound within the linger: primary audio ends.
     case handover(SessionID)

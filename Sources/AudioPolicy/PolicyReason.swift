@@ -1,6 +1,6 @@
 /// Why audiod silences or ducks a stream right now (`ListStreams`' `policy-reasons`, `audioctl streams`).
 ///
-/// Data, worded only when a person reads it: the engine decides with `policyMute`/`shouldDuck`, and these are the
+/// Data, worded only when a person reads it: the engine decides with `policyMute`/`duckDepth`, and these are the
 /// same conditions named one by one, so that "why is this quiet?" has the answer the decision had.
 public enum PolicyReason: Sendable, Hashable {
     /// Its session was interrupted by another (nil: by an event nobody will end, e.g. its device went away).
@@ -18,6 +18,12 @@ public enum PolicyReason: Sendable, Hashable {
     /// Its device went away while it played; it stays silent until its session is activated again.
     case routeChange
     case duckedBy(SessionID)
+    /// Ducked to `StrongDuckLevel` by a voice prompt (mode `voice-prompt`: navigation, an assistant).
+    case duckedByVoicePrompt(SessionID)
+    /// An a11y stream (a screen reader) is audible: every session's playback is ducked to `StrongDuckLevel`.
+    case duckedUnderScreenReader
+    /// A voice prompt's or an alarm's stream during a call: heard under it, at `DuckLevel`.
+    case duckedUnderCall(SessionID)
     /// A call's stream is listed but not yet linked (PipeWire): what it will silence is muted before it sounds.
     case callAboutToSound(StreamID)
 
@@ -34,17 +40,30 @@ public enum PolicyReason: Sendable, Hashable {
         case .secondaryAudio(let p): "secondary audio while session \(p.rawValue) plays"
         case .routeChange: "route change"
         case .duckedBy(let d): "ducked by session \(d.rawValue)"
+        case .duckedByVoicePrompt(let d): "ducked deeper by session \(d.rawValue), a voice prompt"
+        case .duckedUnderScreenReader: "ducked under a screen reader (an a11y stream is audible)"
+        case .duckedUnderCall(let c): "ducked under the call of session \(c.rawValue)"
         case .callAboutToSound(let call): "a call is about to sound (stream \(call.index), not yet linked)"
         }
     }
 }
 
 extension Engine {
-    /// The reasons `policyMute` and `shouldDuck` hold for this stream, in the order they are checked.
+    /// The reasons `policyMute` and `duckDepth` hold for this stream, in the order they are checked.
     func policyReasons(_ st: StreamState) -> [PolicyReason] {
         guard let owner = st.session, let s = sessions[owner] else { return [] }
-        let ducked = shouldDuck(st) ? activeDuckers.sorted().filter { $0 != owner }.map(PolicyReason.duckedBy) : []
-        // The platform call's streams are never silenced; a ducker still ducks them, as `shouldDuck` decides.
+        var ducked: [PolicyReason] = []
+        if duckDepth(st) != .none {
+            if let call = callAbove(s) {
+                ducked = [.duckedUnderCall(call)]
+            } else {
+                ducked = duckers(of: s).map {
+                    strongDuckers.contains($0) ? PolicyReason.duckedByVoicePrompt($0) : .duckedBy($0)
+                }
+            }
+            if !audibleA11y.isEmpty { ducked.append(.duckedUnderScreenReader) }
+        }
+        // The platform call's streams are never silenced; a ducker still ducks them, as `duckDepth` decides.
         if isPlatformCall(owner) { return ducked }
         var reasons: [PolicyReason] = []
         if s.interrupted {
@@ -60,6 +79,8 @@ extension Engine {
             guard st.recordHeld || (!s.isImplicit && s.heldSilent) else { return [] }
             return reasons.isEmpty ? [.recordHeld] : reasons
         }
+        // An alarm is silenced by nothing but its device going away (`policyMute`); ducked as `duckDepth` says.
+        if s.isAlert { return (st.routeSilenced ? [.routeChange] : []) + ducked }
         if st.routeSilenced { reasons.append(.routeChange) }
         if silentMode && s.configuration.category.obeysSilentMode { reasons.append(.silentMode) }
         if lockedOut(s) { reasons.append(.screenLocked) }

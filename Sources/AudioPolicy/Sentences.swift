@@ -15,8 +15,10 @@ extension Event {
             "\(id) says it \(on ? "handles" : "no longer handles") secondary audio itself"
         case .setPrefersNoInterruptions(_, let id, let on):
             "\(id) \(on ? "asks not to be" : "may again be") interrupted by a call that only rings"
+        case .setOutputMuted(_, let id, let on): "\(id) \(on ? "mutes" : "unmutes") its output"
         case .setSilentMode(_, let on): "silent mode is switched \(on ? "on" : "off")"
         case .setDuckLevel(_, let level): "the duck level is set to \(level)"
+        case .setStrongDuckLevel(_, let level): "the strong duck level is set to \(level)"
         case .setApplicationCategory(_, let app, let c, let m, _):
             "a rule is set: \(app) is \(c)\(m == "default" ? "" : "/\(m)")"
         case .removeApplicationCategory(_, let app): "the rule for \(app) is removed"
@@ -35,7 +37,7 @@ extension Event {
         case .deviceRemoved(let d): "device \(d) went away"
         case .timerFired(.linger(let id)): "\(id) has had no audible stream for the linger"
         case .timerFired(.voiceCallEnd(let id)): "\(id) has not both captured and played for the linger"
-        case .timerFired(.callLinkOverdue(let id)): "\(Self.words(id)) was announced but not linked in time"
+        case .timerFired(.callLinkOverdue(let id)): "\(Self.words(id)) was announced but did not link and play in time"
         case .timerFired(.handover(let id)): "\(id) took over the audio but has made no sound for the linger"
         case .gameModeGames(let games): "GameMode lists \(games.count) game\(games.count == 1 ? "" : "s")"
         case .platformCall(let call?):
@@ -93,6 +95,7 @@ extension Effect {
         case .silenceSecondaryAudioHint(let t): "secondary-audio hint \(t.rawValue)"
         case .routeChanged(let reason, let previous, let current):
             "route changed (\(reason.rawValue)) from \(previous ?? "nothing") to \(current ?? "nothing")"
+        case .userIntentToUnmuteOutput: "the user unmuted its output"
         }
     }
 

@@ -23,8 +23,8 @@ struct SessionState: Sendable {
     var ownsStreamsByPid = true
     var applicationName: String
     var configuration: Configuration
-    /// An implicit session from the `event`, `animation` or `test` roles: follows only silent mode (§5).
-    var roleExempt = false
+    /// What a built-in role makes an implicit session beyond its configuration (SPEC §7 step 5).
+    var roleClass = RoleClass.none
     var handlesSecondaryAudio = false
     /// `PrefersNoInterruptionsFromSystemAlerts`: a platform call that only rings does not interrupt it.
     var prefersNoInterruptions = false
@@ -44,6 +44,13 @@ struct SessionState: Sendable {
     var playbackStreams: Set<StreamID> = []
     var recordStreams: Set<StreamID> = []
     var audibleCount = 0
+    /// Record streams that capture from a microphone (not a monitor) now: what holds a voice-input app's audio.
+    var capturingCount = 0
+    /// A capture began since the last time audibility was judged: a voice-input app's new dictation is the
+    /// user's action, as Play is a player's, and activates it even after an interruption.
+    var captureStarted = false
+    /// It was active as a call, an emergency or voice input: it ends with notify even if it is none of them any more.
+    var notifiesAtEnd = false
     var lingerScheduled = false
     /// Heard `SilenceSecondaryAudioHint("begin")` and not yet the `end`.
     var toldHintBegin = false
@@ -55,10 +62,36 @@ struct SessionState: Sendable {
     var voiceCallEndScheduled = false
     /// Why an implicit session has its category (`Identity`'s `category-reason`, worded when a view is made).
     var categoryReason = CategoryReason.default
+    /// `OutputMuted`: the app's output is muted by its own choice, and audiod mutes its playback streams for it.
+    var outputMuted = false
 
     var isImplicit: Bool { implicitKey != nil }
+    /// An implicit session from the `event`, `animation` or `test` roles: follows only silent mode (§5).
+    var roleExempt: Bool { roleClass == .systemSound }
+    /// An alarm or an emergency: nothing silences it (SPEC §7 step 5).
+    var isAlert: Bool { roleClass == .alarm || roleClass == .emergency }
+    /// Voice input (SPEC §7): an implicit app a rule makes `record` or `play-and-record`. Its capture from a
+    /// microphone activates it; a capture alone activates nothing without the rule (OBS must not pause the music).
+    var isVoiceInput: Bool {
+        guard isImplicit, case .rule = categoryReason else { return false }
+        return configuration.category == .record || configuration.category == .playAndRecord
+    }
+    /// What keeps an implicit session active, and starts its linger when it ends: an audible stream, or a voice
+    /// input's capture.
+    var holdsAudio: Bool { audibleCount > 0 || (isVoiceInput && capturingCount > 0) }
+    /// An implicit session that ends with notify: a call (the music comes back after it), an emergency (what it
+    /// interrupted may resume), voice input (the music it paused plays again).
+    /// Judged while it is active, and kept until it ends (`notifiesAtEnd`): a rule removed in the middle of a
+    /// dictation still gives the music back.
+    var endsWithNotify: Bool { notifiesAtEnd || isCall || roleClass == .emergency || isVoiceInput }
     var isCall: Bool { configuration.isCall }
-    var mixable: Bool { configuration.isMixable }
+    /// An output-muted session (SPEC §5) counts as mixable: a feed playing muted takes the audio from nobody. One that
+    /// may capture does not (a call, a game's voice chat that deafens itself): it still holds the microphone, which a
+    /// call must take from it.
+    var mixable: Bool { configuration.isMixable || mutedFeed }
+    var mutedFeed: Bool { outputMuted && !configuration.category.captures }
+    /// It ducks others only while it can be heard.
+    var ducksOthers: Bool { configuration.ducksOthers && !outputMuted }
     var allStreams: [StreamID] { playbackStreams.sorted() + recordStreams.sorted() }
     var hasStreams: Bool { !playbackStreams.isEmpty || !recordStreams.isEmpty }
     /// A session whose streams policy reasons tied to the session (not the stream) silence.
@@ -81,14 +114,25 @@ struct StreamState: Sendable {
     var recordHeld = false
     /// Cached decisions of the last settle.
     var policyMute = false
-    var ducked = false
+    var duck = DuckDepth.none
     var audible = false
+    /// A record stream capturing from a microphone: uncorked, not of a monitor, muted by nobody.
+    var capturing = false
+    /// The output-muted session audiod muted it for (`OutputMuted`): that mute is the stream's own value, not a policy
+    /// one. When that session's output is unmuted, the stream is unmuted — whatever muted it before: the app means
+    /// to be heard, and a mute the sound server restored from an earlier output-muted stream of the app must not
+    /// outlive that. A stream that leaves the session (released, its owner gone, audiod stopping) keeps the mute as
+    /// its own: nobody unmuted that output.
+    var mutedForApp: SessionID?
     /// The device it left and when, for route changes announced after the server moved it.
     var previousDevice: String?
     var movedAt = Instant.zero
 
     var kind: StreamKind { info.id.kind }
-    var isA11y: Bool { info.role == "a11y" }
+    var ducked: Bool { duck != .none }
+    /// PipeWire's native clients name the role `Accessibility`; through pipewire-pulse and on PulseAudio it is
+    /// `a11y`. Either way the stream is a screen reader's, which nothing may silence.
+    var isA11y: Bool { info.role == "a11y" || info.role == "Accessibility" }
 }
 
 struct PlayerState: Sendable {
@@ -98,6 +142,12 @@ struct PlayerState: Sendable {
     /// audiod's `Pause` is on its way: until the player reports `Paused`, a `Playing` it reports was sent before
     /// it heard the `Pause` (measured: mpv's own announcement arriving after audiod's decision), not a press of Play.
     var pauseInFlight = false
+    /// audiod's `Play` is on its way: the `Playing` that answers it is audiod's own doing, not a press of Play — and
+    /// a session that lost the audio again meanwhile (measured: a dictation starting in the 20 ms between audiod's
+    /// `Play` and mpv's `Playing`) must pause it again, though it still says `Paused`.
+    var playInFlight = false
+    /// When audiod last sent `Play` or `Pause`: an answer is awaited only for a while (`Engine.awaitsAnswer`).
+    var sentAt: Instant?
 }
 
 /// What decided an implicit session's category (SPEC §7), kept as data: a step compares it, and only a view of the
@@ -152,4 +202,24 @@ public enum CategoryReason: Equatable, Sendable {
         case .steam(let app): "Game: Steam's environment (app \(app))"
         }
     }
+}
+
+/// What a built-in role makes an implicit session beyond its configuration (SPEC §7 step 5).
+public enum RoleClass: Sendable, Equatable {
+    case none
+    /// `event`, `animation`, `test`: system sounds follow only silent mode (§5).
+    case systemSound
+    /// `alarm`/`Alarm`: never silenced (secondary audio, interruptions, sleep); ducks the rest but never a call.
+    case alarm
+    /// `emergency`/`Emergency`: an alarm whose activation also interrupts every session but a call.
+    case emergency
+}
+
+/// How deep a stream is ducked. Where several ducks apply the deepest wins, one factor per stream.
+enum DuckDepth: Sendable, Equatable {
+    case none
+    /// Under a `duck-others` session: `DuckLevel`.
+    case normal
+    /// Under a voice prompt (mode `voice-prompt`) or an audible a11y stream: `StrongDuckLevel`.
+    case strong
 }

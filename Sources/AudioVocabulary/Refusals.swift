@@ -80,6 +80,41 @@ public struct Refusal: Error, Sendable, Hashable, CustomStringConvertible {
         level > 0 && level < 1 && level.isFinite ? nil : duckLevelOutOfRange(level)
     }
 
+    /// Whether audiod takes this duck level beside the strong one in force: it may not go below it.
+    public static func check(duckLevel level: Double, strongDuckLevel strong: Double) -> Refusal? {
+        if let r = check(duckLevel: level) { return r }
+        guard level >= strong else {
+            return Refusal(
+                standard: "InvalidArgs",
+                "DuckLevel \(level) would be below StrongDuckLevel \(strong): the ordinary duck may not be deeper than "
+                    + "the strong one; lower StrongDuckLevel first (audioctl duck-level --strong)")
+        }
+        return nil
+    }
+
+    /// The strong level's range alone: greater than 0, less than 1 (audiod also holds it to at most DuckLevel).
+    public static func check(strongDuckLevel strong: Double) -> Refusal? {
+        guard strong > 0, strong < 1, strong.isFinite else {
+            return Refusal(
+                standard: "InvalidArgs",
+                "StrongDuckLevel \(strong) is out of range: it must be greater than 0, less than 1 and at most DuckLevel"
+            )
+        }
+        return nil
+    }
+
+    /// Whether audiod takes this strong duck level beside the ordinary one in force: greater than 0, at most it.
+    public static func check(strongDuckLevel strong: Double, duckLevel level: Double) -> Refusal? {
+        if let r = check(strongDuckLevel: strong) { return r }
+        guard strong <= level else {
+            return Refusal(
+                standard: "InvalidArgs",
+                "StrongDuckLevel \(strong) would be above DuckLevel \(level): the strong duck may not be shallower than "
+                    + "the ordinary one; raise DuckLevel first (audioctl duck-level)")
+        }
+        return nil
+    }
+
     private static func words<T: RawRepresentable>(_ values: [T]) -> String where T.RawValue == String {
         values.map(\.rawValue).joined(separator: ", ")
     }

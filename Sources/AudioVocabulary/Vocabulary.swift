@@ -15,7 +15,7 @@ public enum Category: String, CaseIterable, Sendable, Hashable, Comparable {
     public var acceptedModes: [Mode] {
         switch self {
         case .ambient, .soloAmbient: return [.default]
-        case .playback: return [.default, .moviePlayback, .spokenAudio, .voicePrompt, .measurement]
+        case .playback: return [.default, .moviePlayback, .spokenAudio, .voicePrompt, .measurement, .shortFormVideo]
         case .record: return [.default, .videoRecording, .measurement]
         case .playAndRecord:
             return [.default, .voiceChat, .videoChat, .gameChat, .videoRecording, .measurement, .voicePrompt]
@@ -30,6 +30,9 @@ public enum Category: String, CaseIterable, Sendable, Hashable, Comparable {
         case .playback, .playAndRecord: return CategoryOption.allCases
         }
     }
+
+    /// Whether its sessions may capture from a microphone.
+    public var captures: Bool { self == .record || self == .playAndRecord }
 
     /// Whether silent mode silences this category's playback streams (docs/POLICY.md §4).
     public var obeysSilentMode: Bool { self == .ambient || self == .soloAmbient }
@@ -48,6 +51,8 @@ public enum Mode: String, CaseIterable, Sendable, Hashable {
     case moviePlayback = "movie-playback"
     case spokenAudio = "spoken-audio"
     case voicePrompt = "voice-prompt"
+    /// A feed of short videos that autoplays muted (iOS 26): `SetCategory` with it sets `OutputMuted`.
+    case shortFormVideo = "short-form-video"
 }
 
 /// Options given with `SetCategory`.

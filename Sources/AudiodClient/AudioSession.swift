@@ -17,8 +17,9 @@ import Synchronization
 /// The session lives as long as this object's connection (or, with `lifetime: .process`, as long as the process).
 ///
 /// A session made with `make` follows audiod: when audiod leaves the bus (a crash, a stop) and comes back, the
-/// session is made again with what the app last set — its hints, category, mode and options, and
-/// `HandlesSecondaryAudio` — and activated again if it held the audio; one that was interrupted comes back inactive.
+/// session is made again with what the app last set — its hints, category, mode and options,
+/// `HandlesSecondaryAudio` and `OutputMuted` (as audiod last published it: the user may have unmuted it) — and
+/// activated again if it held the audio; one that was interrupted comes back inactive.
 /// `mediaServices` says so, once per restart. An activation audiod now refuses is an interruption too
 /// (`.began(reason: "call", interrupter: nil)`): activate again when the app wants to play.
 public final class AudioSession: Sendable {
@@ -54,6 +55,8 @@ public final class AudioSession: Sendable {
         public var otherAudioPlaying: Bool
         public var handlesSecondaryAudio: Bool
         public var streams: [UInt32]
+        /// `OutputMuted`: audiod mutes the session's streams on the app's behalf (a feed that autoplays muted).
+        public var outputMuted = false
     }
 
     /// audiod leaving and coming back, as iOS's media-services notifications say it.
@@ -88,6 +91,9 @@ public final class AudioSession: Sendable {
         var hints: [(String, DBusValue)]?
         var category: (category: String, mode: String, options: [String])?
         var handlesSecondaryAudio: Bool?
+        /// `OutputMuted` as audiod published it last (the user's unmute in a mixer clears it); nil: never set or
+        /// published.
+        var outputMuted: Bool?
         /// audiod's `Active` for it, as its signals said last (an automatic activation included).
         var active = false
         var released = false
@@ -186,9 +192,10 @@ public final class AudioSession: Sendable {
                 // `Active` as audiod publishes it, after each reply and in order with its interruptions: an
                 // activation by the app, by its stream (automatic), an interruption, a deactivation.
                 if s.member == "PropertiesChanged", s.arguments.first?.stringValue == AudiodConnection.sessionInterface,
-                    s.arguments.count > 1, let active = s.arguments[1].propertyMap?["Active"]?.boolValue
+                    s.arguments.count > 1, let changed = s.arguments[1].propertyMap
                 {
-                    box.state.withLock { $0.active = active }
+                    if let active = changed["Active"]?.boolValue { box.state.withLock { $0.active = active } }
+                    if let muted = changed["OutputMuted"]?.boolValue { box.state.withLock { $0.outputMuted = muted } }
                 }
             }
             box.finish()
@@ -223,16 +230,31 @@ public final class AudioSession: Sendable {
                     to: owner, p, AudiodConnection.propertiesInterface, "Set",
                     [.string(AudiodConnection.sessionInterface), .string("HandlesSecondaryAudio"), .variant(.bool(h))])
             }
+            func setOutputMuted(_ muted: Bool) async throws(AudiodError) {
+                _ = try await c.call(
+                    to: owner, p, AudiodConnection.propertiesInterface, "Set",
+                    [.string(AudiodConnection.sessionInterface), .string("OutputMuted"), .variant(.bool(muted))])
+            }
+            // Muted, before anything plays.
+            if r.outputMuted == true { try await setOutputMuted(true) }
             var reactivated = false
             // Not when the app activated, deactivated or released it itself meanwhile: its call stands.
             if r.activeBeforeLoss ?? r.active, box.state.withLock({ $0.appCalls == r.appCalls && !$0.released }) {
+                // Unmuted as it was (the mode `short-form-video` muted it again); clearing it activates it.
+                if r.outputMuted == false { try await setOutputMuted(false) }
                 do throws(AudiodError) {
                     _ = try await c.call(
                         to: owner, p, AudiodConnection.sessionInterface, "SetActive", [.bool(true), .strings([])])
                     reactivated = true
                 } catch  where error.code == .insufficientPriority {
-                    // A call holds the audio now: the app hears it as an interruption.
-                    box.interrupt(.began(reason: "call", interrupter: nil))
+                    // A call holds the audio now: the app hears it as an interruption — once: audiod has said so
+                    // itself if the cleared output already tried to activate it.
+                    let said = try? await c.call(
+                        to: owner, p, AudiodConnection.propertiesInterface, "Get",
+                        [.string(AudiodConnection.sessionInterface), .string("Interrupted")])
+                    let interrupted: Bool
+                    if case .variant(.bool(let b))? = said?.first { interrupted = b } else { interrupted = false }
+                    if !interrupted { box.interrupt(.began(reason: "call", interrupter: nil)) }
                 }
             }
             box.state.withLock { $0.activeBeforeLoss = nil }
@@ -300,6 +322,15 @@ public final class AudioSession: Sendable {
         box.state.withLock { $0.handlesSecondaryAudio = on }
     }
 
+    /// `OutputMuted`: true mutes the session's playback streams on the app's behalf (the session then takes the
+    /// audio from nobody); false unmutes them and activates the session.
+    public func setOutputMuted(_ on: Bool) async throws(AudiodError) {
+        // The app's own say over its output and (cleared) its activation: a remake in flight yields to it.
+        box.state.withLock { $0.appCalls &+= 1 }
+        try await connection.setProperty(path, AudiodConnection.sessionInterface, "OutputMuted", .bool(on))
+        box.state.withLock { $0.outputMuted = on }
+    }
+
     public func state() async throws(AudiodError) -> State {
         let p = try await connection.properties(path, AudiodConnection.sessionInterface)
         return State(
@@ -311,7 +342,7 @@ public final class AudioSession: Sendable {
             handlesSecondaryAudio: p["HandlesSecondaryAudio"]?.boolValue ?? false,
             streams: {
                 if case .array(_, let v)? = p["Streams"] { return v.compactMap(\.uint32Value) } else { return [] }
-            }())
+            }(), outputMuted: p["OutputMuted"]?.boolValue ?? false)
     }
 
     private func events<T: Sendable>(_ member: String, _ map: @escaping @Sendable ([DBusValue]) -> T?) -> AsyncStream<T>
@@ -360,6 +391,12 @@ public final class AudioSession: Sendable {
     /// `SilenceSecondaryAudioHint`: true for "begin", false for "end".
     public var secondaryAudioHints: AsyncStream<Bool> {
         events("SilenceSecondaryAudioHint") { args in args.first?.stringValue.map { $0 == "begin" } }
+    }
+
+    /// `UserIntentToUnmuteOutput`: the user unmuted the output-muted session's stream in a mixer, and audiod has
+    /// given the session the audio — the app shows its sound as on.
+    public var userIntentsToUnmuteOutput: AsyncStream<Void> {
+        events("UserIntentToUnmuteOutput") { _ in () }
     }
 
     /// `RouteChanged`.

@@ -56,7 +56,8 @@ public enum ConfigFile {
 
     static let configurationKeys = ["category", "mode", "options"]
     static let topKeys = [
-        "duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps", "platform",
+        "duck-level", "strong-duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps",
+        "platform",
     ]
     static let platformKeys = ["lock-screen", "trusted-apps"]
 
@@ -82,6 +83,22 @@ public enum ConfigFile {
                 throw fail("duck-level", "must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)")
             }
             settings.duckLevel = d
+        }
+        // Unset, the strong level follows a duck level set below its default: a file that set a deep duck-level
+        // before there were two levels still reads.
+        settings.strongDuckLevel = min(Settings.defaultStrongDuckLevel, settings.duckLevel)
+        if let v = table["strong-duck-level"] {
+            guard let d = v.double ?? v.int.map(Double.init), d > 0, d < 1 else {
+                throw fail(
+                    "strong-duck-level", "must be a number between 0 and 1, exclusive (e.g. 0.0178 ≈ -35 dB)")
+            }
+            settings.strongDuckLevel = d
+        }
+        if settings.strongDuckLevel > settings.duckLevel {
+            throw fail(
+                "strong-duck-level",
+                "strong-duck-level (\(settings.strongDuckLevel)) must be at most duck-level (\(settings.duckLevel)): "
+                    + "a voice prompt ducks at least as deep as anything else")
         }
         if let v = table["linger"] {
             guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 3600 else {

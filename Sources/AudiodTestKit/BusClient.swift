@@ -167,6 +167,11 @@ public final class BusClient: @unchecked Sendable {
         signals.withLock { $0.map { ($0.path, $0.member, $0.args) } }
     }
 
+    /// Every signal received so far, in order, with when the test's connection received it.
+    public func allTimedSignals() -> [(path: String, member: String, args: [DBusValue], at: Date)] {
+        signals.withLock { $0 }
+    }
+
     /// Signals received so far from `path` named `member`.
     public func received(_ path: String, _ member: String) -> [[DBusValue]] {
         signals.withLock { $0.filter { $0.path == path && $0.member == member }.map(\.args) }

@@ -11,7 +11,8 @@ extension AudioSessionService {
         case .mode(let m): (p.name, .string(m.rawValue))
         case .options(let o): (p.name, .strings(o.map(\.rawValue)))
         case .active(let b), .interrupted(let b), .mixable(let b), .secondaryAudioShouldBeSilencedHint(let b),
-            .otherAudioPlaying(let b), .handlesSecondaryAudio(let b), .prefersNoInterruptionsFromSystemAlerts(let b):
+            .otherAudioPlaying(let b), .handlesSecondaryAudio(let b), .prefersNoInterruptionsFromSystemAlerts(let b),
+            .outputMuted(let b):
             (p.name, .bool(b))
         case .applicationName(let s): (p.name, .string(s))
         case .processID(let pid): (p.name, .uint32(pid))
@@ -31,7 +32,7 @@ extension AudioSessionService {
         switch p {
         case .silentMode(let b), .otherAudioPlaying(let b): (p.name, .bool(b))
         case .primaryAudioSession(let s): (p.name, .objectPath(s.map(sessionPath) ?? "/"))
-        case .duckLevel(let d): (p.name, .double(d))
+        case .duckLevel(let d), .strongDuckLevel(let d): (p.name, .double(d))
         case .callState(let c): (p.name, .string(c.rawValue))
         case .screenLocked(let b): (p.name, .bool(b))
         }
@@ -103,6 +104,8 @@ extension AudioSessionService {
             if let p = previous { details.append(("previous-device", .string(p))) }
             if let c = current { details.append(("current-device", .string(c))) }
             return ("RouteChanged", [.string(reason.rawValue), .properties(details)])
+        case .userIntentToUnmuteOutput:
+            return ("UserIntentToUnmuteOutput", [])
         }
     }
 

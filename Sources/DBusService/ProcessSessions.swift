@@ -20,13 +20,15 @@ public struct KeptProcessSession: Codable, Equatable, Sendable {
     public var options: [String]
     public var handlesSecondaryAudio: Bool
     public var prefersNoInterruptionsFromSystemAlerts: Bool
+    /// `OutputMuted` (absent from files an older audiod wrote: false).
+    public var outputMuted: Bool?
     /// Active when audiod stopped: it activates again (an interrupted session comes back inactive).
     public var active: Bool
 
     public init(
         pid: UInt32, start: UInt64, uid: UInt32, owner: String, applicationName: String, category: String,
         mode: String, options: [String], handlesSecondaryAudio: Bool, prefersNoInterruptionsFromSystemAlerts: Bool,
-        active: Bool
+        active: Bool, outputMuted: Bool = false
     ) {
         self.pid = pid
         self.start = start
@@ -39,6 +41,7 @@ public struct KeptProcessSession: Codable, Equatable, Sendable {
         self.handlesSecondaryAudio = handlesSecondaryAudio
         self.prefersNoInterruptionsFromSystemAlerts = prefersNoInterruptionsFromSystemAlerts
         self.active = active
+        self.outputMuted = outputMuted
     }
 }
 
@@ -54,7 +57,8 @@ extension AudioSessionService {
                 pid: o.pid, start: start, uid: o.uid, owner: o.busName, applicationName: v.applicationName,
                 category: v.configuration.category.rawValue, mode: v.configuration.mode.rawValue,
                 options: v.configuration.options.map(\.rawValue), handlesSecondaryAudio: v.handlesSecondaryAudio,
-                prefersNoInterruptionsFromSystemAlerts: v.prefersNoInterruptionsFromSystemAlerts, active: v.active)
+                prefersNoInterruptionsFromSystemAlerts: v.prefersNoInterruptionsFromSystemAlerts, active: v.active,
+                outputMuted: v.outputMuted)
         }
     }
 
@@ -87,7 +91,7 @@ extension AudioSessionService {
     private static func isKept(_ p: SessionProperty) -> Bool {
         switch p {
         case .category, .mode, .options, .active, .handlesSecondaryAudio, .prefersNoInterruptionsFromSystemAlerts,
-            .applicationName:
+            .outputMuted, .applicationName:
             true
         default: false
         }
@@ -147,6 +151,7 @@ extension AudioSessionService {
             if k.prefersNoInterruptionsFromSystemAlerts {
                 step("PrefersNoInterruptionsFromSystemAlerts") { .setPrefersNoInterruptions($0, id, true) }
             }
+            if k.outputMuted == true { step("OutputMuted") { .setOutputMuted($0, id, true) } }
             if !refused.isEmpty {
                 logger.warning(
                     "a kept process session is not made again: \(refused.joined(separator: "; "))",
@@ -159,6 +164,9 @@ extension AudioSessionService {
             made.append((id, k))
         }
         for (id, k) in made where k.active {
+            // Unmuted as it was (its mode `short-form-video` muted it again): clearing it activates it, so only
+            // here, with the other activations.
+            if k.outputMuted == false { _ = host.handle(.setOutputMuted(host.makeRequestID(), id, false)) }
             let r = host.makeRequestID()
             for case .reply(r, .error(let e)) in host.handle(.setActive(r, id, active: true, options: [])) {
                 logger.info(

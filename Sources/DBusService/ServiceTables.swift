@@ -139,6 +139,15 @@ extension AudioSessionService {
                         s.request(c.message) { .setDuckLevel($0, level) }
                     }
                 )),
+            .property(
+                "StrongDuckLevel", "d", get: published("StrongDuckLevel"),
+                set: (
+                    .user,
+                    { s, c, v in
+                        guard case .double(let level) = v else { return s.unreadable(c) }
+                        s.request(c.message) { .setStrongDuckLevel($0, level) }
+                    }
+                )),
             .property("Version", "s", change: .const, get: { _, _ in .string(AudioSessionService.version) }),
             .property("CallState", "s", get: published("CallState")),
             .property("ScreenLocked", "b", get: published("ScreenLocked")),
@@ -189,6 +198,15 @@ extension AudioSessionService {
             .property("Streams", "au", get: published("Streams")),
             .property("RecordStreams", "au", get: published("RecordStreams")),
             .property(
+                "OutputMuted", "b", get: published("OutputMuted"),
+                set: (
+                    .owner,
+                    { s, c, v in
+                        guard let id = c.session, case .bool(let on) = v else { return s.unreadable(c) }
+                        s.request(c.message) { .setOutputMuted($0, id, on) }
+                    }
+                )),
+            .property(
                 "PrefersNoInterruptionsFromSystemAlerts", "b", get: published("PrefersNoInterruptionsFromSystemAlerts"),
                 set: (
                     .owner,
@@ -202,6 +220,7 @@ extension AudioSessionService {
             .signal("InterruptionEnded", [arg("should_resume", "b"), arg("details", "a{sv}")]),
             .signal("SilenceSecondaryAudioHint", [arg("type", "s")]),
             .signal("RouteChanged", [arg("reason", "s"), arg("details", "a{sv}")]),
+            .signal("UserIntentToUnmuteOutput", []),
         ])
 
     static let objectManagerTable: VTable = VTable(

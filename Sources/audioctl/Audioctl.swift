@@ -16,7 +16,8 @@ struct Audioctl: AsyncParsableCommand {
         version: Release.version,
         subcommands: [
             Status.self, Sessions.self, Apps.self, Streams.self, SetCategory.self, Activate.self, Deactivate.self,
-            ReleaseSession.self, Silent.self, DuckLevel.self, Reload.self, Run.self, Monitor.self, Rules.self,
+            ReleaseSession.self, OutputMuted.self, Silent.self, DuckLevel.self, Reload.self, Run.self, Monitor.self,
+            Rules.self,
         ],
         defaultSubcommand: Status.self)
 }
@@ -244,7 +245,7 @@ func describe(stream s: [String: DBusValue]) -> String {
     }
     var flags: [String] = []
     if s["policy-muted"]?.boolValue == true { flags.append("silenced") }
-    if let d = s["duck-factor"]?.doubleValue, d < 1 { flags.append(String(format: "ducked×%.2f", d)) }
+    if let d = s["duck-factor"]?.doubleValue, d < 1 { flags.append(String(format: "ducked×%.4g", d)) }
     if s["user-muted"]?.boolValue == true { flags.append("user-muted") }
     if s["corked"]?.boolValue == true { flags.append("paused") }
     if s["audible"]?.boolValue == true { flags.append("audible") }
@@ -289,7 +290,10 @@ extension Audioctl {
                     }
                 }()
                 print("primary:  \(primary)")
-                print("duck:     \(m["DuckLevel"]?.doubleValue.map { String(format: "%.2f", $0) } ?? "?")")
+                func level(_ name: String) -> String {
+                    m[name]?.doubleValue.map { String(format: "%.4g (%.1f dB)", $0, 20 * log10($0)) } ?? "?"
+                }
+                print("duck:     \(level("DuckLevel")), strong \(level("StrongDuckLevel"))")
                 print("call:     \(m["CallState"]?.stringValue ?? "?")")
                 print("screen:   \(m["ScreenLocked"]?.boolValue == true ? "locked" : "unlocked")")
                 // What audiod follows: "why did my game go quiet?" may be the lock screen or the phone's profile.
@@ -591,6 +595,43 @@ extension Audioctl {
         }
     }
 
+    struct OutputMuted: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "output-muted",
+            abstract: "Mute or unmute the output of the session audioctl made for the calling shell (or --pid).",
+            discussion: """
+                on: audiod mutes the session's streams as the app's own mute, and the session takes the audio from \
+                nobody (a feed that autoplays muted). off: they are unmuted and the session is activated, taking the \
+                audio as any activation does. status prints on or off. Unmuting one of its streams in a mixer does \
+                what off does.
+                """)
+        @OptionGroup var options: BusOptions
+        @Argument(
+            help: ArgumentHelp("on, off or status.", valueName: "action"), completion: .list(["on", "off", "status"]))
+        var action = "status"
+        @OptionGroup var target: TargetOptions
+
+        func validate() throws {
+            guard ["on", "off", "status"].contains(action) else {
+                throw ValidationError("'\(action)' is not one of on, off, status")
+            }
+        }
+
+        func run() async throws {
+            try await options.connected { c in
+                let s = try await target.required(c)
+                switch action {
+                case "on": try await s.setOutputMuted(true)
+                case "off": try await s.setOutputMuted(false)
+                default:
+                    print(try await s.state().outputMuted ? "on" : "off")
+                    return
+                }
+                print("session \(s.id) output \(action == "on" ? "muted" : "unmuted")")
+            }
+        }
+    }
+
     struct Silent: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "The silent switch: on, off, toggle or status.")
         @OptionGroup var options: BusOptions
@@ -632,40 +673,50 @@ extension Audioctl {
             abstract: "Show the duck level, or set it until audiod reloads its config.",
             discussion: """
                 The level is the linear factor a ducked stream's volume is multiplied by: greater than 0, less than 1 \
-                (0.2 ≈ -14 dB). A level set here lasts until `audioctl reload`, SIGHUP or a restart; to keep one, \
-                write duck-level in audiod.toml.
+                (0.2 ≈ -14 dB). With --strong, the deeper level a voice prompt (navigation, an assistant) or a \
+                screen reader ducks with (0.0178 ≈ -35 dB); it may not be above the ordinary one. A level set here \
+                lasts until `audioctl reload`, SIGHUP or a restart; to keep one, write duck-level or \
+                strong-duck-level in audiod.toml.
                 """)
         @OptionGroup var options: BusOptions
+        @Flag(help: "The strong duck level (voice prompts, screen readers) instead of the ordinary one.")
+        var strong = false
         @Argument(help: ArgumentHelp("The new level, e.g. 0.3.", valueName: "level")) var level: String?
 
         func run() async throws {
+            let (property, key, example) =
+                strong ? ("StrongDuckLevel", "strong-duck-level", "0.0178") : ("DuckLevel", "duck-level", "0.2")
             var wanted: Double?
             if let level {
                 guard let x = Double(level) else {
                     try fail(
                         .cannot(
                             .invalidOption,
-                            "duck level '\(level)' is not a number; it must be greater than 0 and less than 1 (e.g. 0.2)"
+                            "\(strong ? "strong " : "")duck level '\(level)' is not a number; it must be greater than 0 "
+                                + "and less than 1 (e.g. \(example))"
                         ))
                 }
-                if let r = Refusal.check(duckLevel: x) { try fail(.refused(r)) }
+                // The range alone here; audiod checks the pair (the strong level may not be above the ordinary one).
+                let refusal = strong ? Refusal.check(strongDuckLevel: x) : Refusal.check(duckLevel: x)
+                if let refusal { try fail(.refused(refusal)) }
                 wanted = x
             }
             try await options.connected { c in
                 if let wanted {
                     try await c.setProperty(
-                        AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel", .double(wanted))
+                        AudiodConnection.managerPath, AudiodConnection.managerInterface, property, .double(wanted))
                     print(
                         String(
                             format:
-                                "duck level %.2f (%.1f dB) until audiod reloads its config; to keep it, set duck-level in audiod.toml",
+                                "\(strong ? "strong " : "")duck level %.4g (%.1f dB) until audiod reloads its config; "
+                                + "to keep it, set \(key) in audiod.toml",
                             wanted, 20 * log10(wanted)))
                 } else {
                     let x =
                         try await c.property(
-                            AudiodConnection.managerPath, AudiodConnection.managerInterface, "DuckLevel"
+                            AudiodConnection.managerPath, AudiodConnection.managerInterface, property
                         ).doubleValue ?? 0
-                    print(String(format: "%.2f (%.1f dB)", x, 20 * log10(x)))
+                    print(String(format: "%.4g (%.1f dB)", x, 20 * log10(x)))
                 }
             }
         }

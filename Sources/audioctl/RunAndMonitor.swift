@@ -13,7 +13,9 @@ extension Audioctl {
                 command starts as a shell would start it: nothing blocked or ignored and, in a terminal, in the \
                 foreground. SIGINT, SIGTERM and SIGHUP sent to audioctl are passed on to it. When it ends, the \
                 session is released with notify and audioctl exits with its status: 128 + the signal when it was \
-                killed, 127 when it cannot be found, 126 when it cannot be executed.
+                killed, 127 when it cannot be found, 126 when it cannot be executed. With --output-muted (or mode \
+                short-form-video) the command plays muted and takes the audio from nobody until its stream is \
+                unmuted in a mixer; audioctl says so when it is.
                 """)
         @OptionGroup var options: BusOptions
         @Option(
@@ -21,6 +23,8 @@ extension Audioctl {
             completion: .list(Words.categories))
         var category: String
         @OptionGroup var modeAndOptions: ModeAndOptions
+        @Flag(help: "Start with the session's output muted (OutputMuted): it takes the audio from nobody.")
+        var outputMuted = false
         @Argument(parsing: .captureForPassthrough, help: "-- COMMAND [ARGUMENT …]") var command: [String] = []
 
         func validate() throws {
@@ -47,6 +51,7 @@ extension Audioctl {
                 // A connection-lifetime session: if audioctl dies, audiod releases it.
                 let s = try await AudioSession.make(applicationName: cmd[0], connection: c)
                 try await s.setCategory(category, mode: modeAndOptions.mode, options: modeAndOptions.options)
+                if outputMuted { try await s.setOutputMuted(true) }
                 try await s.setActive(true)
                 var env = ProcessInfo.processInfo.environment
                 let tag = "audiod.session=\(s.id)"
@@ -68,8 +73,15 @@ extension Audioctl {
                         FileHandle.standardError.write(Data("audioctl: \(line)\n".utf8))
                     }
                 }
+                let unmuted = Task {
+                    for await _ in s.userIntentsToUnmuteOutput {
+                        FileHandle.standardError.write(
+                            Data("audioctl: \(name)'s output was unmuted in a mixer; it has the audio\n".utf8))
+                    }
+                }
                 status = await Task.detached { child.wait() }.value
                 follow.cancel()
+                unmuted.cancel()
                 try? await s.release()
             }
             throw ExitCode(status)

@@ -115,7 +115,8 @@ import Testing
         _ = h.activate(music)
         _ = h.play(1, pid: 10, volume: Volume(uniform: 40000))
         _ = h.record(5, pid: 12)
-        let nav = h.session(pid: 20, "playback", mode: "voice-prompt", options: ["duck-others"])
+        // An ordinary ducker: a voice prompt ducks deeper (DuckDepthScenarioTests).
+        let nav = h.session(pid: 20, "playback", options: ["duck-others"])
         let ducked = Volume(uniform: Volume.multiply(40000, Volume.fromLinear(0.2)))
         // Ducking starts on activation, not on sound; the ducker and record streams are never ducked.
         let on = h.activate(nav)

@@ -47,6 +47,16 @@ import Testing
         }
     }
 
+    /// Found by the property above once it drove output-muted sessions: a stream links into a muted feed's session
+    /// and the session is released in the same operation; the stream keeps the app's mute as its own.
+    @Test func aStreamMutedForAFeedReleasedAtOnceKeepsTheMute() {
+        var sim = Simulation()
+        for code in [20460, 56319, 80835, 1, 1, 51507] {
+            sim.run(Simulation.Op(code: code))
+            #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+        }
+    }
+
     /// Found by the reasons' check below: a primary session released while an ambient app played. Its end cleared
     /// primary audio on the spot, so the settle pass saw no change and the ambient stream stayed muted.
     @Test func anAmbientAppSilencedByAPrimaryThatIsReleasedPlaysAgain() {
@@ -106,6 +116,7 @@ struct Simulation {
         case player(pid: UInt32, action: Int)
         case silent(Bool)
         case duckLevel(Double)
+        case strongDuckLevel(Double)
         case device(Int)
         case fireTimer(Int)
         case rule(app: String, config: Int)
@@ -124,6 +135,8 @@ struct Simulation {
         /// `platformCalls`).
         case platformCallLost(Int)
         case prefersNoInterruptions(session: Int)
+        /// SPEC §5: the app mutes or unmutes its session's output.
+        case outputMuted(session: Int)
         /// The microphone switch on the default source or another one.
         case microphone(source: String, muted: Bool)
         case lock(Bool)
@@ -136,7 +149,10 @@ struct Simulation {
         static let ancestorPids: [UInt32] = [200, 201, 202, 203, 204]
         /// Where a process that takes a freed pid hangs: under init, or under one of the ancestors.
         static let parentChoices: [UInt32] = [1, 200, 201, 202, 203, 204]
-        static let roles: [String?] = [nil, "music", "game", "phone", "event", "video", "a11y", "production"]
+        static let roles: [String?] = [
+            nil, "music", "game", "phone", "event", "video", "a11y", "Accessibility", "production", "navigation",
+            "Assistant",
+        ]
         static let configs: [(String, String, [String])] = [
             ("ambient", "default", []), ("playback", "default", []), ("solo-ambient", "default", []),
             ("playback", "spoken-audio", []), ("playback", "voice-prompt", ["duck-others"]),
@@ -171,7 +187,14 @@ struct Simulation {
             case 12: self = .toggleCork(stream: p % 8)
             case 13: self = .removeStream(stream: p % 8)
             case 14: self = .player(pid: Op.implicitPids[p % 3], action: (p / 3) % 4)
-            case 15: self = (p % 3 == 0) ? .duckLevel([0.2, 0.5, 0.05][(p / 3) % 3]) : .silent(p % 3 == 1)
+            case 15:
+                // Levels that keep the pair valid and ones audiod must refuse (a strong level above the ordinary).
+                let level = (p / 3) % 6
+                self =
+                    p % 3 != 0
+                    ? .silent(p % 3 == 1)
+                    : level < 3
+                        ? .duckLevel([0.2, 0.5, 0.05][level]) : .strongDuckLevel([0.0178, 0.1, 0.3][level - 3])
             case 16: self = .device(p % 4)
             case 17: self = .fireTimer(p % 4)
             case 18:
@@ -203,10 +226,22 @@ struct Simulation {
                     self = .gameMode(
                         pids: Set(Op.implicitPids.enumerated().filter { bits & (1 << $0.offset) != 0 }.map(\.element)))
                 }
-            default: self = .newAppStream(pid: anyPid, entry: p % 3)
+            default:
+                // Now and then an alarm or an emergency (decoded apart from `roles`, so that the regression cases
+                // above replay as they were).
+                if (p / 3) % 4 == 3 {
+                    self = .newStream(
+                        pid: anyPid, role: Op.alertRoles[(p / 12) % Op.alertRoles.count], corked: false, muted: false)
+                } else if (p / 48) % 8 == 5 {
+                    // Output-muted sessions (decoded apart, so that the regression cases replay as they were).
+                    self = .outputMuted(session: p % 6)
+                } else {
+                    self = .newAppStream(pid: anyPid, entry: p % 3)
+                }
             }
         }
 
+        static let alertRoles = ["alarm", "Alarm", "emergency", "Emergency"]
         static let entries: [[String]] = [["Game", "ArcadeGame"], ["AudioVideo", "Player"], ["AudioVideo"]]
         /// No call; one that only rings; one ringing beside an answered one; dialled; active; held. The call app is
         /// pid 101's app (its streams from `newAppStream` are the call's) or none, as for a modem call.
@@ -240,6 +275,7 @@ struct Simulation {
                 return "player of pid \(pid): \(["appears playing", "Play", "Pause", "goes away"][a])"
             case .silent(let on): return "silent mode \(on)"
             case .duckLevel(let d): return "DuckLevel \(d)"
+            case .strongDuckLevel(let d): return "StrongDuckLevel \(d)"
             case .device(let d):
                 return ["headphones removed", "headphones appear", "streams move to headphones", "speakers removed"][d]
             case .fireTimer(let t): return "timer#\(t) fires"
@@ -257,6 +293,7 @@ struct Simulation {
                 return "the system bus is lost; "
                     + (Op.platformCalls[k].map { "the other sources say \($0.state.rawValue)" } ?? "no call is left")
             case .prefersNoInterruptions(let s): return "session#\(s) toggles PrefersNoInterruptionsFromSystemAlerts"
+            case .outputMuted(let s): return "session#\(s) toggles OutputMuted"
             case .microphone(let source, let muted): return "the user \(muted ? "mutes" : "unmutes") source \(source)"
             case .lock(let on): return on ? "the screen locks" : "the screen unlocks"
             case .sleep(let on): return on ? "PrepareForSleep(true)" : "PrepareForSleep(false)"
@@ -278,6 +315,10 @@ struct Simulation {
     var nextIndex: UInt32 = 1
     /// What the user (or app) last set, per stream.
     var userMuted: [StreamID: Bool] = [:]
+    /// Playback streams of output-muted sessions after the last operation, with the session: their own mute is the
+    /// app's. When that session's output is unmuted, the stream is unmuted (the app means to be heard); a stream
+    /// that leaves the session keeps the mute as its own.
+    var mutedForApp: [StreamID: SessionID] = [:]
     var userVolume: [StreamID: Volume] = [:]
     var players: [UInt32: PlaybackStatus] = [:]
     var timers: [TimerID] = []
@@ -320,7 +361,22 @@ struct Simulation {
         return out + [1]
     }
 
-    mutating func run(_ op: Op) {
+    mutating func run(_ op: Op) { perform(op) }
+
+    /// After every event: a stream may join an output-muted session and leave it within one operation (a call's
+    /// stream linking into a muted feed's session just before its release).
+    mutating func followOutputMutes() {
+        var now: [StreamID: SessionID] = [:]
+        for id in server.keys where id.kind == .playback {
+            if let s = engine.streamView(id)?.session, engine.session(s)?.outputMuted == true { now[id] = s }
+        }
+        for (id, s) in mutedForApp where now[id] == nil && server[id] != nil {
+            userMuted[id] = engine.streamView(id)?.session != s
+        }
+        mutedForApp = now
+    }
+
+    mutating func perform(_ op: Op) {
         operations += 1
         while let due = unlinked.firstIndex(where: { $0.at <= operations }) {
             let link = unlinked.remove(at: due)
@@ -428,7 +484,8 @@ struct Simulation {
             userVolume[id] = volume
             step(.streamChanged(server[id]!))
         case .toggleCork(let k):
-            guard let id = stream(k), id.kind == .playback else { return }
+            // A record stream too: a voice-input app (a `record` rule) starts and stops capturing.
+            guard let id = stream(k) else { return }
             server[id]?.corked.toggle()
             step(.streamChanged(server[id]!))
         case .removeStream(let k):
@@ -450,6 +507,7 @@ struct Simulation {
             }
         case .silent(let on): step(.setSilentMode(nextRequest(), on))
         case .duckLevel(let d): step(.setDuckLevel(nextRequest(), d))
+        case .strongDuckLevel(let d): step(.setStrongDuckLevel(nextRequest(), d))
         case .device(let d):
             switch d {
             case 0 where devices.contains("headphones"):
@@ -514,6 +572,9 @@ struct Simulation {
         case .prefersNoInterruptions(let k):
             guard let id = session(k), let v = engine.session(id) else { return }
             step(.setPrefersNoInterruptions(nextRequest(), id, !v.prefersNoInterruptionsFromSystemAlerts))
+        case .outputMuted(let k):
+            guard let id = session(k), let v = engine.session(id) else { return }
+            step(.setOutputMuted(nextRequest(), id, !v.outputMuted))
         case .microphone(let source, let muted):
             step(.microphoneMuted(source: source, muted: muted, isDefault: source == "default"))
         case .lock(let on): step(.screenLocked(on))
@@ -538,8 +599,25 @@ struct Simulation {
     mutating func step(_ event: Event) -> [Effect] {
         clock += 5_000_000
         let recordMutedBefore = server.filter { $0.key.kind == .record && $0.value.muted }.map(\.key)
+        let activeBefore = Set(engine.sessionIDs.filter { engine.session($0)?.active == true })
+        let emergenciesBefore = Set(engine.sessionIDs.filter { engine.sessions[$0]?.roleClass == .emergency })
         let effects = engine.handle(event, at: Instant(nanoseconds: clock))
+        followOutputMutes()
         if engine.settleOverflows > 0 { problems.append("the settle pass did not converge on \(event)") }
+        // An emergency's activation interrupts every session but a call (and an alarm, which nothing interrupts) —
+        // and so does an active alarm that turns into one.
+        for id in engine.sessionIDs
+        where engine.sessions[id]?.roleClass == .emergency && engine.session(id)?.active == true
+            && (!activeBefore.contains(id) || !emergenciesBefore.contains(id))
+        {
+            for other in activeBefore.sorted() where other != id {
+                // Nor an output-muted session, which no other session's activation interrupts (SPEC §5).
+                guard let o = engine.session(other), o.active, !o.configuration.isCall, !o.outputMuted,
+                    engine.platformCall?.session != other, engine.sessions[other]?.isAlert != true
+                else { continue }
+                problems.append("emergency \(id) activated on \(event) and \(other) stays active")
+            }
+        }
         check(effects, after: event)
         var echoes: [StreamInfo] = []
         for e in effects {
@@ -672,9 +750,10 @@ struct Simulation {
         {
             v.append("unlinked \(link.id) decided on before its link")
         }
-        // Mutes ahead of a call are held only for a call that is still unlinked, and are the call's own.
+        // Mutes ahead of a call are held only for a call that is still unlinked, or linked but not yet playing
+        // (PipeWire shows it corked until its node runs), and are the call's own.
         for (call, ahead) in engine.callsAboutToSound {
-            if !unlinked.contains(where: { $0.id == call }) {
+            if !unlinked.contains(where: { $0.id == call }) && engine.streamView(call)?.info.corked != true {
                 v.append("\(call) still mutes \(ahead.sorted()) ahead after its link or end")
             }
         }
@@ -687,7 +766,9 @@ struct Simulation {
         if activeNonMixable.count > 1 { v.append("invariant 1: active non-mixable \(activeNonMixable.map(\.id))") }
         // Sleep (SPEC §10): nobody but the platform call is active between PrepareForSleep(true) and (false).
         if engine.sleeping {
-            let awake = views.filter { $0.active && $0.id != engine.platformCall?.session }
+            let awake = views.filter {
+                $0.active && $0.id != engine.platformCall?.session && engine.sessions[$0.id]?.isAlert != true
+            }
             if !awake.isEmpty { v.append("sleep: sessions \(awake.map(\.id)) active while the machine sleeps") }
         }
         let primary = engine.primaryAudioSession
@@ -710,7 +791,18 @@ struct Simulation {
         } else if let primary {
             v.append("primary \(primary) is no session")
         }
-        let duckers = Set(views.filter { $0.active && $0.configuration.ducksOthers }.map(\.id))
+        // An output-muted session ducks nobody: nothing of it is heard (SPEC §5).
+        let duckers = views.filter { $0.active && $0.configuration.ducksOthers && !$0.outputMuted }
+        // A voice prompt or an alarm plays ducked under an active call and never ducks one (SPEC §7 step 5).
+        func sparesCalls(_ s: SessionView) -> Bool {
+            engine.sessions[s.id]?.isAlert == true || (s.configuration.mode == .voicePrompt && s.mixable)
+        }
+        func isCall(_ s: SessionView) -> Bool { s.configuration.isCall || engine.platformCall?.session == s.id }
+        let activeCalls = views.filter { $0.active && $0.configuration.isCall }
+        let screenReader = server.values.contains { ($0.role == "a11y" || $0.role == "Accessibility") && audible($0) }
+        if engine.strongDuckLevel > engine.duckLevel {
+            v.append("StrongDuckLevel \(engine.strongDuckLevel) above DuckLevel \(engine.duckLevel)")
+        }
         // Bounded: an exited pid is remembered only while a stream the engine tracks has it in its chain.
         let chained = Set(engine.streams.values.flatMap(\.info.processChain))
         for pid in engine.goneProcesses.sorted() where !chained.contains(pid) {
@@ -722,13 +814,27 @@ struct Simulation {
                 continue
             }
             // A live process's stream is policed: only a11y streams (and a dead process's) belong to nobody.
-            if sv.session == nil, info.role != "a11y", let pid = info.processChain.first, !exited.contains(pid) {
+            if sv.session == nil, info.role != "a11y", info.role != "Accessibility", let pid = info.processChain.first,
+                !exited.contains(pid)
+            {
                 v.append("stream \(id) of live process \(pid) (chain \(info.processChain)) belongs to no session")
+            }
+            // A screen reader's stream, by either name of the role, belongs to nobody and is never touched.
+            if info.role == "a11y" || info.role == "Accessibility",
+                sv.session != nil || sv.policyMuted || sv.duckFactor < 1
+            {
+                v.append("a11y stream \(id) (role \(info.role ?? "")) has a session or is silenced or ducked")
             }
             // The reasons a person reads (ListStreams' policy-reasons) name the conditions the decision checked
             // on its own: they must say "silenced" exactly when the stream is, and "ducked" exactly when it is.
-            let silencing = sv.reasons.contains { if case .duckedBy = $0 { false } else { true } }
-            let ducking = sv.reasons.contains { if case .duckedBy = $0 { true } else { false } }
+            func isDuck(_ r: PolicyReason) -> Bool {
+                switch r {
+                case .duckedBy, .duckedByVoicePrompt, .duckedUnderScreenReader, .duckedUnderCall: true
+                default: false
+                }
+            }
+            let silencing = sv.reasons.contains { !isDuck($0) }
+            let ducking = sv.reasons.contains(where: isDuck)
             if silencing != sv.policyMuted || ducking != (sv.duckFactor < 1) {
                 v.append(
                     "stream \(id): reasons \(sv.reasons.map(\.text)) but policy-muted \(sv.policyMuted), duck \(sv.duckFactor)"
@@ -736,6 +842,14 @@ struct Simulation {
             }
             let owner = sv.session.flatMap { engine.session($0) }
             let category = owner?.configuration.category
+            // Alarms and emergencies: nothing silences their sound but a route change (§6), nothing interrupts them.
+            // (A capture an explicit session's interruption held stays held in the alarm app's session: privacy, §3.)
+            if let owner, engine.sessions[owner.id]?.isAlert == true,
+                (id.kind == .playback && sv.policyMuted && sv.reasons.filter { !isDuck($0) } != [.routeChange])
+                    || owner.interrupted
+            {
+                v.append("alarm \(id) of \(owner.id) silenced or interrupted: \(sv.reasons.map(\.text))")
+            }
             // 2. Silent mode.
             if engine.silentMode && audible(info) && category?.obeysSilentMode == true {
                 v.append("invariant 2: \(id) of a \(category!) session audible in silent mode")
@@ -753,17 +867,39 @@ struct Simulation {
                 v.append("invariant 3: ambient \(id) audible during primary audio of \(primary)")
             }
             guard id.kind == .playback, let user = userVolume[id] else { continue }
-            // 4. Ducking, from the user's own volume.
-            let ducked = owner != nil && !duckers.isEmpty && !duckers.contains(owner!.id)
-            let expected = ducked ? user.multiplied(by: Volume.fromLinear(engine.duckLevel)) : user
-            if info.volume != expected {
-                v.append("invariant 4: \(id) at \(info.volume), expected \(expected) (user \(user), ducked \(ducked))")
+            // 4. Ducking, from the user's own volume, by the deepest duck that applies: a voice prompt's or a
+            // screen reader's is the strong one, and a screen reader ducks every session's stream, duckers' too. A
+            // call is ducked only by plain duckers; a voice prompt or an alarm is ducked under an active call.
+            let applying =
+                owner.map { o in
+                    duckers.contains { $0.id == o.id } ? [] : duckers.filter { !isCall(o) || !sparesCalls($0) }
+                } ?? []
+            let underCall = owner.map { o in sparesCalls(o) && activeCalls.contains { $0.id != o.id } } ?? false
+            let normal = underCall || !applying.isEmpty
+            let strong =
+                owner != nil
+                && (screenReader || (!underCall && applying.contains { $0.configuration.mode == .voicePrompt }))
+            let ducked = normal || strong
+            let level = strong ? engine.strongDuckLevel : engine.duckLevel
+            let expected = ducked ? user.multiplied(by: Volume.fromLinear(level)) : user
+            if sv.duckFactor != (ducked ? level : 1.0) {
+                v.append("invariant 4: \(id) reports duck factor \(sv.duckFactor), expected \(ducked ? level : 1.0)")
             }
-            // 5. Restored when no reason holds; the user's mute is never lost.
-            let shouldBeMuted = (userMuted[id] ?? false) || sv.policyMuted
+            if sv.reasons.contains(.duckedUnderScreenReader) != (owner != nil && screenReader) {
+                v.append("invariant 4: \(id) reasons \(sv.reasons.map(\.text)), a screen reader heard: \(screenReader)")
+            }
+            if info.volume != expected {
+                v.append(
+                    "invariant 4: \(id) at \(info.volume), expected \(expected) (user \(user), ducked \(ducked), strong \(strong))"
+                )
+            }
+            // 5. Restored when no reason holds; the user's mute is never lost. An output-muted session's playback
+            // streams are muted for the app (SPEC §5).
+            let shouldBeMuted = (userMuted[id] ?? false) || sv.policyMuted || mutedForApp[id] != nil
             if info.muted != shouldBeMuted {
                 v.append(
-                    "invariant 5: \(id) muted=\(info.muted), user \(userMuted[id] ?? false), policy \(sv.policyMuted)")
+                    "invariant 5: \(id) muted=\(info.muted), user \(userMuted[id] ?? false), policy \(sv.policyMuted), for the app \(mutedForApp[id] != nil)"
+                )
             }
         }
         return v

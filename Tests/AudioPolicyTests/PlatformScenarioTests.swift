@@ -203,7 +203,8 @@ import Testing
         let lock = h.send(.screenLocked(true))
         #expect(locked(lock, true))
         #expect(streamOps(lock) == [.setStreamMute(.playback(1), true)])
-        #expect(h.engine.streamView(.playback(1))?.reasons == [.screenLocked])
+        // (Ducked too: the screen reader is heard. Neither hides the other.)
+        #expect(h.engine.streamView(.playback(1))?.reasons == [.screenLocked, .duckedUnderScreenReader])
         // An implicit session is silenced, not interrupted: it hears nothing, and nothing it holds ends.
         #expect(signals(lock).isEmpty)
         _ = h.echo(lock)

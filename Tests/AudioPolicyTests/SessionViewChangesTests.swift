@@ -39,6 +39,7 @@ import Testing
         ("record streams", { $0.recordStreams.append(8) }),
         ("no alerts", { $0.prefersNoInterruptionsFromSystemAlerts.toggle() }),
         ("identity", { $0.identity.appID += ".other" }),
+        ("output muted", { $0.outputMuted.toggle() }),
     ]
 
     /// The options change, mixable before and after.

@@ -46,7 +46,9 @@ import Testing
     @Test func everyModeAndOptionMatchesTheTable() {
         let accepted: [Category: Set<String>] = [
             .ambient: ["default"], .soloAmbient: ["default"],
-            .playback: ["default", "movie-playback", "spoken-audio", "voice-prompt", "measurement"],
+            .playback: [
+                "default", "movie-playback", "spoken-audio", "voice-prompt", "measurement", "short-form-video",
+            ],
             .record: ["default", "video-recording", "measurement"],
             .playAndRecord: [
                 "default", "voice-chat", "video-chat", "game-chat", "video-recording", "measurement", "voice-prompt",

@@ -52,6 +52,17 @@ import Testing
         #expect(s.trustedPlatformApps == ["org.example.Calls", "com.example.my-dialer_2"])
     }
 
+    @Test("strong-duck-level sets the voice prompts' duck; -35 dB by default, at most duck-level")
+    func strongDuckLevel() throws {
+        #expect(try ConfigFile.parse("", file: "t.toml").strongDuckLevel == Settings.defaultStrongDuckLevel)
+        #expect(try ConfigFile.parse("strong-duck-level = 0.05", file: "t.toml").strongDuckLevel == 0.05)
+        let equal = try ConfigFile.parse("duck-level = 0.1\nstrong-duck-level = 0.1", file: "t.toml")
+        #expect(equal.duckLevel == 0.1 && equal.strongDuckLevel == 0.1)
+        // A deep duck-level from before there were two levels still reads: the strong one follows it down.
+        let deep = try ConfigFile.parse("duck-level = 0.01", file: "t.toml")
+        #expect(deep.duckLevel == 0.01 && deep.strongDuckLevel == 0.01)
+    }
+
     @Test("nice-level sets the loop thread's nice level; -11 by default, 0 leaves it as started")
     func niceLevel() throws {
         #expect(Settings().niceLevel == -11)
@@ -71,8 +82,16 @@ import Testing
         arguments: [
             ("duck-level = 2", "t.toml:1: duck-level: must be a number between 0 and 1, exclusive (e.g. 0.2 ≈ -14 dB)"),
             (
+                "strong-duck-level = 0",
+                "t.toml:1: strong-duck-level: must be a number between 0 and 1, exclusive (e.g. 0.0178 ≈ -35 dB)"
+            ),
+            (
+                "duck-level = 0.1\nstrong-duck-level = 0.3",
+                "t.toml:2: strong-duck-level: strong-duck-level (0.3) must be at most duck-level (0.1): a voice prompt ducks at least as deep as anything else"
+            ),
+            (
                 "\nduck_level = 0.2",
-                "t.toml:2: duck_level: unknown key; accepted: duck-level, linger, volume-tolerance, nice-level, default, roles, apps, platform"
+                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, linger, volume-tolerance, nice-level, default, roles, apps, platform"
             ),
             (
                 "nice-level = -21",

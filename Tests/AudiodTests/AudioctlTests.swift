@@ -146,6 +146,59 @@ struct AudioctlTests {
         #expect(none.output.contains("--pid acts only on those"), "\(none.output)")
     }
 
+    @Test(
+        "output-muted on/off/status on the shell's session, and run --output-muted: the muted command takes the audio from nobody until its stream is unmuted in a mixer"
+    )
+    func outputMuted() throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let music = try playback(server, name: "music", role: "music")
+        _ = try server.waitForPlaybackStream(pid: music.pid)
+
+        // The command plays muted: the music plays on.
+        let run = try server.spawn(
+            [audioctl, "run", "--category", "playback", "--output-muted", "--", "pacat", "--playback", "/dev/zero"],
+            log: "run.log")
+        defer { run.kill() }
+        var feed: ObservedStream?
+        #expect(
+            waitFor(5) {
+                feed = (try? server.playbackStreams())?.first { $0.pid != UInt32(music.pid) }
+                return feed?.muted == true
+            }, "the command's stream was not muted for it")
+        usleep(2_000_000)
+        #expect(server.playbackStream(pid: music.pid)?.muted == false, "a muted command silenced the music")
+        // Unmuted in a mixer: it takes the audio, and audioctl says so.
+        let f = try #require(feed)
+        _ = try server.pactl(["set-sink-input-mute", "\(f.index)", "0"])
+        #expect(
+            waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the unmuted command took no audio")
+        #expect(
+            waitFor(5) { server.file("run.log").contains("output was unmuted in a mixer") }, "\(server.file("run.log"))"
+        )
+        run.signal(SIGTERM)
+        _ = run.wait(timeout: 10)
+
+        // The shell's session: muted, it lets the music play; unmuted, it takes the audio.
+        let shell = try server.spawn([
+            "bash", "-c",
+            "\(audioctl) set-category playback && \(audioctl) output-muted on && exec pacat --playback /dev/zero",
+        ])
+        defer { shell.kill() }
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "the music did not come back")
+        #expect(waitFor(5) { server.playbackStream(pid: shell.pid)?.muted == true })
+        let status = try ctl(server, "output-muted", "--pid", "\(shell.pid)")
+        #expect(
+            status.status == 0 && status.output.trimmingCharacters(in: .whitespacesAndNewlines) == "on", "\(status)")
+        #expect(try ctl(server, "output-muted", "off", "--pid", "\(shell.pid)").status == 0)
+        #expect(waitFor(5) { server.playbackStream(pid: shell.pid)?.muted == false })
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the unmuted shell took no audio")
+        let bad = try ctl(server, "output-muted", "maybe", "--pid", "\(shell.pid)")
+        #expect(bad.status == 64 && bad.output.contains("is not one of on, off, status"), "\(bad)")
+    }
+
     @Test("run interrupts another playback app, releases with notify, and exits with the command's status")
     func runCommand() throws {
         let server = try TestServer(.pulseaudio)

@@ -322,7 +322,7 @@ struct AudioctlUsageTests {
             waitFor(5) {
                 text = (try? shell(server, "audioctl streams").output) ?? ""
                 return text.split(separator: "\n").contains {
-                    $0.contains("  music  ") && $0.contains("ducked×0.20")
+                    $0.contains("  music  ") && $0.contains("ducked×0.2")
                         && $0.contains("because: ducked by session \(id)")
                 }
             }, "\(text)")
@@ -405,11 +405,22 @@ struct AudioctlUsageTests {
             toFile: file, atomically: true, encoding: .utf8)
         let d = try Daemon.start(server)
         defer { d.stop() }
-        #expect(try shell(server, "audioctl duck-level").output.hasPrefix("0.30"))
+        #expect(try shell(server, "audioctl duck-level").output.hasPrefix("0.3 (-10.5 dB)"))
         let set = try shell(server, "audioctl duck-level 0.5")
         #expect(set.status == 0)
         #expect(set.output.contains("until audiod reloads its config"), "\(set.output)")
         #expect(d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.5))
+        // The strong level: audiod checks the pair and names both; status shows both with their dB.
+        let above = try shell(server, "audioctl duck-level --strong 0.7")
+        #expect(above.status != 0 && above.output.contains("StrongDuckLevel 0.7 would be above DuckLevel 0.5"))
+        let range = try shell(server, "audioctl duck-level --strong 0")
+        #expect(range.status != 0 && range.output.contains("StrongDuckLevel 0.0 is out of range"), "\(range.output)")
+        #expect(try shell(server, "audioctl duck-level --strong 0.05").status == 0)
+        #expect(try shell(server, "audioctl duck-level --strong").output.hasPrefix("0.05 (-26.0 dB)"))
+        let below = try shell(server, "audioctl duck-level 0.01")
+        #expect(below.status != 0 && below.output.contains("DuckLevel 0.01 would be below StrongDuckLevel 0.05"))
+        let status = try shell(server, "audioctl status").output
+        #expect(status.contains("duck:     0.5 (-6.0 dB), strong 0.05 (-26.0 dB)"), "\(status)")
         #expect(try shell(server, "audioctl set-category ambient --app some-game").status == 0)
         let rules = try shell(server, "audioctl rules").output
         #expect(rules.contains("mpv  playback  from \(file):3"), "\(rules)")

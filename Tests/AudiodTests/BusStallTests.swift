@@ -60,12 +60,18 @@ struct BusStallTests {
         }
 
         /// When the stream of `app` was first seen muted after `after`.
-        func muted(_ app: String, after: UInt64) -> UInt64? {
+        func muted(_ app: String, after: UInt64) -> UInt64? { seen(app, muted: true, after: after) }
+
+        /// When the stream of `app` was first seen unmuted after `after`.
+        func unmuted(_ app: String, after: UInt64) -> UInt64? { seen(app, muted: false, after: after) }
+
+        func seen(_ app: String, muted: Bool, after: UInt64) -> UInt64? {
             recorder.list.withLock { list in
                 list.first { e in
                     guard e.at >= after else { return false }
                     switch e.event {
-                    case .streamAppeared(let i), .streamChanged(let i): return i.applicationName == app && i.muted
+                    case .streamAppeared(let i), .streamChanged(let i):
+                        return i.applicationName == app && i.muted == muted
                     default: return false
                     }
                 }?.at

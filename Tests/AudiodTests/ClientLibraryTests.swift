@@ -229,6 +229,56 @@ struct ClientLibraryTests {
         music.connection.close()
     }
 
+    @Test(
+        "a feed's muted output is made again after a restart as audiod last published it: still muted, the music plays on; unmuted by the user, it holds the audio again"
+    )
+    func outputMutedAfterARestart() async throws {
+        let server = try TestServer(.pulseaudio)
+        defer { server.stop() }
+        var d = try Daemon.start(server)
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"]
+        let music = try playback(server, name: "music", role: "music")
+        let feedApp = try playback(server, name: "feed")
+        for p in [music, feedApp] { _ = try server.waitForPlaybackStream(pid: p.pid) }
+        let feed = try await AudioSession.make(
+            applicationName: "Feed", pid: feedApp.pid, connection: AudiodConnection(address: address))
+        try await feed.setCategory(.playback, mode: .shortFormVideo)
+        try await feed.setActive(true)
+        #expect(try await feed.state().outputMuted)
+        #expect(waitFor(5) { server.playbackStream(pid: feedApp.pid)?.muted == true })
+        usleep(300_000)
+        #expect(server.playbackStream(pid: music.pid)?.muted == false, "the muted feed silenced the music")
+
+        // Restarted while muted: made again muted; the music plays on.
+        var events = feed.mediaServices
+        d.kill()
+        d = try Daemon.start(server, log: "audiod-2.log")
+        #expect(await Self.next(2, of: events) == [.wereLost, .wereReset(reactivated: true)])
+        var f = try await feed.state()
+        #expect(f.outputMuted && f.active && f.mixable, "\(f)")
+        usleep(300_000)
+        #expect(server.playbackStream(pid: music.pid)?.muted == false, "the feed made again silenced the music")
+
+        // The user unmutes it in a mixer: it holds the audio; restarted, it is made again unmuted and holds it.
+        let intents = feed.userIntentsToUnmuteOutput
+        let index = try #require(server.playbackStream(pid: feedApp.pid)?.index)
+        _ = try server.pactl(["set-sink-input-mute", "\(index)", "0"])
+        #expect(await Self.next(1, of: intents).count == 1, "the app was not told of the user's unmute")
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the unmuted feed took no audio")
+        events = feed.mediaServices
+        d.kill()
+        d = try Daemon.start(server, log: "audiod-3.log")
+        defer { d.stop() }
+        #expect(await Self.next(2, of: events) == [.wereLost, .wereReset(reactivated: true)])
+        f = try await feed.state()
+        #expect(!f.outputMuted && f.active && !f.mixable, "\(f)")
+        #expect(
+            waitFor(5) { server.playbackStream(pid: feedApp.pid)?.muted == false },
+            "the feed made again stayed muted: \(server.file("audiod-3.log").suffix(2000))")
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the music plays over the feed")
+        feed.connection.close()
+    }
+
     @Test("a session whose CreateSession starts audiod by D-Bus activation is one session, and nothing is reset")
     func madeByActivation() async throws {
         let server = try TestServer(.pulseaudio)

@@ -334,6 +334,7 @@ struct TrustTests {
         let writes: [(String, [String])] = [
             ("\(props).Set", ["string:\(API.manager.name)", "string:SilentMode", "variant:boolean:true"]),
             ("\(props).Set", ["string:\(API.manager.name)", "string:DuckLevel", "variant:double:0.5"]),
+            ("\(props).Set", ["string:\(API.manager.name)", "string:StrongDuckLevel", "variant:double:0.01"]),
             (
                 "\(API.manager.name).SetApplicationCategory",
                 ["string:mpv", "string:ambient", "string:default", "array:string:mix-with-others"]
@@ -348,6 +349,7 @@ struct TrustTests {
         }
         #expect(d.client.property(API.managerPath, API.manager.name, "SilentMode") == .bool(false))
         #expect(d.client.property(API.managerPath, API.manager.name, "DuckLevel") == .double(0.2))
+        #expect(d.client.property(API.managerPath, API.manager.name, "StrongDuckLevel") == .double(0.0178))
         // audiod's own user still may.
         #expect(
             (try? d.client.call(

@@ -66,10 +66,14 @@ import Testing
         func writable(_ t: VTable) -> [String: InterfaceDescription.Access] {
             Dictionary(uniqueKeysWithValues: t.properties.compactMap { p in p.set.map { (p.name, $0.access) } })
         }
-        #expect(writable(AudioSessionService.managerTable) == ["SilentMode": .user, "DuckLevel": .user])
+        #expect(
+            writable(AudioSessionService.managerTable) == [
+                "SilentMode": .user, "DuckLevel": .user, "StrongDuckLevel": .user,
+            ])
         #expect(
             writable(AudioSessionService.sessionTable) == [
                 "HandlesSecondaryAudio": .owner, "PrefersNoInterruptionsFromSystemAlerts": .owner,
+                "OutputMuted": .owner,
             ])
     }
 
