@@ -215,10 +215,28 @@ extension Engine {
             let pushToTalk =
                 s.captureStarted && s.isVoiceInput && !sleeping
                 && refusingCall(for: s.configuration, excluding: id) == nil
-            if !s.active && (!s.heldSilent || pushToTalk) { userActivate(id) }
+            if !s.active && (!s.heldSilent || pushToTalk) {
+                if let holder = heldBeforeFound(s) {
+                    interrupt(id, reason: .default, by: holder)
+                } else {
+                    userActivate(id)
+                }
+            }
         } else if s.active {
             scheduleLingerIfIdle(id)
         }
+    }
+
+    /// A stream found when audiod connects was playing before audiod knew of it: it takes the audio from nobody.
+    /// After a restart the apps make their sessions again, often before audiod has listed the streams; an
+    /// interrupted radio, still playing into the mute the last run left, would otherwise take the audio from the
+    /// podcast that held it. Its session begins interrupted by the holder instead, as it would have been had the
+    /// listing come first — and resumes when the holder ends with notify. A call takes the audio as ever.
+    func heldBeforeFound(_ s: SessionState) -> SessionID? {
+        guard foundThisStep.contains(s.id), !s.mixable, !s.isCall, s.roleClass != .emergency, !s.isAlert else {
+            return nil
+        }
+        return holder(excluding: s.id)
     }
 
     /// Primary audio (§0) starts and stops at once; the hint and its enforcement follow in the same step (§5).
@@ -305,6 +323,7 @@ extension Engine {
         out.reset()
         everDirty.removeAll(keepingCapacity: true)
         touched.removeAll(keepingCapacity: true)
+        foundThisStep.removeAll(keepingCapacity: true)
         managerChanged = []
         totalBefore = totalAudible
         soleBefore = soleAudibleSession

@@ -141,8 +141,11 @@ extension Engine {
         markDirty(info.id)
         // A new uncorked stream is the app's own action: it may activate its explicit session (§7). One that was
         // already there when audiod connected is not new.
-        if !info.foundAtConnection, let owner = streams[info.id]?.session, wouldBeAudible(info.id) {
-            autoActivate(owner)
+        guard let owner = streams[info.id]?.session else { return }
+        if !info.foundAtConnection {
+            if wouldBeAudible(info.id) { autoActivate(owner) }
+        } else if sessions[owner]?.isImplicit == true {
+            foundThisStep.insert(owner)
         }
     }
 

@@ -100,6 +100,8 @@ public struct Engine: Sendable {
     var published: [SessionID: SessionView] = [:]
     var crossings: Set<SessionID> = []
     var pendingHintBegin: Set<SessionID> = []
+    /// Implicit sessions a stream found at connection belongs to, this step (`audibilityCrossed`).
+    var foundThisStep: Set<SessionID> = []
     var totalBefore = 0
     var soleBefore: SessionID?
 

@@ -76,6 +76,44 @@ import Testing
         #expect(h.view(podcast)?.interrupted == true)
     }
 
+    /// The same for an app audiod arbitrates by its streams: the interrupted radio's implicit session, found
+    /// playing into the mute the last run left after the podcast's app made its session again, begins interrupted
+    /// by the podcast (as if the listing had come first), and resumes when the podcast ends with notify. Found
+    /// when nothing holds the audio, it holds it; a call found at connection takes the audio as ever.
+    @Test func anImplicitStreamFoundAtConnectionTakesTheAudioFromNobody() {
+        var h = Harness()
+        let podcast = h.session(pid: 10, "playback")
+        _ = h.echo(h.activate(podcast))
+        var found = StreamInfo(
+            id: .playback(2), processChain: [20], applicationName: "radio", role: "music", muted: true,
+            leftByPolicy: Self.leftMute)
+        found.foundAtConnection = true
+        let e = h.send(.streamAppeared(found))
+        #expect(streamOps(e).isEmpty, "the mute the last run left was lifted: \(e)")
+        #expect(h.view(podcast)?.active == true && h.view(podcast)?.interrupted == false, "\(e)")
+        let radio = h.engine.streamView(.playback(2))?.session
+        #expect(radio.flatMap { h.view($0) }.map { !$0.active && $0.interrupted } == true)
+        #expect(h.engine.streamView(.playback(2))?.policyMuted == true)
+        #expect(streamOps(h.deactivate(podcast, notify: true)) == [.setStreamMute(.playback(2), false)])
+
+        // Nothing holds the audio: the found radio holds it.
+        var alone = Harness()
+        var first = found
+        first.id = .playback(3)
+        first.muted = false
+        first.leftByPolicy = nil
+        _ = alone.send(.streamAppeared(first))
+        let held = alone.engine.streamView(.playback(3))?.session
+        #expect(held.flatMap { alone.view($0) }?.active == true)
+
+        // A call found at connection takes the audio from the podcast.
+        var call = StreamInfo(id: .playback(4), processChain: [30], applicationName: "softphone", role: "phone")
+        call.foundAtConnection = true
+        _ = h.echo(h.activate(podcast))
+        _ = h.send(.streamAppeared(call))
+        #expect(h.view(podcast)?.interrupted == true, "a call found at connection took no audio")
+    }
+
     @Test func valuesTheStreamNoLongerShowsAreNotTaken() {
         var h = Harness()
         // The journal said audiod muted it, but the user has unmuted it since, and set a volume of their own.

@@ -279,6 +279,56 @@ struct ClientLibraryTests {
         feed.connection.close()
     }
 
+    /// The order the project's CI once met by chance, made certain: the sound server is stopped (SIGSTOP) while
+    /// audiod starts again, so the app makes its session again before audiod lists the streams. The music the
+    /// video had interrupted, still playing into the mute the last run left, is found then: it must not take the
+    /// audio back from the video (POLICY §7 "Found playing when audiod connects").
+    @Test(
+        "an app that makes its session again before audiod lists the streams keeps the audio: the music it had interrupted, found playing, stays silenced and resumes when the app ends with notify",
+        arguments: ServerKind.tested)
+    func sessionMadeAgainBeforeTheListing(kind: ServerKind) async throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        var d = try Daemon.start(server)
+        let address = server.environment["DBUS_SESSION_BUS_ADDRESS"]
+        let music = try playback(server, name: "music", role: "music")
+        defer { music.kill() }
+        let videoApp = try playback(server, name: "video")
+        defer { videoApp.kill() }
+        for p in [music, videoApp] { _ = try server.waitForPlaybackStream(pid: p.pid) }
+        let video = try await AudioSession.make(
+            applicationName: "Video", pid: videoApp.pid, connection: AudiodConnection(address: address))
+        try await video.setCategory(.playback)
+        try await video.setActive(true)
+        #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == true }, "the video took no audio")
+
+        let events = video.mediaServices
+        d.kill()
+        let serverPIDs = server.soundServerPIDs
+        for p in serverPIDs { kill(p, SIGSTOP) }
+        d = try Daemon.start(server, log: "audiod-2.log")
+        defer { d.stop() }
+        let heard = await Self.next(2, of: events)
+        for p in serverPIDs { kill(p, SIGCONT) }
+        #expect(heard == [.wereLost, .wereReset(reactivated: true)], "\(heard)")
+        #expect(
+            waitFor(10) { server.file("audiod-2.log").contains("enforcing on") },
+            "audiod did not reach the server again: \(server.file("audiod-2.log").suffix(2000))")
+        usleep(500_000)
+        let st = try await video.state()
+        #expect(st.active && !st.interrupted, "the music found playing took the audio back: \(st)")
+        #expect(
+            server.playbackStream(pid: music.pid)?.muted == true,
+            "the music plays over the video: \(server.file("audiod-2.log").suffix(2000))")
+        #expect(server.playbackStream(pid: videoApp.pid)?.muted == false, "the video was silenced")
+
+        try await video.setActive(false, notifyOthersOnDeactivation: true)
+        #expect(
+            waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false },
+            "the music did not resume after the video: \(server.file("audiod-2.log").suffix(1500))")
+        video.connection.close()
+    }
+
     @Test("a session whose CreateSession starts audiod by D-Bus activation is one session, and nothing is reset")
     func madeByActivation() async throws {
         let server = try TestServer(.pulseaudio)
