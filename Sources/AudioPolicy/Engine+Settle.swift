@@ -324,6 +324,7 @@ extension Engine {
         everDirty.removeAll(keepingCapacity: true)
         touched.removeAll(keepingCapacity: true)
         foundThisStep.removeAll(keepingCapacity: true)
+        fadeTick = false
         managerChanged = []
         totalBefore = totalAudible
         soleBefore = soleAudibleSession
@@ -411,16 +412,78 @@ extension Engine {
             effects.append(.setStreamMute(sid, false))
             st.appliedMute = false
         }
-        if st.ducked {
-            let target = st.userVolume.multiplied(by: st.duck == .strong ? strongDuckFactor : duckFactor)
-            if st.appliedVolume != target && !(st.appliedVolume == nil && target == st.userVolume) {
-                effects.append(.setStreamVolume(sid, target))
-                st.appliedVolume = target
-            }
-        } else if st.appliedVolume != nil {
-            effects.append(.setStreamVolume(sid, st.userVolume))
-            st.appliedVolume = nil
-        }
+        volumeOperations(&st, into: &effects)
+        st.volumeAtOnce = false
         streams[sid] = st
+    }
+
+    /// The duck's volume (§2 "Fades"): the target is the user's volume times the duck level, or the user's own when
+    /// nothing ducks the stream; a stream someone hears gets there by a fade, one step per `fadeStep` timer.
+    mutating func volumeOperations(_ st: inout StreamState, into effects: inout [Effect]) {
+        let sid = st.info.id
+        // nil: the user's own volume, audiod holding nothing.
+        let goal: Volume? =
+            st.ducked ? st.userVolume.multiplied(by: st.duck == .strong ? strongDuckFactor : duckFactor) : nil
+        let needed =
+            goal.map { st.appliedVolume != $0 && !(st.appliedVolume == nil && $0 == st.userVolume) }
+            ?? (st.appliedVolume != nil)
+        guard needed else {
+            st.fade = nil
+            fading.remove(sid)
+            return
+        }
+        let end = goal ?? st.userVolume
+        let current = st.appliedVolume ?? st.userVolume
+        if st.fade.map({ $0.to != end || $0.lifts != (goal == nil) }) ?? true {
+            let length = fadeLength(st, from: current, to: end)
+            st.fade =
+                length == 0 ? nil : VolumeFade(from: current, to: end, lifts: goal == nil, start: now, length: length)
+        } else if !fadeTick {
+            // The fade goes on at the timer's pace: the server's echo of a step (or anything else that looks at the
+            // stream meanwhile) writes nothing, or every echo would write the next step at once.
+            return
+        }
+        let step = fadeStep
+        guard let fade = st.fade, !fade.done(at: now, step: step) else {
+            effects.append(.setStreamVolume(sid, end))
+            st.appliedVolume = goal
+            st.fade = nil
+            fading.remove(sid)
+            return
+        }
+        let value = fade.value(at: now, step: step)
+        if value != current {
+            effects.append(.setStreamVolume(sid, value))
+            st.appliedVolume = value
+        }
+        fading.insert(sid)
+        if !fadeTimerArmed {
+            fadeTimerArmed = true
+            out.timers.append(.scheduleTimer(.fadeStep, afterNanoseconds: step))
+        }
+    }
+
+    /// How long a stream's volume takes from `from` to `to`: 0 (at once) for a stream nobody hears or whose volume
+    /// must be right now (`volumeAtOnce`), and where the engine decides nothing (a stop puts the user's values
+    /// back at once).
+    func fadeLength(_ st: StreamState, from: Volume, to: Volume) -> UInt64 {
+        guard !settings.decidesNothing, !st.volumeAtOnce, st.audible else { return 0 }
+        let down = zip(to.channels, from.channels).reduce(0) { $0 + Int64($1.0) - Int64($1.1) } < 0
+        var length = down ? settings.duckFadeNanoseconds : settings.unduckFadeNanoseconds
+        let spoken = st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
+        if st.duck == .strong || spoken { length = min(length, Settings.quickFadeLimitNanoseconds) }
+        return length
+    }
+
+    /// The time between two steps of the fades: 20 ms, longer when many streams fade at once.
+    var fadeStep: UInt64 {
+        max(Settings.fadeStepNanoseconds, UInt64(fading.count) * 1_000_000_000 / Settings.fadeWritesPerSecond)
+    }
+
+    /// The step timer: every fading stream takes its next step.
+    mutating func fadeStepped() {
+        fadeTimerArmed = false
+        fadeTick = true
+        for sid in fading { markDirty(sid) }
     }
 }

@@ -133,6 +133,7 @@ extension Engine {
         // gave the pid again, and it is policed like any other.
         if let pid = info.pid { goneProcesses.remove(pid) }
         var st = StreamState(info: info, session: nil, userMuted: info.muted, userVolume: info.volume)
+        st.volumeAtOnce = true
         adopt(&st, info)
         st.info.leftByPolicy = nil
         streams[info.id] = st
@@ -228,6 +229,9 @@ extension Engine {
             if !info.volume.isClose(to: applied, tolerance: tolerance) {
                 st.userVolume = info.volume
                 st.appliedVolume = nil
+                // The user's volume ends a fade; a duck still due goes on top of it at once.
+                st.fade = nil
+                st.volumeAtOnce = true
             }
         } else {
             st.userVolume = info.volume
@@ -308,6 +312,7 @@ extension Engine {
         withdrawAnnouncement(id)
         for (call, ahead) in callsAboutToSound where ahead.contains(id) { callsAboutToSound[call]?.remove(id) }
         guard let st = streams[id] else { return }
+        fading.remove(id)
         if let owner = st.session { detach(id, from: owner) }
         if st.audible { adjustAudible(nil, -1) }
         screenReader(id, heard: false)
@@ -615,6 +620,8 @@ extension Engine {
             }
         case .callLinkOverdue(let call):
             withdrawAnnouncement(call)
+        case .fadeStep:
+            fadeStepped()
         case .handover(let id):
             if handover == id { handover = nil }
         case .linger(let id):

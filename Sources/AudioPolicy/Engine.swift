@@ -87,6 +87,11 @@ public struct Engine: Sendable {
     /// Call streams listed before they can be heard (`Event.streamAnnounced`), each with the streams it will silence
     /// once it plays, muted ahead of it.
     var callsAboutToSound: [StreamID: Set<StreamID>] = [:]
+    /// Streams whose volume is fading (`StreamState.fade`), and whether the step timer is armed.
+    var fading: Set<StreamID> = []
+    var fadeTimerArmed = false
+    /// This step is the fade timer's: fading streams write their next step.
+    var fadeTick = false
     /// When each device last appeared, for `new-device-available`.
     var deviceAppearedAt: [String: Instant] = [:]
 

@@ -331,6 +331,19 @@ public struct Settings: Sendable, Equatable {
     /// each service's own (`[platform] trusted-apps`). Not a policy setting: the platform reads it at start and at
     /// every reload.
     public var trustedPlatformApps: [String] = []
+    /// How long a duck takes to reach its level (`duck-fade` in the config file; 0 is a step). Android's 500 ms: a
+    /// volume jump is heard as a click or a lurch, a fade as the other app giving way.
+    public var duckFadeNanoseconds: UInt64 = 500_000_000
+    /// How long an undone duck takes to come back to the user's volume (`unduck-fade`; 0 is a step).
+    public var unduckFadeNanoseconds: UInt64 = 500_000_000
+    /// The longest a voice prompt's or a screen reader's duck (and any duck of spoken audio) may take: a prompt
+    /// must be understood from its first word, and speech is never faded long (docs/POLICY.md §2).
+    public static let quickFadeLimitNanoseconds: UInt64 = 100_000_000
+    /// How often a fade writes the next volume while few streams fade: 25 steps over a 500 ms duck.
+    public static let fadeStepNanoseconds: UInt64 = 20_000_000
+    /// At most this many fade writes per second over all streams (one write per step and stream): a duck over
+    /// 100 streams steps every 100 ms instead of flooding the server.
+    public static let fadeWritesPerSecond: UInt64 = 1_000
     /// The stop path's and `audiod --restore`'s engine (`restoreOnly`): no stream belongs to any session, so no
     /// category is derived (no role, rule, desktop entry, game evidence, voice-call rule or MPRIS) and no policy
     /// applies; the only effects put back what the journal or the restore database say an earlier run left.
@@ -365,6 +378,8 @@ public struct Settings: Sendable, Equatable {
     public static var restoreOnly: Settings {
         var s = Settings()
         s.decidesNothing = true
+        s.duckFadeNanoseconds = 0
+        s.unduckFadeNanoseconds = 0
         return s
     }
 

@@ -53,6 +53,8 @@ public enum TimerID: Hashable, Sendable {
     case callLinkOverdue(StreamID)
     /// A handover (docs/POLICY.md §5) whose session has not made a sound within the linger: primary audio ends.
     case handover(SessionID)
+    /// The next step of every running fade (`StreamState.fade`).
+    case fadeStep
 }
 
 /// A point in time, in nanoseconds on a monotonic clock of the shell's choosing. The engine never reads a clock.

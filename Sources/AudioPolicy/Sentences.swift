@@ -39,6 +39,7 @@ extension Event {
         case .timerFired(.voiceCallEnd(let id)): "\(id) has not both captured and played for the linger"
         case .timerFired(.callLinkOverdue(let id)): "\(Self.words(id)) was announced but did not link and play in time"
         case .timerFired(.handover(let id)): "\(id) took over the audio but has made no sound for the linger"
+        case .timerFired(.fadeStep): "a fade's next step is due"
         case .gameModeGames(let games): "GameMode lists \(games.count) game\(games.count == 1 ? "" : "s")"
         case .platformCall(let call?):
             "the platform's call is \(call.state.rawValue)\(call.allRinging ? "" : ", answered")"
@@ -105,6 +106,7 @@ extension Effect {
         case .voiceCallEnd(let id): "\(id)'s end-of-call wait"
         case .callLinkOverdue(let id): "the wait for \(Event.words(id))'s link"
         case .handover(let id): "\(id)'s handover"
+        case .fadeStep: "the fades' next step"
         }
     }
 }

@@ -124,6 +124,11 @@ struct StreamState: Sendable {
     /// outlive that. A stream that leaves the session (released, its owner gone, audiod stopping) keeps the mute as
     /// its own: nobody unmuted that output.
     var mutedForApp: SessionID?
+    /// A duck on its way in or out (docs/POLICY.md §2 "Fades"): `appliedVolume` is the step last written.
+    var fade: VolumeFade?
+    /// Its volume is set at once this step, not faded: the stream is new (a fade would start it loud), or the
+    /// user has just set a volume (the duck goes on top of it at once, as SPEC §7 says).
+    var volumeAtOnce = false
     /// The device it left and when, for route changes announced after the server moved it.
     var previousDevice: String?
     var movedAt = Instant.zero
@@ -133,6 +138,25 @@ struct StreamState: Sendable {
     /// PipeWire's native clients name the role `Accessibility`; through pipewire-pulse and on PulseAudio it is
     /// `a11y`. Either way the stream is a screen reader's, which nothing may silence.
     var isA11y: Bool { info.role == "a11y" || info.role == "Accessibility" }
+}
+
+/// A volume moving from `from` to `to` over `length`, linear in amplitude, one write per step.
+struct VolumeFade: Sendable, Equatable {
+    var from: Volume
+    var to: Volume
+    /// The fade ends audiod's hold on the volume: `to` is the user's own, and nothing is applied once it is there.
+    var lifts: Bool
+    var start: Instant
+    var length: UInt64
+
+    /// The value to write at `now` for a step lasting `step`: each write is where the fade will be at the next
+    /// step, so the first one moves at once and the last lands on `to`.
+    func value(at now: Instant, step: UInt64) -> Volume {
+        let elapsed = now.since(start) + step
+        return elapsed >= length ? to : from.faded(to: to, fraction: Double(elapsed) / Double(length))
+    }
+
+    func done(at now: Instant, step: UInt64) -> Bool { now.since(start) + step >= length }
 }
 
 struct PlayerState: Sendable {

@@ -38,6 +38,24 @@ public struct Volume: Hashable, Sendable, CustomStringConvertible {
         return true
     }
 
+    /// The point `fraction` (0…1) of the way from this volume to `other`, linear in amplitude (a fade heard as
+    /// even: Android's duck is a linear amplitude ramp). Channel counts that differ give `other`.
+    public func faded(to other: Volume, fraction: Double) -> Volume {
+        guard channels.count == other.channels.count, fraction < 1 else { return other }
+        let p = Swift.max(0, fraction)
+        return Volume(
+            channels: zip(channels, other.channels).map { a, b in
+                let la = Volume.linear(a)
+                return Volume.fromLinear(la + (Volume.linear(b) - la) * p)
+            })
+    }
+
+    /// `pa_sw_volume_to_linear`: the cube of the value over NORM.
+    static func linear(_ v: UInt32) -> Double {
+        let x = Double(v) / Double(norm)
+        return x * x * x
+    }
+
     public var description: String {
         channels.map { "\(Volume.roundHalfUp(Double($0) * 100 / Double(Volume.norm)))%" }.joined(separator: " ")
     }

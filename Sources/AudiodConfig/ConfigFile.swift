@@ -56,7 +56,8 @@ public enum ConfigFile {
 
     static let configurationKeys = ["category", "mode", "options"]
     static let topKeys = [
-        "duck-level", "strong-duck-level", "linger", "volume-tolerance", "nice-level", "default", "roles", "apps",
+        "duck-level", "strong-duck-level", "duck-fade", "unduck-fade", "linger", "volume-tolerance", "nice-level",
+        "default", "roles", "apps",
         "platform",
     ]
     static let platformKeys = ["lock-screen", "trusted-apps"]
@@ -99,6 +100,18 @@ public enum ConfigFile {
                 "strong-duck-level",
                 "strong-duck-level (\(settings.strongDuckLevel)) must be at most duck-level (\(settings.duckLevel)): "
                     + "a voice prompt ducks at least as deep as anything else")
+        }
+        // A fade longer than a few seconds is no longer heard as the other app giving way but as a mistake.
+        for (key, example) in [("duck-fade", "0.5"), ("unduck-fade", "0.5")] {
+            guard let v = table[key] else { continue }
+            guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 5 else {
+                throw fail(key, "must be a number of seconds from 0 to 5, 0 for a step (e.g. \(example))")
+            }
+            if key == "duck-fade" {
+                settings.duckFadeNanoseconds = UInt64(d * 1e9)
+            } else {
+                settings.unduckFadeNanoseconds = UInt64(d * 1e9)
+            }
         }
         if let v = table["linger"] {
             guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 3600 else {

@@ -106,6 +106,11 @@ public final class StreamWatcher: @unchecked Sendable {
         lock.withLock { reports.filter { $0.at >= after && $0.stream.index == index }.map(\.stream) }
     }
 
+    /// The reports of stream `index` since `after`, each with its time (monotonic nanoseconds), oldest first.
+    public func timedReports(of index: UInt32, since after: UInt64) -> [(at: UInt64, stream: WatchedStream)] {
+        lock.withLock { reports.filter { $0.at >= after && $0.stream.index == index } }
+    }
+
     /// The reports of the stream of process `pid` still kept, oldest first: the first is how it started.
     public func reports(ofPid pid: UInt32) -> [WatchedStream] {
         lock.withLock { reports.filter { $0.stream.pid == pid }.map(\.stream) }

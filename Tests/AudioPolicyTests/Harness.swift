@@ -8,7 +8,16 @@ struct Harness {
     var clock: UInt64 = 0
     var nextRequest: UInt64 = 100
 
-    init(settings: Settings = Settings()) { engine = Engine(settings: settings) }
+    /// `fades`: ducks fade as in the daemon. The policy's scripts leave them out (a duck is then one write, its
+    /// level checked at once); FadeScenarioTests and the property test script the fades themselves.
+    init(settings: Settings = Settings(), fades: Bool = false) {
+        var settings = settings
+        if !fades {
+            settings.duckFadeNanoseconds = 0
+            settings.unduckFadeNanoseconds = 0
+        }
+        engine = Engine(settings: settings)
+    }
 
     mutating func send(_ event: Event) -> [Effect] {
         clock += 1_000_000

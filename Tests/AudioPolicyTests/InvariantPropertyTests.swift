@@ -533,6 +533,8 @@ struct Simulation {
         case .fireTimer(let k):
             guard !timers.isEmpty else { return }
             let t = timers.remove(at: k % timers.count)
+            // A fade's step comes a while later: enough of them end every fade (a duck takes 500 ms).
+            if t == .fadeStep { clock += 150_000_000 }
             step(.timerFired(t))
         case .rule(let app, let c):
             let (cat, mode, opts) = Op.configs[c]
@@ -888,7 +890,20 @@ struct Simulation {
             if sv.reasons.contains(.duckedUnderScreenReader) != (owner != nil && screenReader) {
                 v.append("invariant 4: \(id) reasons \(sv.reasons.map(\.text)), a screen reader heard: \(screenReader)")
             }
-            if info.volume != expected {
+            // A duck fading in or out (§2 "Fades") is on its way to the expected volume, and the server shows a point
+            // of that way: the invariant holds at the fade's end.
+            if let fade = engine.streams[id]?.fade {
+                let on =
+                    fade.from.channels.count == info.volume.channels.count
+                    && zip(info.volume.channels, zip(fade.from.channels, fade.to.channels)).allSatisfy { x, ends in
+                        x >= min(ends.0, ends.1) && x <= max(ends.0, ends.1)
+                    }
+                if fade.to != expected || !on || !engine.fading.contains(id) {
+                    v.append(
+                        "invariant 4: \(id) at \(info.volume) fading \(fade.from) → \(fade.to), expected \(expected) (user \(user), ducked \(ducked), strong \(strong))"
+                    )
+                }
+            } else if info.volume != expected {
                 v.append(
                     "invariant 4: \(id) at \(info.volume), expected \(expected) (user \(user), ducked \(ducked), strong \(strong))"
                 )

@@ -11,6 +11,8 @@ import Testing
             # audiod.toml
             duck-level = 0.3
             linger = 1.5
+            duck-fade = 0.25
+            unduck-fade = 0
             volume-tolerance = 200
 
             [default]
@@ -29,6 +31,7 @@ import Testing
             """, file: "t.toml")
         #expect(s.duckLevel == 0.3)
         #expect(s.lingerNanoseconds == 1_500_000_000)
+        #expect(s.duckFadeNanoseconds == 250_000_000 && s.unduckFadeNanoseconds == 0)
         #expect(s.volumeTolerance == 200)
         #expect(s.defaultConfiguration == Configuration(category: .ambient))
         #expect(s.roleConfigurations["music"] == Configuration(category: .playback, options: [.mixWithOthers]))
@@ -91,7 +94,7 @@ import Testing
             ),
             (
                 "\nduck_level = 0.2",
-                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, linger, volume-tolerance, nice-level, default, roles, apps, platform"
+                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, duck-fade, unduck-fade, linger, volume-tolerance, nice-level, default, roles, apps, platform"
             ),
             (
                 "nice-level = -21",
@@ -139,6 +142,11 @@ import Testing
                 "t.toml:1: default.category: is required and must be a string: one of ambient, solo-ambient, playback, record, play-and-record"
             ),
             ("linger = \"long\"", "t.toml:1: linger: must be a number of seconds from 0 to 3600 (e.g. 2)"),
+            ("duck-fade = 6", "t.toml:1: duck-fade: must be a number of seconds from 0 to 5, 0 for a step (e.g. 0.5)"),
+            (
+                "unduck-fade = -1",
+                "t.toml:1: unduck-fade: must be a number of seconds from 0 to 5, 0 for a step (e.g. 0.5)"
+            ),
             (
                 "volume-tolerance = 0.5",
                 "t.toml:1: volume-tolerance: must be a whole number of volume steps from 0 to 6553 (65536 is 100 %; the default 64 is about 0.1 %)"

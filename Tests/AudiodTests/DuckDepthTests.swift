@@ -80,6 +80,13 @@ struct DuckDepthTests {
         (try? server.playbackStreams())?.first { $0.index == index }?.volume.first
     }
 
+    /// The stream has reached a duck of `level` from full volume: a duck fades (POLICY §2 "Fades"), and a level
+    /// measured on the way is not the duck's.
+    func reached(_ server: TestServer, _ index: UInt32, level: Double) -> Bool {
+        let target = pow(level, 1.0 / 3) * 65536
+        return volume(server, index).map { abs(Double($0) - target) <= 64 } ?? false
+    }
+
     func silent(_ server: TestServer, role: String, name: String) throws -> Child {
         try server.spawn([
             "pacat", "--playback", "/dev/zero", "--client-name=\(name)", "--property=media.role=\(role)",
@@ -99,7 +106,7 @@ struct DuckDepthTests {
         // An ordinary ducker: an explicit session with duck-others.
         let ducker = try server.spawn(["sleep", "60"])
         let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
-        #expect(waitFor(5) { (volume(server, music.index) ?? 65536) < 65536 })
+        #expect(waitFor(5) { reached(server, music.index, level: 0.2) }, "\(volume(server, music.index) ?? 0)")
         let ordinary = try level(server, "ordinary") - alone
         print("duck depths: \(kind): ordinary duck \(String(format: "%.2f", ordinary)) dB")
         #expect(abs(ordinary - -14) <= 0.5, "an ordinary duck left the music at \(ordinary) dB, not −14 ± 0.5 dB")
@@ -107,7 +114,7 @@ struct DuckDepthTests {
         // A navigation prompt on top: the deepest duck wins.
         let before = volume(server, music.index)
         let nav = try silent(server, role: "navigation", name: "navigation")
-        #expect(waitFor(5) { volume(server, music.index) != before })
+        #expect(waitFor(5) { volume(server, music.index) != before && reached(server, music.index, level: 0.0178) })
         let prompt = try level(server, "navigation") - alone
         print("duck depths: \(kind): under a navigation prompt \(String(format: "%.2f", prompt)) dB")
         #expect(abs(prompt - -35) <= 1, "a navigation prompt left the music at \(prompt) dB, not −35 ± 1 dB")

@@ -1,0 +1,168 @@
+import Testing
+
+@testable import AudioPolicy
+
+/// docs/POLICY.md §2 "Fades": a duck reaches its level over 500 ms and leaves it over 500 ms, one volume write per
+/// step of the fade timer; a voice prompt's and a screen reader's duck (and any duck of spoken audio) within
+/// 100 ms. A stream nobody hears, a new stream and a volume the user sets get theirs at once; the stop path's
+/// engine fades nothing.
+@Suite struct FadeScenarioTests {
+    static let duck = Volume.fromLinear(0.2)
+
+    func volumes(_ effects: [Effect], _ id: StreamID) -> [Volume] {
+        effects.compactMap { if case .setStreamVolume(id, let v) = $0 { v } else { nil } }
+    }
+
+    /// One firing of the fade timer: the volumes written to `id`; the server's echo of them follows.
+    func stepVolumes(_ h: inout Harness, _ id: StreamID) -> [Volume] {
+        let e = h.send(.timerFired(.fadeStep))
+        _ = h.echo(e)
+        return volumes(e, id)
+    }
+
+    /// Fires the fade timer until no fade runs (at most `limit` times), each `ms` after the last; the volumes
+    /// written to `id`, in order, and the times they were written at (ms after the first firing's start).
+    func run(_ h: inout Harness, _ id: StreamID, limit: Int = 100) -> [(ms: UInt64, volume: Volume)] {
+        var written: [(UInt64, Volume)] = []
+        var elapsed: UInt64 = 0
+        for _ in 0..<limit where !h.engine.fading.isEmpty {
+            // `send` adds its own millisecond: 19 + 1 is the 20 ms step.
+            h.advance(ms: 19)
+            elapsed += 20
+            for v in stepVolumes(&h, id) { written.append((elapsed, v)) }
+        }
+        return written
+    }
+
+    @Test func aDuckFadesDownOver500msAndBackOver500ms() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        let start = h.activate(ducker)
+        // The fade starts at once: the first step is written with the activation, and the timer is armed.
+        let first = volumes(start, .playback(1))
+        #expect(first.count == 1 && first[0].channels[0] < Volume.norm && first[0].channels[0] > Self.duck)
+        #expect(start.contains(.scheduleTimer(.fadeStep, afterNanoseconds: Settings.fadeStepNanoseconds)))
+        #expect(h.engine.streamView(.playback(1))?.duckFactor == 0.2, "ListStreams reports the target")
+        _ = h.echo(start)
+        let down = run(&h, .playback(1))
+        // 25 writes over 500 ms (the harness's echoes take a millisecond each, so a step or two fewer here).
+        #expect((22...24).contains(down.count), "\(down.count) steps after the first")
+        #expect(down.last?.volume == Volume.normal.multiplied(by: Self.duck))
+        #expect((440...500).contains(down.last?.ms ?? 0), "the duck took \(down.last?.ms ?? 0) ms after its first step")
+        // Each step lower than the last: no jump back, no overshoot.
+        let levels = [first[0]] + down.map(\.volume)
+        #expect(zip(levels, levels.dropFirst()).allSatisfy { $0.channels[0] > $1.channels[0] })
+        #expect(h.engine.appliedChange(of: .playback(1))?.restoreVolume == .normal)
+
+        let end = h.deactivate(ducker)
+        #expect(volumes(end, .playback(1)).count == 1)
+        _ = h.echo(end)
+        let up = run(&h, .playback(1))
+        #expect(up.last?.volume == .normal && (22...24).contains(up.count), "\(up.count)")
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil, "audiod still holds the volume it gave back")
+        #expect(h.engine.fading.isEmpty)
+    }
+
+    @Test func aVoicePromptsDuckTakes100msAtMost() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let prompt = h.session(pid: 20, "playback", mode: "voice-prompt", options: ["duck-others"])
+        _ = h.echo(h.activate(prompt))
+        let steps = run(&h, .playback(1))
+        #expect((60...100).contains(steps.last?.ms ?? 0), "\(steps.map(\.ms))")
+        #expect(steps.last?.volume == Volume.normal.multiplied(by: Volume.fromLinear(Settings.defaultStrongDuckLevel)))
+    }
+
+    @Test func echoesOfAStepWriteNothing() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        let start = h.activate(ducker)
+        // The server's report of the step, and anything else about the stream, wait for the timer.
+        #expect(streamOps(h.echo(start)).isEmpty)
+        #expect(streamOps(h.change(.playback(1)) { $0.applicationName = "renamed" }).isEmpty)
+    }
+
+    @Test func theUsersVolumeEndsTheFadeAndTheDuckGoesOnTopAtOnce() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        _ = h.echo(h.activate(ducker))
+        h.advance(ms: 19)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let mine = Volume(uniform: 40_000)
+        let e = h.change(.playback(1)) { $0.volume = mine }
+        #expect(volumes(e, .playback(1)) == [mine.multiplied(by: Self.duck)])
+        #expect(h.engine.fading.isEmpty)
+        _ = h.echo(e)
+        #expect(run(&h, .playback(1)).isEmpty)
+        #expect(h.engine.appliedChange(of: .playback(1))?.restoreVolume == mine)
+    }
+
+    @Test func aStreamNobodyHearsOrANewOneIsDuckedAtOnce() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music", corked: true))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        let e = h.activate(ducker)
+        #expect(volumes(e, .playback(1)) == [Volume.normal.multiplied(by: Self.duck)])
+        // A new stream of another app starts ducked: a fade would start it loud.
+        let fresh = h.play(2, pid: 11, role: "music")
+        #expect(volumes(fresh, .playback(2)) == [Volume.normal.multiplied(by: Self.duck)])
+        #expect(h.engine.fading.isEmpty)
+    }
+
+    @Test func aDuckUndoneMidwayTurnsBackFromWhereItIs() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        _ = h.echo(h.activate(ducker))
+        for _ in 0..<5 {
+            h.advance(ms: 19)
+            _ = h.echo(h.send(.timerFired(.fadeStep)))
+        }
+        let midway = h.engine.streams[.playback(1)]?.appliedVolume
+        let back = h.deactivate(ducker)
+        let first = volumes(back, .playback(1))
+        // Up from where the duck had got to: no jump down to the level, none up to the user's volume.
+        #expect(first.count == 1)
+        if let m = midway, let f = first.first { #expect(f.channels[0] > m.channels[0] && f.channels[0] < Volume.norm) }
+        _ = h.echo(back)
+        #expect(run(&h, .playback(1)).last?.volume == .normal)
+    }
+
+    /// 100 streams ducked at once step every 100 ms: 1,000 writes a second, not 5,000.
+    @Test func manyStreamsFadeInFewerSteps() {
+        var h = Harness(fades: true)
+        // Mixable players (role `production`): none interrupts another, all are heard.
+        for i in 0..<100 { _ = h.echo(h.play(UInt32(i + 1), pid: UInt32(1000 + i), role: "production")) }
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        let start = h.activate(ducker)
+        _ = h.echo(start)
+        #expect(h.engine.fading.count == 100)
+        #expect(h.engine.fadeStep == 100_000_000)
+        var writes = streamOps(start).count
+        var fired = 0
+        while !h.engine.fading.isEmpty && fired < 50 {
+            h.advance(ms: 99)
+            let e = h.send(.timerFired(.fadeStep))
+            writes += streamOps(e).count
+            _ = h.echo(e)
+            fired += 1
+        }
+        #expect(fired <= 6, "\(fired) firings for a 500 ms duck")
+        #expect(writes <= 600, "\(writes) writes")
+        #expect(h.engine.streamView(.playback(50))?.info.volume == Volume.normal.multiplied(by: Self.duck))
+    }
+
+    @Test func theStopPathsEngineFadesNothing() {
+        #expect(Settings.restoreOnly.duckFadeNanoseconds == 0 && Settings.restoreOnly.unduckFadeNanoseconds == 0)
+        var h = Harness(fades: true)
+        var s = Settings()
+        s.duckFadeNanoseconds = 0
+        h = Harness(settings: s, fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        #expect(volumes(h.activate(ducker), .playback(1)) == [Volume.normal.multiplied(by: Self.duck)])
+    }
+}

@@ -1,0 +1,162 @@
+import AudiodTestKit
+import DBusService
+import Foundation
+import Testing
+
+/// Issue 44's ducks, on the real servers: a duck fades down to `DuckLevel` over 500 ms and back over 500 ms, in
+/// steps the server reports (a libpulse subscription records each with its time); a volume the user sets
+/// mid-fade ends the fade and gets the duck at once; a stop or a crash mid-fade leaves the user's volume.
+@Suite(.serialized)
+struct FadeTests {
+    /// Linear amplitude of a libpulse volume (cubic mapping).
+    static func amplitude(_ v: UInt32) -> Double { pow(Double(v) / 65536, 3) }
+
+    struct Ramp {
+        /// Distinct volumes the server showed on the way, the last one included.
+        var steps: Int
+        /// From the first report off the start value to the first report at the end value, ms.
+        var lengthMs: Double
+        /// From 10 % to 90 % of the way, in amplitude, ms.
+        var tenToNinetyMs: Double
+        var end: UInt32
+    }
+
+    /// The ramp stream `index` made from `from` to `to` since `t0`, once it has reached `to` (±64), or nil.
+    static func ramp(_ watcher: StreamWatcher, _ index: UInt32, since t0: UInt64, from: UInt32, to: UInt32) -> Ramp? {
+        let reports = watcher.timedReports(of: index, since: t0)
+        guard let endAt = reports.first(where: { abs(Int($0.stream.volume) - Int(to)) <= 64 })?.at,
+            let startAt = reports.first(where: { abs(Int($0.stream.volume) - Int(from)) > 64 })?.at
+        else { return nil }
+        let (a, b) = (amplitude(from), amplitude(to))
+        func crossed(_ fraction: Double) -> UInt64? {
+            let mark = a + (b - a) * fraction
+            return reports.first { b < a ? amplitude($0.stream.volume) <= mark : amplitude($0.stream.volume) >= mark }?
+                .at
+        }
+        let way = reports.filter { $0.at <= endAt }.map(\.stream.volume)
+        let distinct = zip(way, [from] + way).filter { $0 != $1 }.count
+        let ten = crossed(0.1) ?? startAt
+        let ninety = crossed(0.9) ?? endAt
+        return Ramp(
+            steps: distinct, lengthMs: Double(endAt - startAt) / 1e6, tenToNinetyMs: Double(ninety - ten) / 1e6,
+            end: to)
+    }
+
+    static func describe(_ r: Ramp) -> String {
+        String(format: "%d steps, %.0f ms (10–90 %%: %.0f ms)", r.steps, r.lengthMs, r.tenToNinetyMs)
+    }
+
+    /// PulseAudio's duck of full volume to 0.2 (`pa_sw_volume_from_linear`).
+    static let ducked = UInt32((pow(0.2, 1.0 / 3) * 65536).rounded())
+
+    @Test("a duck fades down to DuckLevel over 500 ms and back over 500 ms, in steps", arguments: ServerKind.tested)
+    func duckFades(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let watcher = try StreamWatcher(server: server.pulseServer)
+        let music = try playback(server, name: "music", role: "music")
+        defer { music.kill() }
+        let stream = try server.waitForPlaybackStream(pid: music.pid)
+        #expect(watcher.settle())
+
+        let ducker = try server.spawn(["sleep", "60"])
+        defer { ducker.kill() }
+        var t0 = DispatchTime.now().uptimeNanoseconds
+        let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
+        var down: Ramp?
+        #expect(
+            waitFor(5) {
+                down = Self.ramp(watcher, stream.index, since: t0, from: 65536, to: Self.ducked)
+                return down != nil
+            })
+        if let r = down {
+            print("fades: \(kind): duck \(Self.describe(r))")
+            #expect(r.steps >= 10, "the duck came in \(r.steps) steps: a jump, not a fade")
+            #expect(r.lengthMs >= 400 && r.lengthMs <= 600, "the duck took \(r.lengthMs) ms, not about 500")
+        }
+        #expect(watcher.settle())
+        #expect(abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(Self.ducked)) <= 64, "not at DuckLevel")
+
+        t0 = DispatchTime.now().uptimeNanoseconds
+        _ = d.client.session(path, "SetActive", [.bool(false), .strings([])])
+        var up: Ramp?
+        #expect(
+            waitFor(5) {
+                up = Self.ramp(watcher, stream.index, since: t0, from: Self.ducked, to: 65536)
+                return up != nil
+            })
+        if let r = up {
+            print("fades: \(kind): duck undone \(Self.describe(r))")
+            #expect(r.steps >= 10 && r.lengthMs >= 400 && r.lengthMs <= 600, "\(Self.describe(r))")
+        }
+        #expect(watcher.settle())
+        #expect(watcher.streams[stream.index]?.volume == 65536, "the user's volume did not come back exactly")
+    }
+
+    @Test(
+        "a volume the user sets mid-fade ends the fade: the duck goes on top of it at once, and it comes back exactly",
+        arguments: ServerKind.tested)
+    func userVolumeMidFade(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let watcher = try StreamWatcher(server: server.pulseServer)
+        let music = try playback(server, name: "music", role: "music")
+        defer { music.kill() }
+        let stream = try server.waitForPlaybackStream(pid: music.pid)
+        let ducker = try server.spawn(["sleep", "60"])
+        defer { ducker.kill() }
+        let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
+        #expect(waitFor(5) { (watcher.streams[stream.index]?.volume ?? 65536) < 60000 }, "no fade began")
+        // Mid-fade, the user sets 60 % (39322 is 0.6 of 65536).
+        _ = try server.pactl(["set-sink-input-volume", "\(stream.index)", "39322"])
+        let expected = UInt32((Double(39322) * pow(0.2, 1.0 / 3)).rounded())
+        #expect(
+            waitFor(5) { abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(expected)) <= 64 },
+            "the duck did not go on the user's volume: \(watcher.streams[stream.index]?.volume ?? 0)")
+        #expect(watcher.settle())
+        #expect(abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(expected)) <= 64, "the fade went on")
+        _ = d.client.session(path, "SetActive", [.bool(false), .strings([])])
+        #expect(waitFor(5) { watcher.streams[stream.index]?.volume == 39322 }, "the user's volume was lost")
+    }
+
+    @Test(
+        "stopped or killed mid-fade, audiod leaves the user's volume: SIGTERM, and SIGKILL then --restore",
+        arguments: ServerKind.tested)
+    func stopMidFade(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        var restoreOutput = ""
+        for kill in [false, true] {
+            let d = try Daemon.start(server, log: kill ? "audiod-kill.log" : "audiod-term.log")
+            let music = try playback(server, name: "music", role: "music")
+            defer { music.kill() }
+            let stream = try server.waitForPlaybackStream(pid: music.pid)
+            let ducker = try server.spawn(["sleep", "60"])
+            defer { ducker.kill() }
+            _ = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
+            #expect(
+                waitFor(5) { (server.playbackStream(pid: music.pid)?.volume.first ?? 65536) < 60000 }, "no fade began")
+            if kill {
+                d.kill()
+                let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
+                #expect(out.status == 0, "\(out.output)")
+                restoreOutput = out.output
+            } else {
+                d.stop()
+            }
+            let how = kill ? "SIGKILL and --restore" : "SIGTERM"
+            #expect(
+                waitFor(5) { server.playbackStream(pid: music.pid)?.volume.first == 65536 },
+                "\(how) mid-fade left \(server.playbackStream(pid: music.pid)?.volume ?? []): \(kill ? restoreOutput.suffix(1500) : server.file("audiod-term.log").suffix(1500))"
+            )
+            // Nothing moves it afterwards: no step was left in flight.
+            usleep(300_000)
+            #expect(server.playbackStream(pid: music.pid)?.volume.first == 65536, "\(how): a step came after")
+            _ = stream
+        }
+    }
+}
