@@ -232,11 +232,15 @@ extension Engine {
     /// interrupted radio, still playing into the mute the last run left, would otherwise take the audio from the
     /// podcast that held it. Its session begins interrupted by the holder instead, as it would have been had the
     /// listing come first — and resumes when the holder ends with notify. A call takes the audio as ever.
+    /// Only an app's own session holds the audio this way: among apps found in the same listing the last found
+    /// still takes it (a browser's call is a call only once its capture is listed, after its playback stream).
+    /// A call that would refuse the activation, sleep and the lock are judged as for any activation.
     func heldBeforeFound(_ s: SessionState) -> SessionID? {
-        guard foundThisStep.contains(s.id), !s.mixable, !s.isCall, s.roleClass != .emergency, !s.isAlert else {
-            return nil
-        }
-        return holder(excluding: s.id)
+        guard foundThisStep.contains(s.id), !s.mixable, !s.isCall, s.roleClass != .emergency, !s.isAlert,
+            refusingCall(for: s.configuration, excluding: s.id, mutedFeed: s.mutedFeed) == nil,
+            heldOffReason(s) == nil, let holder = holder(excluding: s.id), sessions[holder]?.isImplicit == false
+        else { return nil }
+        return holder
     }
 
     /// Primary audio (§0) starts and stops at once; the hint and its enforcement follow in the same step (§5).
@@ -289,6 +293,11 @@ extension Engine {
             effects.append(.sessionAdded(v))
         }
         for sid in everDirty.sorted() { streamOperations(sid, into: &effects) }
+        // Armed once every stream has taken its step: its interval counts every stream fading now.
+        if !fading.isEmpty && !fadeTimerArmed {
+            fadeTimerArmed = true
+            out.timers.append(.scheduleTimer(.fadeStep, afterNanoseconds: fadeStep))
+        }
         effects += out.mpris
         effects += out.signals.filter { e in
             if case .signal(let id, _) = e { return !transient.contains(id) } else { return true }
@@ -409,24 +418,44 @@ extension Engine {
             // user (§3 Privacy), even if it changes hands.
             if sid.kind == .record { st.recordHeld = true }
         } else if !wantMute && st.appliedMute {
-            effects.append(.setStreamMute(sid, false))
             st.appliedMute = false
+            // Given back to someone who hears it, it fades in from silence: the volume goes to the fade's first
+            // step before the unmute, so nothing is heard at full volume first.
+            let length = fadeInLength(st)
+            if length > 0 {
+                volumeOperations(&st, into: &effects, fadeIn: length)
+                effects.append(.setStreamMute(sid, false))
+                st.volumeAtOnce = false
+                streams[sid] = st
+                return
+            }
+            effects.append(.setStreamMute(sid, false))
         }
         volumeOperations(&st, into: &effects)
         st.volumeAtOnce = false
         streams[sid] = st
     }
 
+    /// How long a playback stream audiod gives back fades in (§2 "Fades"): `fade-in` for a stream someone will
+    /// hear, at most 100 ms for spoken audio, 0 (at once) where `fadeLength` says so.
+    func fadeInLength(_ st: StreamState) -> UInt64 {
+        guard st.kind == .playback, mayFade(st) else { return 0 }
+        let spoken = st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
+        return spoken ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
+    }
+
     /// The duck's volume (§2 "Fades"): the target is the user's volume times the duck level, or the user's own when
     /// nothing ducks the stream; a stream someone hears gets there by a fade, one step per `fadeStep` timer.
-    mutating func volumeOperations(_ st: inout StreamState, into effects: inout [Effect]) {
+    /// `fadeIn`: the stream is being given back; its volume fades up from silence over that long.
+    mutating func volumeOperations(_ st: inout StreamState, into effects: inout [Effect], fadeIn: UInt64 = 0) {
         let sid = st.info.id
         // nil: the user's own volume, audiod holding nothing.
         let goal: Volume? =
             st.ducked ? st.userVolume.multiplied(by: st.duck == .strong ? strongDuckFactor : duckFactor) : nil
         let needed =
-            goal.map { st.appliedVolume != $0 && !(st.appliedVolume == nil && $0 == st.userVolume) }
-            ?? (st.appliedVolume != nil)
+            fadeIn > 0
+            || goal.map { st.appliedVolume != $0 && !(st.appliedVolume == nil && $0 == st.userVolume) }
+                ?? (st.appliedVolume != nil)
         guard needed else {
             st.fade = nil
             fading.remove(sid)
@@ -434,7 +463,13 @@ extension Engine {
         }
         let end = goal ?? st.userVolume
         let current = st.appliedVolume ?? st.userVolume
-        if st.fade.map({ $0.to != end || $0.lifts != (goal == nil) }) ?? true {
+        if fadeIn > 0 {
+            let silence = Volume(uniform: 0, count: end.channels.count)
+            st.fade = VolumeFade(from: silence, to: end, lifts: goal == nil, start: now, length: fadeIn)
+        } else if st.fade != nil && !st.audible {
+            // Nobody hears it any more (muted, paused): the rest of the way at once.
+            st.fade = nil
+        } else if st.fade.map({ $0.to != end || $0.lifts != (goal == nil) }) ?? true {
             let length = fadeLength(st, from: current, to: end)
             st.fade =
                 length == 0 ? nil : VolumeFade(from: current, to: end, lifts: goal == nil, start: now, length: length)
@@ -457,23 +492,22 @@ extension Engine {
             st.appliedVolume = value
         }
         fading.insert(sid)
-        if !fadeTimerArmed {
-            fadeTimerArmed = true
-            out.timers.append(.scheduleTimer(.fadeStep, afterNanoseconds: step))
-        }
     }
 
     /// How long a stream's volume takes from `from` to `to`: 0 (at once) for a stream nobody hears or whose volume
     /// must be right now (`volumeAtOnce`), and where the engine decides nothing (a stop puts the user's values
     /// back at once).
     func fadeLength(_ st: StreamState, from: Volume, to: Volume) -> UInt64 {
-        guard !settings.decidesNothing, !st.volumeAtOnce, st.audible else { return 0 }
+        guard mayFade(st) else { return 0 }
         let down = zip(to.channels, from.channels).reduce(0) { $0 + Int64($1.0) - Int64($1.1) } < 0
         var length = down ? settings.duckFadeNanoseconds : settings.unduckFadeNanoseconds
         let spoken = st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
         if st.duck == .strong || spoken { length = min(length, Settings.quickFadeLimitNanoseconds) }
         return length
     }
+
+    /// Someone hears the stream, and nothing asks for its volume at once.
+    func mayFade(_ st: StreamState) -> Bool { !settings.decidesNothing && !st.volumeAtOnce && st.audible }
 
     /// The time between two steps of the fades: 20 ms, longer when many streams fade at once.
     var fadeStep: UInt64 {

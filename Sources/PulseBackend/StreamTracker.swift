@@ -27,6 +27,10 @@ public struct StreamRead: Sendable, Hashable {
 /// - *Late confirmation* (`holdsUnconfirmed`, pipewire-pulse): a server that acknowledges before applying may answer a
 ///   later read with the old value. audiod's value then stands until a reply shows it, or until
 ///   `confirmationNanoseconds` have passed without one (then the stream is read and the reply believed).
+/// - *Overwritten changes.* A stale reply whose volume is neither the one last believed nor one audiod wrote lately
+///   shows someone else's change that audiod's later write went over (a fade writes every 20 ms, and a user's
+///   slider lands between two steps): it is believed, so that the engine learns the user's volume, and the stream
+///   is read again.
 /// - *Bounded.* Entries for a stream that is gone last only while a read that could carry it is in flight.
 public struct StreamTracker<Value: TrackedStreamValue> {
     /// How far a volume may be from audiod's and still show audiod's.
@@ -52,6 +56,11 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         var until: UInt64
     }
     private var expected: [StreamID: Expected] = [:]
+    /// Per live stream: the volume of the reply last believed, and the volumes audiod wrote lately (newest last).
+    private var believedVolume: [StreamID: [UInt32]] = [:]
+    private var recentWrites: [StreamID: [[UInt32]]] = [:]
+    /// Enough for a step still in flight on a server that applies late, and the one before it.
+    static var recentWritesKept: Int { 4 }
 
     public init(volumeTolerance: UInt32, confirmationNanoseconds: UInt64 = 1_000_000_000) {
         self.volumeTolerance = volumeTolerance
@@ -96,6 +105,9 @@ public struct StreamTracker<Value: TrackedStreamValue> {
             switch judge(id, value, seq: read.seq, now: now) {
             case .believe(let v): believe = v
             case .stale: reread = reread || accepted[id] != nil
+            case .overwritten(let v):
+                believe = v
+                reread = true
             case .older: break
             }
         }
@@ -113,6 +125,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         switch judge(id, value, seq: s, now: now) {
         case .believe(let v): return (v, nil)
         case .stale: return (nil, accepted[id] != nil ? noticed(id) : nil)
+        case .overwritten(let v): return (v, noticed(id))
         case .older: return (nil, nil)
         }
     }
@@ -133,6 +146,12 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     /// audiod sent a volume change.
     public mutating func sent(_ id: StreamID, volume: [UInt32], now: UInt64) {
         barrier[id] = next()
+        if accepted[id] != nil {
+            var recent = recentWrites[id] ?? []
+            recent.append(volume)
+            if recent.count > Self.recentWritesKept { recent.removeFirst() }
+            recentWrites[id] = recent
+        }
         expect(id, now: now) { $0.volume = volume }
         forgetIfGone(id)
     }
@@ -147,6 +166,8 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     public mutating func removed(_ id: StreamID) {
         accepted[id] = nil
         expected[id] = nil
+        believedVolume[id] = nil
+        recentWrites[id] = nil
         barrier[id] = next()
         forgetIfGone(id)
     }
@@ -173,6 +194,8 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         readAgain.removeAll()
         lists.removeAll()
         expected.removeAll()
+        believedVolume.removeAll()
+        recentWrites.removeAll()
     }
 
     // MARK: State
@@ -180,22 +203,42 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     /// Entries held, over all tables: bounded by the streams that exist plus the reads in flight.
     public var entryCount: Int {
         barrier.count + accepted.count + reading.count + readAgain.count + lists.count + expected.count
+            + believedVolume.count + recentWrites.count
     }
 
     // MARK: Judging replies
 
     private enum Judgement {
         case believe(Value)
+        /// Stale, but showing a change audiod's later write went over: believed, and the stream read again.
+        case overwritten(Value)
         case stale, older
     }
 
     private mutating func judge(_ id: StreamID, _ value: Value, seq s: UInt64, now: UInt64) -> Judgement {
-        if s <= barrier[id, default: 0] { return .stale }
+        if s <= barrier[id, default: 0] {
+            guard s > accepted[id, default: 0], overwritten(id, value.volume) else { return .stale }
+            accepted[id] = s
+            believedVolume[id] = value.volume
+            expected[id] = nil
+            return .overwritten(value)
+        }
         guard s > accepted[id, default: 0] else { return .older }
         accepted[id] = s
         var v = value
         hold(id, &v, now: now)
+        believedVolume[id] = v.volume
         return .believe(v)
+    }
+
+    /// A volume neither believed last nor written by audiod lately: someone else's.
+    private func overwritten(_ id: StreamID, _ volume: [UInt32]) -> Bool {
+        guard let last = believedVolume[id], let recent = recentWrites[id], !recent.isEmpty else { return false }
+        func near(_ other: [UInt32]) -> Bool {
+            other.count == volume.count
+                && Volume(channels: other).isClose(to: Volume(channels: volume), tolerance: volumeTolerance)
+        }
+        return last.count == volume.count && !near(last) && !recent.contains(where: near)
     }
 
     /// Holds audiod's own value on a reply that still shows the old one; a reply showing audiod's value confirms it.
@@ -236,5 +279,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         barrier[id] = nil
         readAgain.remove(id)
         expected[id] = nil
+        believedVolume[id] = nil
+        recentWrites[id] = nil
     }
 }

@@ -112,6 +112,33 @@ import Testing
         _ = h.echo(h.activate(podcast))
         _ = h.send(.streamAppeared(call))
         #expect(h.view(podcast)?.interrupted == true, "a call found at connection took no audio")
+
+        // Among apps found in the same listing, the last found takes the audio as before: a browser's call is a
+        // call only once its capture is listed, after its playback stream.
+        var listing = Harness()
+        var music = StreamInfo(id: .playback(5), processChain: [40], applicationName: "music", role: "music")
+        music.foundAtConnection = true
+        var browser = StreamInfo(id: .playback(6), processChain: [50], applicationName: "browser", role: "video")
+        browser.foundAtConnection = true
+        _ = listing.echo(listing.send(.streamAppeared(music)))
+        _ = listing.echo(listing.send(.streamAppeared(browser)))
+        let earlier = listing.engine.streamView(.playback(5))?.session
+        let later = listing.engine.streamView(.playback(6))?.session
+        #expect(later.flatMap { listing.view($0) }?.active == true)
+        #expect(earlier.flatMap { listing.view($0) }?.interrupted == true)
+    }
+
+    /// Found under an active call, the app's session is refused as any activation is: interrupted by the call,
+    /// with reason `call`.
+    @Test func anImplicitStreamFoundDuringACallIsInterruptedByTheCall() {
+        var h = Harness()
+        let call = h.session(pid: 30, "play-and-record", mode: "voice-chat")
+        _ = h.echo(h.activate(call))
+        var found = StreamInfo(id: .playback(2), processChain: [20], applicationName: "radio", role: "music")
+        found.foundAtConnection = true
+        let e = h.send(.streamAppeared(found))
+        let radio = h.engine.streamView(.playback(2))?.session
+        #expect(radio.map { e.contains(.signal($0, .interruptionBegan(.call, interrupter: call))) } == true, "\(e)")
     }
 
     @Test func valuesTheStreamNoLongerShowsAreNotTaken() {

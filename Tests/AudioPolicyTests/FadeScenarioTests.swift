@@ -141,6 +141,8 @@ import Testing
         _ = h.echo(start)
         #expect(h.engine.fading.count == 100)
         #expect(h.engine.fadeStep == 100_000_000)
+        // The first step's timer too counts all of them.
+        #expect(start.contains(.scheduleTimer(.fadeStep, afterNanoseconds: 100_000_000)))
         var writes = streamOps(start).count
         var fired = 0
         while !h.engine.fading.isEmpty && fired < 50 {
@@ -155,8 +157,64 @@ import Testing
         #expect(h.engine.streamView(.playback(50))?.info.volume == Volume.normal.multiplied(by: Self.duck))
     }
 
+    /// Given back after an interruption, the music fades in over a second: its volume goes to the first step
+    /// before the unmute, then up to the user's volume; audiod holds nothing once it is there.
+    @Test func aStreamGivenBackFadesInFromSilence() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let mine = Volume(uniform: 50_000)
+        _ = h.change(.playback(1)) { $0.volume = mine }
+        let video = h.session(pid: 20, "playback")
+        _ = h.echo(h.activate(video))
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
+        let back = h.deactivate(video, notify: true)
+        let ops = streamOps(back)
+        // The first step is written before the unmute: nothing is heard at the user's volume first.
+        guard ops.count == 2, case .setStreamVolume(.playback(1), let first) = ops[0] else {
+            Issue.record("\(ops)")
+            return
+        }
+        #expect(ops[1] == .setStreamMute(.playback(1), false))
+        #expect(first.channels[0] > 0 && first.channels[0] < 20_000, "\(first)")
+        _ = h.echo(back)
+        let up = run(&h, .playback(1))
+        #expect((45...50).contains(up.count), "\(up.count) steps over a second")
+        #expect(up.last?.volume == mine)
+        #expect((900...1_000).contains(up.last?.ms ?? 0), "\(up.last?.ms ?? 0) ms")
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
+    /// Muted again mid-fade (the video comes back), the stream needs no more steps: nobody hears them.
+    @Test func aFadeNobodyHearsAnyMoreEndsAtOnce() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let video = h.session(pid: 20, "playback")
+        _ = h.echo(h.activate(video))
+        _ = h.echo(h.deactivate(video, notify: true))
+        h.advance(ms: 19)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let again = h.activate(video)
+        #expect(streamOps(again).contains(.setStreamMute(.playback(1), true)))
+        #expect(streamOps(again).contains(.setStreamVolume(.playback(1), .normal)), "\(streamOps(again))")
+        #expect(h.engine.fading.isEmpty)
+        _ = h.echo(again)
+        #expect(h.engine.appliedChange(of: .playback(1))?.appliedVolume == nil)
+    }
+
+    /// The user's own unmute gives the stream back at once: the user asked for it.
+    @Test func theUsersUnmuteIsNotFaded() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let video = h.session(pid: 20, "playback")
+        _ = h.echo(h.activate(video))
+        let e = h.change(.playback(1)) { $0.muted = false }
+        #expect(!streamOps(e).contains { if case .setStreamVolume = $0 { true } else { false } }, "\(e)")
+        #expect(h.engine.fading.isEmpty)
+    }
+
     @Test func theStopPathsEngineFadesNothing() {
         #expect(Settings.restoreOnly.duckFadeNanoseconds == 0 && Settings.restoreOnly.unduckFadeNanoseconds == 0)
+        #expect(Settings.restoreOnly.fadeInNanoseconds == 0)
         var h = Harness(fades: true)
         var s = Settings()
         s.duckFadeNanoseconds = 0

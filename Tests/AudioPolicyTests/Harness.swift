@@ -11,12 +11,16 @@ struct Harness {
     /// `fades`: ducks fade as in the daemon. The policy's scripts leave them out (a duck is then one write, its
     /// level checked at once); FadeScenarioTests and the property test script the fades themselves.
     init(settings: Settings = Settings(), fades: Bool = false) {
-        var settings = settings
-        if !fades {
-            settings.duckFadeNanoseconds = 0
-            settings.unduckFadeNanoseconds = 0
-        }
-        engine = Engine(settings: settings)
+        engine = Engine(settings: fades ? settings : Self.stepped(settings))
+    }
+
+    /// `settings` with every fade a step: what the policy's scripts configure, a reload's settings too.
+    static func stepped(_ settings: Settings) -> Settings {
+        var s = settings
+        s.duckFadeNanoseconds = 0
+        s.unduckFadeNanoseconds = 0
+        s.fadeInNanoseconds = 0
+        return s
     }
 
     mutating func send(_ event: Event) -> [Effect] {
@@ -112,15 +116,26 @@ struct Harness {
         return send(.streamChanged(info))
     }
 
-    /// Plays back the server's echo of audiod's own stream operations (as a real server would report them).
+    /// Plays back the server's echo of audiod's own stream operations (as a real server would report them): one
+    /// report per stream, with all of the step's operations on it applied — the backend believes no read sent
+    /// before audiod's last write to a stream, and a step's writes are sent together.
     mutating func echo(_ effects: [Effect]) -> [Effect] {
-        var all: [Effect] = []
+        var order: [StreamID] = []
+        var edits: [StreamID: [(inout StreamInfo) -> Void]] = [:]
         for e in effects {
+            let id: StreamID
+            let edit: (inout StreamInfo) -> Void
             switch e {
-            case .setStreamMute(let id, let m): all += change(id) { $0.muted = m }
-            case .setStreamVolume(let id, let v): all += change(id) { $0.volume = v }
-            default: break
+            case .setStreamMute(let s, let m): (id, edit) = (s, { $0.muted = m })
+            case .setStreamVolume(let s, let v): (id, edit) = (s, { $0.volume = v })
+            default: continue
             }
+            if edits[id] == nil { order.append(id) }
+            edits[id, default: []].append(edit)
+        }
+        var all: [Effect] = []
+        for id in order {
+            all += change(id) { info in for edit in edits[id] ?? [] { edit(&info) } }
         }
         return all
     }

@@ -243,10 +243,10 @@ import Testing
         #expect(locked(lock, true), "ScreenLocked still says what logind says")
         #expect(streamOps(lock).isEmpty)
         // Turned on by a reload while locked: it applies at once, and off again lifts it.
-        let on = h.send(.configure(h.request(), Settings()))
+        let on = h.send(.configure(h.request(), Harness.stepped(Settings())))
         #expect(streamOps(on) == [.setStreamMute(.playback(1), true)])
         _ = h.echo(on)
-        let off = h.send(.configure(h.request(), Settings(followsLockScreen: false)))
+        let off = h.send(.configure(h.request(), Harness.stepped(Settings(followsLockScreen: false))))
         #expect(streamOps(off) == [.setStreamMute(.playback(1), false)])
     }
 

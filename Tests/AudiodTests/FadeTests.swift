@@ -96,6 +96,47 @@ struct FadeTests {
     }
 
     @Test(
+        "music given back after an interruption fades in from silence over a second, its volume set before the unmute",
+        arguments: ServerKind.tested)
+    func fadeIn(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let watcher = try StreamWatcher(server: server.pulseServer)
+        let music = try playback(server, name: "music", role: "music")
+        defer { music.kill() }
+        let stream = try server.waitForPlaybackStream(pid: music.pid)
+        let videoApp = try server.spawn(["sleep", "60"])
+        defer { videoApp.kill() }
+        let path = try d.client.makeSession(pid: videoApp.pid, "playback", activate: true)
+        #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "the video took no audio")
+        #expect(watcher.settle())
+        let t0 = DispatchTime.now().uptimeNanoseconds
+        _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+        #expect(
+            waitFor(5) {
+                watcher.streams[stream.index]?.muted == false && watcher.streams[stream.index]?.volume == 65536
+            }, "the music did not come back to the user's volume")
+        let reports = watcher.timedReports(of: stream.index, since: t0)
+        // No report shows it unmuted at full volume before the fade: the volume went down first.
+        let firstUnmuted = reports.first { !$0.stream.muted }
+        // The fade's first step: 2 % of the way in amplitude (−34 dB), not the user's volume.
+        let firstAmplitude = Self.amplitude(firstUnmuted?.stream.volume ?? 65536)
+        #expect(firstAmplitude < 0.05, "unmuted at \(firstUnmuted?.stream.volume ?? 0) first")
+        if let start = firstUnmuted?.at,
+            let end = reports.first(where: { $0.stream.volume == 65536 && !$0.stream.muted })?.at
+        {
+            let ms = Double(end - start) / 1e6
+            let steps = Set(reports.filter { !$0.stream.muted }.map(\.stream.volume)).count
+            print("fades: \(kind): music given back: \(steps) steps, \(String(format: "%.0f", ms)) ms")
+            #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms")
+        } else {
+            Issue.record("no fade-in seen: \(reports.map { ($0.stream.muted, $0.stream.volume) })")
+        }
+    }
+
+    @Test(
         "a volume the user sets mid-fade ends the fade: the duck goes on top of it at once, and it comes back exactly",
         arguments: ServerKind.tested)
     func userVolumeMidFade(kind: ServerKind) throws {

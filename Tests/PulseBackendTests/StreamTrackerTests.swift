@@ -149,6 +149,46 @@ struct StreamTrackerTests {
         #expect(t.replied(r!, Value(muted: false), now: 1).believe?.muted == false)
     }
 
+    /// A fade writes a step every 20 ms. The user's volume that lands between two steps is read by a read that
+    /// the next step makes stale; dropped, the user's change would be lost under the step. Its volume is neither
+    /// the one believed last nor one audiod wrote: believed, and the stream read again.
+    @Test func aChangeAFadeStepWentOverIsBelieved() {
+        var t = StreamTracker<Value>(volumeTolerance: 64)
+        Self.known(&t)
+        let step1: [UInt32] = [60000, 60000]
+        t.sent(Self.a, volume: step1, now: 0)
+        let echo = t.noticed(Self.a)!
+        #expect(t.replied(echo, Value(volume: step1), now: 1).believe?.volume == step1)
+        // The user sets 30000; before the read's answer, the next step goes out.
+        let user = t.noticed(Self.a)!
+        t.sent(Self.a, volume: [55000, 55000], now: 2)
+        let (believe, again) = t.replied(user, Value(volume: [30000, 30000]), now: 3)
+        #expect(believe?.volume == [30000, 30000], "the user's volume under the step was dropped")
+        guard let again else {
+            Issue.record("not read again after an overwritten change")
+            return
+        }
+        #expect(t.replied(again, Value(volume: [55000, 55000]), now: 4).believe?.volume == [55000, 55000])
+    }
+
+    /// Stale replies that show audiod's own steps, or the value believed before, are still dropped.
+    @Test func aStaleEchoOfAudiodsOwnStepIsDropped() {
+        var t = StreamTracker<Value>(volumeTolerance: 64)
+        Self.known(&t)
+        t.sent(Self.a, volume: [60000, 60000], now: 0)
+        let r = t.noticed(Self.a)!
+        t.sent(Self.a, volume: [55000, 55000], now: 1)
+        let (believe, follow) = t.replied(r, Value(volume: [60000, 60000]), now: 2)
+        #expect(believe == nil)
+        guard let r2 = follow else {
+            Issue.record("a stale reply's stream was not read again")
+            return
+        }
+        t.sent(Self.a, volume: [50000, 50000], now: 3)
+        // The value before any write, as a server that applies late may still show it.
+        #expect(t.replied(r2, Value(volume: [65536, 65536]), now: 4).believe == nil)
+    }
+
     /// Nothing grows with the streams that ever existed: entries last while the stream does, or a read is out.
     @Test func stateIsBoundedByWhatExists() {
         var t = StreamTracker<Value>(volumeTolerance: 64)
