@@ -608,6 +608,7 @@ extension Engine {
     mutating func removeSession(_ id: SessionID) {
         // The caller has deactivated it, which resolved the sessions tied to it; it may itself be tied to someone.
         untie(id)
+        heldAtConnection.remove(id)
         if handover == id { endHandover() }
         if lastPrimary == id { lastPrimary = nil }
         guard let s = sessions[id] else { return }

@@ -218,6 +218,7 @@ extension Engine {
             if !s.active && (!s.heldSilent || pushToTalk) {
                 if let holder = heldBeforeFound(s) {
                     interrupt(id, reason: .default, by: holder)
+                    heldAtConnection.insert(id)
                 } else {
                     userActivate(id)
                 }
@@ -426,6 +427,7 @@ extension Engine {
                 volumeOperations(&st, into: &effects, fadeIn: length)
                 effects.append(.setStreamMute(sid, false))
                 st.volumeAtOnce = false
+                st.writeUserVolume = false
                 streams[sid] = st
                 return
             }
@@ -433,6 +435,7 @@ extension Engine {
         }
         volumeOperations(&st, into: &effects)
         st.volumeAtOnce = false
+        st.writeUserVolume = false
         streams[sid] = st
     }
 
@@ -457,6 +460,7 @@ extension Engine {
             || goal.map { st.appliedVolume != $0 && !(st.appliedVolume == nil && $0 == st.userVolume) }
                 ?? (st.appliedVolume != nil)
         guard needed else {
+            if st.writeUserVolume && goal == nil { effects.append(.setStreamVolume(sid, st.userVolume)) }
             st.fade = nil
             fading.remove(sid)
             return

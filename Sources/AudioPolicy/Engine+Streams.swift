@@ -230,6 +230,7 @@ extension Engine {
                 st.userVolume = info.volume
                 st.appliedVolume = nil
                 // The user's volume ends a fade; a duck still due goes on top of it at once.
+                if st.fade != nil { st.writeUserVolume = true }
                 st.fade = nil
                 st.volumeAtOnce = true
             }
@@ -426,6 +427,12 @@ extension Engine {
             interrupt(id, reason: .call, by: call)
         } else {
             _ = changeConfiguration(of: id, to: config)
+        }
+        // Held at connection, it turns out to be a call: it takes the audio, as a call found then does.
+        if heldAtConnection.remove(id) != nil, let now = sessions[id], now.isCall, now.interrupted,
+            now.hasStreams
+        {
+            userActivate(id)
         }
     }
 

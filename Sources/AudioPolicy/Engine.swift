@@ -107,6 +107,9 @@ public struct Engine: Sendable {
     var pendingHintBegin: Set<SessionID> = []
     /// Implicit sessions a stream found at connection belongs to, this step (`audibilityCrossed`).
     var foundThisStep: Set<SessionID> = []
+    /// Implicit sessions found at connection and held by an app's session (`heldBeforeFound`): one that turns out
+    /// to be a call (a browser's, once its capture is listed) takes the audio as a call found at connection does.
+    var heldAtConnection: Set<SessionID> = []
     var totalBefore = 0
     var soleBefore: SessionID?
 

@@ -129,6 +129,9 @@ struct StreamState: Sendable {
     /// Its volume is set at once this step, not faded: the stream is new (a fade would start it loud), or the
     /// user has just set a volume (the duck goes on top of it at once, as SPEC §7 says).
     var volumeAtOnce = false
+    /// The user set a volume while a fade ran: a step may have gone over it on the server (the backend then reports
+    /// the user's value it read before the step), so it is written once even where nothing ducks the stream.
+    var writeUserVolume = false
     /// The device it left and when, for route changes announced after the server moved it.
     var previousDevice: String?
     var movedAt = Instant.zero

@@ -59,8 +59,10 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     /// Per live stream: the volume of the reply last believed, and the volumes audiod wrote lately (newest last).
     private var believedVolume: [StreamID: [UInt32]] = [:]
     private var recentWrites: [StreamID: [[UInt32]]] = [:]
-    /// Enough for a step still in flight on a server that applies late, and the one before it.
-    static var recentWritesKept: Int { 4 }
+    /// The mute as audiod knows it: the reply last believed, or audiod's own write since.
+    private var knownMute: [StreamID: Bool] = [:]
+    /// A whole fade-in (50 steps) and more: a read that waited behind all of them still shows one of audiod's own.
+    static var recentWritesKept: Int { 64 }
 
     public init(volumeTolerance: UInt32, confirmationNanoseconds: UInt64 = 1_000_000_000) {
         self.volumeTolerance = volumeTolerance
@@ -139,6 +141,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     /// audiod sent a mute change: replies to reads sent before it are stale from now on.
     public mutating func sent(_ id: StreamID, mute: Bool, now: UInt64) {
         barrier[id] = next()
+        if accepted[id] != nil { knownMute[id] = mute }
         expect(id, now: now) { $0.mute = mute }
         forgetIfGone(id)
     }
@@ -168,6 +171,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         expected[id] = nil
         believedVolume[id] = nil
         recentWrites[id] = nil
+        knownMute[id] = nil
         barrier[id] = next()
         forgetIfGone(id)
     }
@@ -196,6 +200,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         expected.removeAll()
         believedVolume.removeAll()
         recentWrites.removeAll()
+        knownMute.removeAll()
     }
 
     // MARK: State
@@ -203,7 +208,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     /// Entries held, over all tables: bounded by the streams that exist plus the reads in flight.
     public var entryCount: Int {
         barrier.count + accepted.count + reading.count + readAgain.count + lists.count + expected.count
-            + believedVolume.count + recentWrites.count
+            + believedVolume.count + recentWrites.count + knownMute.count
     }
 
     // MARK: Judging replies
@@ -220,14 +225,18 @@ public struct StreamTracker<Value: TrackedStreamValue> {
             guard s > accepted[id, default: 0], overwritten(id, value.volume) else { return .stale }
             accepted[id] = s
             believedVolume[id] = value.volume
-            expected[id] = nil
-            return .overwritten(value)
+            // Only its volume is news: its mute was read before audiod's latest writes, which may have changed it.
+            var v = value
+            if let m = knownMute[id] { v.muted = m }
+            if let e = expected[id]?.mute { v.muted = e }
+            return .overwritten(v)
         }
         guard s > accepted[id, default: 0] else { return .older }
         accepted[id] = s
         var v = value
         hold(id, &v, now: now)
         believedVolume[id] = v.volume
+        knownMute[id] = v.muted
         return .believe(v)
     }
 
@@ -281,5 +290,6 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         expected[id] = nil
         believedVolume[id] = nil
         recentWrites[id] = nil
+        knownMute[id] = nil
     }
 }

@@ -128,6 +128,25 @@ import Testing
         #expect(earlier.flatMap { listing.view($0) }?.interrupted == true)
     }
 
+    /// A browser's call found at connection while an app's session holds the audio: its playback stream is found
+    /// first and held, then its capture makes it a call (the voice-call rule), which takes the audio.
+    @Test func aFoundAppHeldAtConnectionThatTurnsOutACallTakesTheAudio() {
+        var h = Harness()
+        let video = h.session(pid: 10, "playback")
+        _ = h.echo(h.activate(video))
+        var playback = StreamInfo(id: .playback(2), processChain: [50], applicationName: "browser", role: "video")
+        playback.foundAtConnection = true
+        _ = h.echo(h.send(.streamAppeared(playback)))
+        let browser = h.engine.streamView(.playback(2))?.session
+        #expect(browser.flatMap { h.view($0) }?.interrupted == true)
+        var capture = StreamInfo(id: .record(3), processChain: [50], applicationName: "browser", device: "mic")
+        capture.foundAtConnection = true
+        _ = h.echo(h.send(.streamAppeared(capture)))
+        #expect(browser.flatMap { h.view($0) }.map { $0.active && $0.configuration.isCall } == true)
+        #expect(h.view(video)?.interrupted == true, "the call found at connection took no audio")
+        #expect(h.engine.streamView(.playback(2))?.policyMuted == false)
+    }
+
     /// Found under an active call, the app's session is refused as any activation is: interrupted by the call,
     /// with reason `call`.
     @Test func anImplicitStreamFoundDuringACallIsInterruptedByTheCall() {

@@ -100,6 +100,25 @@ import Testing
         #expect(h.engine.appliedChange(of: .playback(1))?.restoreVolume == mine)
     }
 
+    /// The user's volume read before a step of the way back went over it (the backend reports it as the user's):
+    /// the stream is not ducked any more, and the user's volume is written once, not left under the step.
+    @Test func theUsersVolumeOnTheWayBackIsWrittenOnce() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        _ = h.echo(h.activate(ducker))
+        _ = run(&h, .playback(1))
+        _ = h.echo(h.deactivate(ducker))
+        h.advance(ms: 19)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let mine = Volume(uniform: 30_000)
+        let e = h.change(.playback(1)) { $0.volume = mine }
+        #expect(volumes(e, .playback(1)) == [mine], "\(e)")
+        #expect(h.engine.fading.isEmpty)
+        _ = h.echo(e)
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
     @Test func aStreamNobodyHearsOrANewOneIsDuckedAtOnce() {
         var h = Harness(fades: true)
         _ = h.echo(h.play(1, pid: 10, role: "music", corked: true))

@@ -171,6 +171,20 @@ struct StreamTrackerTests {
         #expect(t.replied(again, Value(volume: [55000, 55000]), now: 4).believe?.volume == [55000, 55000])
     }
 
+    /// Only the volume of such a reply is news: audiod's mute written after its read stands.
+    @Test func anOverwrittenChangeKeepsAudiodsLaterMute() {
+        var t = StreamTracker<Value>(volumeTolerance: 64)
+        Self.known(&t)
+        t.sent(Self.a, volume: [60000, 60000], now: 0)
+        let echo = t.noticed(Self.a)!
+        _ = t.replied(echo, Value(volume: [60000, 60000]), now: 1)
+        let user = t.noticed(Self.a)!
+        t.sent(Self.a, mute: true, now: 2)
+        t.sent(Self.a, volume: [55000, 55000], now: 3)
+        let believe = t.replied(user, Value(muted: false, volume: [30000, 30000]), now: 4).believe
+        #expect(believe?.volume == [30000, 30000] && believe?.muted == true, "\(String(describing: believe))")
+    }
+
     /// Stale replies that show audiod's own steps, or the value believed before, are still dropped.
     @Test func aStaleEchoOfAudiodsOwnStepIsDropped() {
         var t = StreamTracker<Value>(volumeTolerance: 64)
