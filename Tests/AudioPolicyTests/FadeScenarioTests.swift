@@ -220,6 +220,23 @@ import Testing
         #expect(h.engine.appliedChange(of: .playback(1))?.appliedVolume == nil)
     }
 
+    /// A stream whose process exited belongs to no session and goes soon: given back at once, not faded (a step
+    /// written to a dying stream may never land, and the server would save the value before it).
+    @Test func aStreamOfAnExitedProcessIsGivenBackAtOnce() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let ducker = h.session(pid: 30, "playback", options: ["duck-others"])
+        _ = h.echo(h.activate(ducker))
+        _ = run(&h, .playback(1))
+        let video = h.session(pid: 20, "playback")
+        _ = h.echo(h.activate(video))
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
+        // The server's next report of the stream, as it comes while it is still listed.
+        let e = h.send(.processExited(pid: 10)) + h.change(.playback(1)) { $0.applicationName = "app" }
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), false), .setStreamVolume(.playback(1), .normal)], "\(e)")
+        #expect(h.engine.fading.isEmpty)
+    }
+
     /// The user's own unmute gives the stream back at once: the user asked for it.
     @Test func theUsersUnmuteIsNotFaded() {
         var h = Harness(fades: true)

@@ -46,11 +46,17 @@ struct FadeTests {
         String(format: "%d steps, %.0f ms (10–90 %%: %.0f ms)", r.steps, r.lengthMs, r.tenToNinetyMs)
     }
 
-    /// PulseAudio's duck of full volume to 0.2 (`pa_sw_volume_from_linear`).
-    static let ducked = UInt32((pow(0.2, 1.0 / 3) * 65536).rounded())
+    /// A private server and audiod, music playing as an implicit app (watched by a libpulse subscription), and a
+    /// process to hang an explicit session on.
+    struct Scene {
+        let server: TestServer
+        let d: Daemon
+        let watcher: StreamWatcher
+        let stream: ObservedStream
+        let app: Child
+    }
 
-    @Test("a duck fades down to DuckLevel over 500 ms and back over 500 ms, in steps", arguments: ServerKind.tested)
-    func duckFades(kind: ServerKind) throws {
+    func withMusic(_ kind: ServerKind, _ body: (Scene) throws -> Void) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
         let d = try Daemon.start(server)
@@ -59,80 +65,83 @@ struct FadeTests {
         let music = try playback(server, name: "music", role: "music")
         defer { music.kill() }
         let stream = try server.waitForPlaybackStream(pid: music.pid)
+        let app = try server.spawn(["sleep", "60"])
+        defer { app.kill() }
         #expect(watcher.settle())
+        try body(Scene(server: server, d: d, watcher: watcher, stream: stream, app: app))
+    }
 
-        let ducker = try server.spawn(["sleep", "60"])
-        defer { ducker.kill() }
-        var t0 = DispatchTime.now().uptimeNanoseconds
-        let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
-        var down: Ramp?
-        #expect(
-            waitFor(5) {
-                down = Self.ramp(watcher, stream.index, since: t0, from: 65536, to: Self.ducked)
-                return down != nil
-            })
-        if let r = down {
-            print("fades: \(kind): duck \(Self.describe(r))")
-            #expect(r.steps >= 10, "the duck came in \(r.steps) steps: a jump, not a fade")
-            #expect(r.lengthMs >= 400 && r.lengthMs <= 600, "the duck took \(r.lengthMs) ms, not about 500")
-        }
-        #expect(watcher.settle())
-        #expect(abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(Self.ducked)) <= 64, "not at DuckLevel")
+    /// PulseAudio's duck of full volume to 0.2 (`pa_sw_volume_from_linear`).
+    static let ducked = UInt32((pow(0.2, 1.0 / 3) * 65536).rounded())
 
-        t0 = DispatchTime.now().uptimeNanoseconds
-        _ = d.client.session(path, "SetActive", [.bool(false), .strings([])])
-        var up: Ramp?
-        #expect(
-            waitFor(5) {
-                up = Self.ramp(watcher, stream.index, since: t0, from: Self.ducked, to: 65536)
-                return up != nil
-            })
-        if let r = up {
-            print("fades: \(kind): duck undone \(Self.describe(r))")
-            #expect(r.steps >= 10 && r.lengthMs >= 400 && r.lengthMs <= 600, "\(Self.describe(r))")
+    @Test("a duck fades down to DuckLevel over 500 ms and back over 500 ms, in steps", arguments: ServerKind.tested)
+    func duckFades(kind: ServerKind) throws {
+        try withMusic(kind) { scene in
+            let (d, watcher, stream, ducker) = (scene.d, scene.watcher, scene.stream, scene.app)
+            var t0 = DispatchTime.now().uptimeNanoseconds
+            let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
+            var down: Ramp?
+            #expect(
+                waitFor(5) {
+                    down = Self.ramp(watcher, stream.index, since: t0, from: 65536, to: Self.ducked)
+                    return down != nil
+                })
+            if let r = down {
+                print("fades: \(kind): duck \(Self.describe(r))")
+                #expect(r.steps >= 10, "the duck came in \(r.steps) steps: a jump, not a fade")
+                #expect(r.lengthMs >= 400 && r.lengthMs <= 600, "the duck took \(r.lengthMs) ms, not about 500")
+            }
+            #expect(watcher.settle())
+            #expect(abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(Self.ducked)) <= 64, "not at DuckLevel")
+
+            t0 = DispatchTime.now().uptimeNanoseconds
+            _ = d.client.session(path, "SetActive", [.bool(false), .strings([])])
+            var up: Ramp?
+            #expect(
+                waitFor(5) {
+                    up = Self.ramp(watcher, stream.index, since: t0, from: Self.ducked, to: 65536)
+                    return up != nil
+                })
+            if let r = up {
+                print("fades: \(kind): duck undone \(Self.describe(r))")
+                #expect(r.steps >= 10 && r.lengthMs >= 400 && r.lengthMs <= 600, "\(Self.describe(r))")
+            }
+            #expect(watcher.settle())
+            #expect(watcher.streams[stream.index]?.volume == 65536, "the user's volume did not come back exactly")
         }
-        #expect(watcher.settle())
-        #expect(watcher.streams[stream.index]?.volume == 65536, "the user's volume did not come back exactly")
     }
 
     @Test(
         "music given back after an interruption fades in from silence over a second, its volume set before the unmute",
         arguments: ServerKind.tested)
     func fadeIn(kind: ServerKind) throws {
-        let server = try TestServer(kind)
-        defer { server.stop() }
-        let d = try Daemon.start(server)
-        defer { d.stop() }
-        let watcher = try StreamWatcher(server: server.pulseServer)
-        let music = try playback(server, name: "music", role: "music")
-        defer { music.kill() }
-        let stream = try server.waitForPlaybackStream(pid: music.pid)
-        let videoApp = try server.spawn(["sleep", "60"])
-        defer { videoApp.kill() }
-        let path = try d.client.makeSession(pid: videoApp.pid, "playback", activate: true)
-        #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "the video took no audio")
-        #expect(watcher.settle())
-        let t0 = DispatchTime.now().uptimeNanoseconds
-        _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
-        #expect(
-            waitFor(5) {
-                watcher.streams[stream.index]?.muted == false && watcher.streams[stream.index]?.volume == 65536
-            }, "the music did not come back to the user's volume")
-        let reports = watcher.timedReports(of: stream.index, since: t0)
-        // No report shows it unmuted at full volume before the fade: the volume went down first.
-        let firstUnmuted = reports.first { !$0.stream.muted }
-        // The fade's first step: 2 % of the way in amplitude (−34 dB), not the user's volume.
-        let firstAmplitude = Self.amplitude(firstUnmuted?.stream.volume ?? 65536)
-        #expect(firstAmplitude < 0.05, "unmuted at \(firstUnmuted?.stream.volume ?? 0) first")
-        if let start = firstUnmuted?.at,
-            let end = reports.first(where: { $0.stream.volume == 65536 && !$0.stream.muted })?.at
-        {
-            let ms = Double(end - start) / 1e6
-            let steps = Set(reports.filter { !$0.stream.muted }.map(\.stream.volume)).count
-            print("fades: \(kind): music given back: \(steps) steps, \(String(format: "%.0f", ms)) ms")
-            #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms")
-        } else {
-            Issue.record("no fade-in seen: \(reports.map { ($0.stream.muted, $0.stream.volume) })")
+        try withMusic(kind) { scene in
+            let (d, watcher, stream, videoApp) = (scene.d, scene.watcher, scene.stream, scene.app)
+            let path = try d.client.makeSession(pid: videoApp.pid, "playback", activate: true)
+            #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "the video took no audio")
+            #expect(watcher.settle())
+            let t0 = DispatchTime.now().uptimeNanoseconds
+            _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+            #expect(
+                waitFor(5) {
+                    watcher.streams[stream.index]?.muted == false && watcher.streams[stream.index]?.volume == 65536
+                }, "the music did not come back to the user's volume")
+            let reports = watcher.timedReports(of: stream.index, since: t0)
+            // No report shows it unmuted at full volume before the fade: the volume went down first.
+            let firstUnmuted = reports.first { !$0.stream.muted }
+            // The fade's first step: 2 % of the way in amplitude (−34 dB), not the user's volume.
+            let firstAmplitude = Self.amplitude(firstUnmuted?.stream.volume ?? 65536)
+            #expect(firstAmplitude < 0.05, "unmuted at \(firstUnmuted?.stream.volume ?? 0) first")
+            if let start = firstUnmuted?.at,
+                let end = reports.first(where: { $0.stream.volume == 65536 && !$0.stream.muted })?.at
+            {
+                let ms = Double(end - start) / 1e6
+                let steps = Set(reports.filter { !$0.stream.muted }.map(\.stream.volume)).count
+                print("fades: \(kind): music given back: \(steps) steps, \(String(format: "%.0f", ms)) ms")
+                #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms")
+            } else {
+                Issue.record("no fade-in seen: \(reports.map { ($0.stream.muted, $0.stream.volume) })")
+            }
         }
     }
 
@@ -140,28 +149,21 @@ struct FadeTests {
         "a volume the user sets mid-fade ends the fade: the duck goes on top of it at once, and it comes back exactly",
         arguments: ServerKind.tested)
     func userVolumeMidFade(kind: ServerKind) throws {
-        let server = try TestServer(kind)
-        defer { server.stop() }
-        let d = try Daemon.start(server)
-        defer { d.stop() }
-        let watcher = try StreamWatcher(server: server.pulseServer)
-        let music = try playback(server, name: "music", role: "music")
-        defer { music.kill() }
-        let stream = try server.waitForPlaybackStream(pid: music.pid)
-        let ducker = try server.spawn(["sleep", "60"])
-        defer { ducker.kill() }
-        let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
-        #expect(waitFor(5) { (watcher.streams[stream.index]?.volume ?? 65536) < 60000 }, "no fade began")
-        // Mid-fade, the user sets 60 % (39322 is 0.6 of 65536).
-        _ = try server.pactl(["set-sink-input-volume", "\(stream.index)", "39322"])
-        let expected = UInt32((Double(39322) * pow(0.2, 1.0 / 3)).rounded())
-        #expect(
-            waitFor(5) { abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(expected)) <= 64 },
-            "the duck did not go on the user's volume: \(watcher.streams[stream.index]?.volume ?? 0)")
-        #expect(watcher.settle())
-        #expect(abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(expected)) <= 64, "the fade went on")
-        _ = d.client.session(path, "SetActive", [.bool(false), .strings([])])
-        #expect(waitFor(5) { watcher.streams[stream.index]?.volume == 39322 }, "the user's volume was lost")
+        try withMusic(kind) { scene in
+            let (server, d, watcher, stream, ducker) = (scene.server, scene.d, scene.watcher, scene.stream, scene.app)
+            let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
+            #expect(waitFor(5) { (watcher.streams[stream.index]?.volume ?? 65536) < 60000 }, "no fade began")
+            // Mid-fade, the user sets 60 % (39322 is 0.6 of 65536).
+            _ = try server.pactl(["set-sink-input-volume", "\(stream.index)", "39322"])
+            let expected = UInt32((Double(39322) * pow(0.2, 1.0 / 3)).rounded())
+            #expect(
+                waitFor(5) { abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(expected)) <= 64 },
+                "the duck did not go on the user's volume: \(watcher.streams[stream.index]?.volume ?? 0)")
+            #expect(watcher.settle())
+            #expect(abs(Int(watcher.streams[stream.index]?.volume ?? 0) - Int(expected)) <= 64, "the fade went on")
+            _ = d.client.session(path, "SetActive", [.bool(false), .strings([])])
+            #expect(waitFor(5) { watcher.streams[stream.index]?.volume == 39322 }, "the user's volume was lost")
+        }
     }
 
     @Test(
