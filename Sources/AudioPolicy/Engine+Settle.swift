@@ -470,8 +470,8 @@ extension Engine {
         if fadeIn > 0 {
             let silence = Volume(uniform: 0, count: end.channels.count)
             st.fade = VolumeFade(from: silence, to: end, lifts: goal == nil, start: now, length: fadeIn)
-        } else if st.fade != nil && !st.audible {
-            // Nobody hears it any more (muted, paused): the rest of the way at once.
+        } else if st.fade != nil && !mayFade(st) {
+            // Nobody hears it any more (muted, paused), or its app is gone: the rest of the way at once.
             st.fade = nil
         } else if st.fade.map({ $0.to != end || $0.lifts != (goal == nil) }) ?? true {
             let length = fadeLength(st, from: current, to: end)

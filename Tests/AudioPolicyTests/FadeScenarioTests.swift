@@ -237,6 +237,20 @@ import Testing
         #expect(h.engine.fading.isEmpty)
     }
 
+    /// Its app gone mid-fade (here a fade-in, whose goal stays the user's volume), the stream takes the rest of
+    /// the way at once.
+    @Test func aFadeWhoseAppExitsEndsAtOnce() {
+        var h = Harness(fades: true)
+        _ = h.echo(h.play(1, pid: 10, role: "music"))
+        let video = h.session(pid: 20, "playback")
+        _ = h.echo(h.activate(video))
+        _ = h.echo(h.deactivate(video, notify: true))
+        #expect(h.engine.fading.contains(.playback(1)))
+        let e = h.send(.processExited(pid: 10)) + h.change(.playback(1)) { $0.applicationName = "app" }
+        #expect(volumes(e, .playback(1)) == [.normal], "\(e)")
+        #expect(h.engine.fading.isEmpty)
+    }
+
     /// The user's own unmute gives the stream back at once: the user asked for it.
     @Test func theUsersUnmuteIsNotFaded() {
         var h = Harness(fades: true)
