@@ -56,9 +56,14 @@ struct FadeTests {
         let app: Child
     }
 
-    func withMusic(_ kind: ServerKind, _ body: (Scene) throws -> Void) throws {
+    func withMusic(_ kind: ServerKind, config: String? = nil, _ body: (Scene) throws -> Void) throws {
         let server = try TestServer(kind)
         defer { server.stop() }
+        if let config {
+            let dir = "\(server.directory)/home/.config/audiod"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try config.write(toFile: "\(dir)/audiod.toml", atomically: true, encoding: .utf8)
+        }
         let d = try Daemon.start(server)
         defer { d.stop() }
         let watcher = try StreamWatcher(server: server.pulseServer)
@@ -115,7 +120,8 @@ struct FadeTests {
         "music given back after an interruption fades in from silence over a second, its volume set before the unmute",
         arguments: ServerKind.tested)
     func fadeIn(kind: ServerKind) throws {
-        try withMusic(kind) { scene in
+        // Off by default (docs/FADES.md): the config file turns it on.
+        try withMusic(kind, config: "fade-in = 1\n") { scene in
             let (d, watcher, stream, videoApp) = (scene.d, scene.watcher, scene.stream, scene.app)
             let path = try d.client.makeSession(pid: videoApp.pid, "playback", activate: true)
             #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "the video took no audio")

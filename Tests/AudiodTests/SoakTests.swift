@@ -31,6 +31,17 @@ struct SoakTests {
         var duckers: Set<String> { Set(sessions.filter { $0.value.isDucker }.map(\.key)) }
     }
 
+    /// The playback streams, if no mute, volume or cork moved in 60 ms: no fade is running.
+    static func steady(_ server: TestServer) -> [ObservedStream]? {
+        guard let first = try? server.playbackStreams() else { return nil }
+        usleep(60_000)
+        guard let second = try? server.playbackStreams(),
+            second.map({ [$0.muted, $0.corked] }) == first.map({ [$0.muted, $0.corked] }),
+            second.map(\.volume) == first.map(\.volume)
+        else { return nil }
+        return second
+    }
+
     static func snapshot(_ c: BusClient) -> Snapshot? {
         guard case .success(let out) = c.call(API.managerPath, API.objectManager.name, "GetManagedObjects"),
             case .dict(_, _, let objects)? = out.first,
@@ -217,8 +228,10 @@ struct SoakTests {
             }
             paused.set(true)
             usleep(200_000)
-            for _ in 0..<3 {
-                guard let before = Self.snapshot(observerBus), let streams = try? server.playbackStreams(),
+            // Quiet means the fades have ended too (a duck takes 500 ms, a give-back 1 s, a step every 20 ms): the
+            // streams read twice 60 ms apart are the same.
+            for _ in 0..<15 {
+                guard let before = Self.snapshot(observerBus), let streams = Self.steady(server),
                     let after = Self.snapshot(observerBus), before == after
                 else {
                     usleep(100_000)
