@@ -410,6 +410,9 @@ extension Engine {
             }
         }
         let wantMute = (st.policyMute || silencedAhead(sid) != nil) && !st.userMuted
+        // Given back to someone who hears it, a stream fades in from silence: its volume goes to the fade's first
+        // step before the unmute, so nothing is heard at full volume first.
+        var fadeIn: UInt64 = 0
         if unmuteForApp && !wantMute {
             effects.append(.setStreamMute(sid, false))
         } else if wantMute && !st.appliedMute {
@@ -420,20 +423,11 @@ extension Engine {
             if sid.kind == .record { st.recordHeld = true }
         } else if !wantMute && st.appliedMute {
             st.appliedMute = false
-            // Given back to someone who hears it, it fades in from silence: the volume goes to the fade's first
-            // step before the unmute, so nothing is heard at full volume first.
-            let length = fadeInLength(st)
-            if length > 0 {
-                volumeOperations(&st, into: &effects, fadeIn: length)
-                effects.append(.setStreamMute(sid, false))
-                st.volumeAtOnce = false
-                st.writeUserVolume = false
-                streams[sid] = st
-                return
-            }
-            effects.append(.setStreamMute(sid, false))
+            fadeIn = fadeInLength(st)
+            if fadeIn == 0 { effects.append(.setStreamMute(sid, false)) }
         }
-        volumeOperations(&st, into: &effects)
+        volumeOperations(&st, into: &effects, fadeIn: fadeIn)
+        if fadeIn > 0 { effects.append(.setStreamMute(sid, false)) }
         st.volumeAtOnce = false
         st.writeUserVolume = false
         streams[sid] = st
@@ -443,8 +437,8 @@ extension Engine {
     /// hear, at most 100 ms for spoken audio, 0 (at once) where `fadeLength` says so.
     func fadeInLength(_ st: StreamState) -> UInt64 {
         guard st.kind == .playback, mayFade(st) else { return 0 }
-        let spoken = st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
-        return spoken ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
+        return isSpoken(st)
+            ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
     }
 
     /// The duck's volume (§2 "Fades"): the target is the user's volume times the duck level, or the user's own when
@@ -505,9 +499,13 @@ extension Engine {
         guard mayFade(st) else { return 0 }
         let down = zip(to.channels, from.channels).reduce(0) { $0 + Int64($1.0) - Int64($1.1) } < 0
         var length = down ? settings.duckFadeNanoseconds : settings.unduckFadeNanoseconds
-        let spoken = st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
-        if st.duck == .strong || spoken { length = min(length, Settings.quickFadeLimitNanoseconds) }
+        if st.duck == .strong || isSpoken(st) { length = min(length, Settings.quickFadeLimitNanoseconds) }
         return length
+    }
+
+    /// Speech is never faded long (§2 "Fades").
+    func isSpoken(_ st: StreamState) -> Bool {
+        st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
     }
 
     /// Someone hears the stream, and nothing asks for its volume at once. A stream of no session is left by a
