@@ -293,6 +293,7 @@ extension Engine {
             added.insert(id)
             effects.append(.sessionAdded(v))
         }
+        heldChangedUnwritten.removeAll(keepingCapacity: true)
         for sid in everDirty.sorted() { streamOperations(sid, into: &effects) }
         // Armed once every stream has taken its step: its interval counts every stream fading now.
         if !fading.isEmpty && !fadeTimerArmed {
@@ -392,6 +393,8 @@ extension Engine {
     /// did), unmute what it muted once no reason holds, duck and unduck from the user's own volume.
     mutating func streamOperations(_ sid: StreamID, into effects: inout [Effect]) {
         guard var st = streams[sid] else { return }
+        let heldBefore = (st.appliedMute, st.appliedVolume)
+        let effectsBefore = effects.count
         // An output-muted session's playback streams are muted on the app's behalf (SPEC §5): the stream's own mute
         // from then on, as if the app had muted it — audiod holds nothing (no journal line, nothing undone at exit),
         // and a policy mute it held is handed over. Cleared, the stream is unmuted (`StreamState.mutedForApp`).
@@ -430,6 +433,11 @@ extension Engine {
         if fadeIn > 0 { effects.append(.setStreamMute(sid, false)) }
         st.volumeAtOnce = false
         st.writeUserVolume = false
+        // What audiod holds changed with nothing written (a policy mute handed to an output-muted app): the journal
+        // must hear it too, or a restart would undo the app's mute as a policy value left behind.
+        if effects.count == effectsBefore && (heldBefore.0 != st.appliedMute || heldBefore.1 != st.appliedVolume) {
+            heldChangedUnwritten.append(sid)
+        }
         streams[sid] = st
     }
 

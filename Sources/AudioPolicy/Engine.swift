@@ -102,6 +102,9 @@ public struct Engine: Sendable {
     var touched: Set<SessionID> = []
     var managerChanged: ManagerProperties = []
     var out = EffectBuffer()
+    /// The streams whose held values (`appliedChange(of:)`) the last step changed without writing them: the
+    /// journal's lines for them must change as for a write.
+    public internal(set) var heldChangedUnwritten: [StreamID] = []
     var published: [SessionID: SessionView] = [:]
     var crossings: Set<SessionID> = []
     var pendingHintBegin: Set<SessionID> = []

@@ -241,6 +241,7 @@ public final class Arbiter {
         }
         let touchesStreams = !touched.isEmpty
         if let id = streamOfEvent(event) { touched.append(id) }
+        touched += engine.heldChangedUnwritten
         // 1 and 2.
         if !touched.isEmpty {
             backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })

@@ -93,9 +93,15 @@ import Testing
         let muted = setOutputMuted(&h, game, true)
         #expect(streamOps(muted).isEmpty, "already muted: \(muted)")
         #expect(h.engine.appliedChange(of: .playback(1)) == nil, "the mute is the app's now")
+        // Nothing is written, so the step says so: the journal drops its line, or a restart would unmute the app's
+        // mute as a policy value left behind (seed 151206 of the random promise test).
+        #expect(h.engine.heldChangedUnwritten == [.playback(1)])
         let unmuted = setOutputMuted(&h, game, false)
         #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
         #expect(h.engine.appliedChange(of: .playback(1))?.unmute == true, "silent mode holds it again: \(unmuted)")
+        #expect(
+            streamOps(unmuted).contains(.setStreamMute(.playback(1), true))
+                || h.engine.heldChangedUnwritten == [.playback(1)], "the journal does not hear of it: \(unmuted)")
         #expect(!streamOps(unmuted).contains(.setStreamMute(.playback(1), false)))
         _ = h.echo(unmuted)
         let off = h.silent(false)

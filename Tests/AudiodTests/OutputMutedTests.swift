@@ -82,4 +82,43 @@ extension BusScenarioTests {
         #expect(server.playbackStream(pid: feed.pid)?.muted == true, "audiod's stop undid the app's own mute")
         #expect(server.playbackStream(pid: music.pid)?.muted == false)
     }
+
+    /// A game muted by silent mode whose app then mutes its output: the mute is the app's now, so a crash and the
+    /// crash net (`--restore`, the unit's `ExecStopPost=`) leave it muted. Nothing is written when the mute changes
+    /// hands, and the journal kept its line until the engine said so (seed 151206 of the random promise test: a
+    /// restart unmuted such a feed).
+    @Test(
+        "a policy mute handed to an output-muted app is the app's: SIGKILL then --restore leaves it muted",
+        arguments: servers)
+    func aPolicyMuteHandedToTheAppOutlivesACrash(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        _ = d.client.call(
+            API.managerPath, API.properties.name, "Set",
+            [.string(API.manager.name), .string("SilentMode"), .variant(.bool(true))])
+        let game = try server.spawn(["sh", "-c", "sleep 1; exec pacat --playback /dev/zero --client-name=feedgame"])
+        defer { game.kill() }
+        let session = try d.client.makeSession(pid: game.pid, "ambient", activate: true)
+        _ = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(
+            waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true },
+            "silent mode did not mute the game: \(server.file("audiod.log").suffix(2000))")
+        #expect(waitFor(5) { server.file("audiod/journal").contains("feedgame") }, "silent mode's mute not journaled")
+
+        guard
+            case .success = d.client.call(
+                session, API.properties.name, "Set",
+                [.string(API.session.name), .string("OutputMuted"), .variant(.bool(true))])
+        else { throw TestKitError("OutputMuted could not be set") }
+        #expect(d.client.property(session, API.session.name, "OutputMuted") == .bool(true))
+        usleep(500_000)
+        d.kill()
+        let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
+        #expect(out.status == 0, "\(out.output)")
+        #expect(
+            server.playbackStream(pid: game.pid)?.muted == true,
+            "--restore undid the app's own mute: \(out.output.suffix(1500))")
+    }
 }
