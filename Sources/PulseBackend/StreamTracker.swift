@@ -30,7 +30,8 @@ public struct StreamRead: Sendable, Hashable {
 /// - *Overwritten changes.* A stale reply whose volume is neither the one last believed nor one audiod wrote lately
 ///   shows someone else's change that audiod's later write went over (a fade writes every 20 ms, and a user's
 ///   slider lands between two steps): it is believed, so that the engine learns the user's volume, and the stream
-///   is read again.
+///   is read again. Not when the write it may show is forgotten (the memory full, its oldest write made after the
+///   read): then it is stale, as any other.
 /// - *Bounded.* Entries for a stream that is gone last only while a read that could carry it is in flight.
 public struct StreamTracker<Value: TrackedStreamValue> {
     /// How far a volume may be from audiod's and still show audiod's.
@@ -56,9 +57,10 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         var until: UInt64
     }
     private var expected: [StreamID: Expected] = [:]
-    /// Per live stream: the volume of the reply last believed, and the volumes audiod wrote lately (newest last).
+    /// Per live stream: the volume of the reply last believed, and the volumes audiod wrote lately, each with the
+    /// number of its write (newest last).
     private var believedVolume: [StreamID: [UInt32]] = [:]
-    private var recentWrites: [StreamID: [[UInt32]]] = [:]
+    private var recentWrites: [StreamID: [(seq: UInt64, volume: [UInt32])]] = [:]
     /// The mute as audiod knows it: the reply last believed, or audiod's own write since.
     private var knownMute: [StreamID: Bool] = [:]
     /// A whole fade-in (50 steps) and more: a read that waited behind all of them still shows one of audiod's own.
@@ -148,10 +150,11 @@ public struct StreamTracker<Value: TrackedStreamValue> {
 
     /// audiod sent a volume change.
     public mutating func sent(_ id: StreamID, volume: [UInt32], now: UInt64) {
-        barrier[id] = next()
+        let s = next()
+        barrier[id] = s
         if accepted[id] != nil {
             var recent = recentWrites[id] ?? []
-            recent.append(volume)
+            recent.append((s, volume))
             if recent.count > Self.recentWritesKept { recent.removeFirst() }
             recentWrites[id] = recent
         }
@@ -222,7 +225,7 @@ public struct StreamTracker<Value: TrackedStreamValue> {
 
     private mutating func judge(_ id: StreamID, _ value: Value, seq s: UInt64, now: UInt64) -> Judgement {
         if s <= barrier[id, default: 0] {
-            guard s > accepted[id, default: 0], overwritten(id, value.volume) else { return .stale }
+            guard s > accepted[id, default: 0], overwritten(id, value.volume, readAt: s) else { return .stale }
             accepted[id] = s
             believedVolume[id] = value.volume
             // Only its volume is news: its mute was read before audiod's latest writes, which may have changed it.
@@ -240,14 +243,20 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         return .believe(v)
     }
 
-    /// A volume neither believed last nor written by audiod lately: someone else's.
-    private func overwritten(_ id: StreamID, _ volume: [UInt32]) -> Bool {
-        guard let last = believedVolume[id], let recent = recentWrites[id], !recent.isEmpty else { return false }
+    /// A volume neither believed last nor written by audiod lately: someone else's. Unless the write the read
+    /// could show has been forgotten: with the memory full and its oldest write made after the read, a reply that
+    /// waited behind as many writes may show a step no longer remembered, and the user's volume it would be taken
+    /// for would stick under every duck after (a fade's old step kept as the user's). Stale, then, as before.
+    private func overwritten(_ id: StreamID, _ volume: [UInt32], readAt s: UInt64) -> Bool {
+        guard let last = believedVolume[id], let recent = recentWrites[id], let oldest = recent.first else {
+            return false
+        }
+        if recent.count >= Self.recentWritesKept, oldest.seq > s { return false }
         func near(_ other: [UInt32]) -> Bool {
             other.count == volume.count
                 && Volume(channels: other).isClose(to: Volume(channels: volume), tolerance: volumeTolerance)
         }
-        return last.count == volume.count && !near(last) && !recent.contains(where: near)
+        return last.count == volume.count && !near(last) && !recent.contains(where: { near($0.volume) })
     }
 
     /// Holds audiod's own value on a reply that still shows the old one; a reply showing audiod's value confirms it.

@@ -185,6 +185,27 @@ struct StreamTrackerTests {
         #expect(believe?.volume == [30000, 30000] && believe?.muted == true, "\(String(describing: believe))")
     }
 
+    /// A reply that waited behind more writes than the tracker remembers shows audiod's own step, not the user's:
+    /// taken for the user's, the step would stick as the user's volume under every duck after (the suspect for a soak
+    /// that once left a stream at a fade's step). It stays stale; a user's change read after the oldest write
+    /// remembered is still believed.
+    @Test func anEchoOfAudiodsOwnWriteStaysStaleHoweverManyFollow() {
+        var t = StreamTracker<Value>(volumeTolerance: 64)
+        Self.known(&t)
+        t.sent(Self.a, volume: [20_000, 20_000], now: 0)
+        let r = t.noticed(Self.a)!
+        for i in 1...70 { t.sent(Self.a, volume: [UInt32(20_000 + 200 * i), UInt32(20_000 + 200 * i)], now: 0) }
+        let (believe, follow) = t.replied(r, Value(volume: [20_000, 20_000]), now: 1)
+        #expect(believe == nil, "audiod's own write, forgotten, was taken for the user's")
+        guard let user = follow else {
+            Issue.record("a stale reply's stream was not read again")
+            return
+        }
+        t.sent(Self.a, volume: [40_000, 40_000], now: 2)
+        // Off the fade's grid (20,200 … 34,000): the user's, not one of audiod's remembered steps.
+        #expect(t.replied(user, Value(volume: [50_000, 50_000]), now: 3).believe?.volume == [50_000, 50_000])
+    }
+
     /// Stale replies that show audiod's own steps, or the value believed before, are still dropped.
     @Test func aStaleEchoOfAudiodsOwnStepIsDropped() {
         var t = StreamTracker<Value>(volumeTolerance: 64)
