@@ -120,6 +120,13 @@ struct SoakTests {
         let clientCount = ReliabilityTests.setting("AUDIOD_SOAK_CLIENTS", 64)
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
+        // `AUDIOD_SOAK_FADE_IN=1` turns the give-backs' fade-in on (off by default, docs/FADES.md).
+        let fadeIn = ReliabilityTests.setting("AUDIOD_SOAK_FADE_IN", 0)
+        if fadeIn > 0 {
+            let dir = "\(server.directory)/home/.config/audiod"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            try "fade-in = \(fadeIn)\n".write(toFile: "\(dir)/audiod.toml", atomically: true, encoding: .utf8)
+        }
         let d = try Daemon.start(server, arguments: ["--log-level", "info"])
         let address = server.environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
         // Sixteen apps with a stream each; the first sixteen clients make their sessions for them (so the stream
@@ -205,6 +212,9 @@ struct SoakTests {
         var checks = 0
         var inv1 = 0
         var quiet = 0
+        // Volumes judged again after the longest fade, and how many of those the second look cleared.
+        var rejudged = 0
+        var cleared = 0
         var streamChecks = 0
         var violations: [String] = []
         var r = FuzzTests.Rng(state: 4242)
@@ -230,6 +240,7 @@ struct SoakTests {
             usleep(200_000)
             // Quiet means the fades have ended too (a duck takes 500 ms, a give-back 1 s, a step every 20 ms): the
             // streams read twice 60 ms apart are the same.
+            var unconfirmed: [String] = []
             for _ in 0..<15 {
                 guard let before = Self.snapshot(observerBus), let streams = Self.steady(server),
                     let after = Self.snapshot(observerBus), before == after
@@ -237,11 +248,30 @@ struct SoakTests {
                     usleep(100_000)
                     continue
                 }
+                var found = streams.flatMap { Self.broken($0, before) }
+                if found.contains(where: { $0.hasPrefix("4:") }) {
+                    // Two equal reads 60 ms apart can still fall inside a fade when audiod or the server stalls on
+                    // two busy cores: judge the volumes the streams show once the longest fade is surely over, with
+                    // no session changed meanwhile. A volume that stays wrong stays a violation; a mute is a step
+                    // and is judged as first read.
+                    usleep(UInt32(max(1_100_000, fadeIn * 1_000_000 + 100_000)))
+                    guard let later = Self.steady(server), Self.snapshot(observerBus) == before else {
+                        unconfirmed = found
+                        continue
+                    }
+                    let volumes = later.flatMap { Self.broken($0, before) }.filter { $0.hasPrefix("4:") }
+                    rejudged += 1
+                    if volumes.isEmpty { cleared += 1 }
+                    found = found.filter { !$0.hasPrefix("4:") } + volumes
+                }
                 quiet += 1
                 streamChecks += streams.count
-                for st in streams { violations += Self.broken(st, before) }
+                violations += found
+                unconfirmed = []
                 break
             }
+            // A violation seen that no later quiet moment could confirm or clear is still one.
+            violations += unconfirmed.map { "\($0) (not judged again: the sessions kept changing)" }
             paused.set(false)
         }
         stop.set(true)
@@ -286,7 +316,8 @@ struct SoakTests {
         print(
             "reliability: soak \(Int(seconds)) s, \(clientCount) clients, \(apps.count) app streams: \(ops.value) operations "
                 + "(\(errors.value) unexpected errors), \(began) interruptions began / \(ended) ended; observer: \(checks) snapshots, "
-                + "\(inv1) broke invariant 1; \(quiet) quiet moments, \(streamChecks) stream states judged against rules 2–4; "
+                + "\(inv1) broke invariant 1; \(quiet) quiet moments, \(streamChecks) stream states judged against rules 2–4 "
+                + "(\(rejudged) judged again after the fades, \(cleared) cleared by it); "
                 + "violations: \(violations.count)")
         #expect(alive, "audiod stopped answering")
         #expect(ops.value > Int(seconds) * clientCount, "the clients made only \(ops.value) operations")
