@@ -63,7 +63,8 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     private var recentWrites: [StreamID: [(seq: UInt64, volume: [UInt32])]] = [:]
     /// The mute as audiod knows it: the reply last believed, or audiod's own write since.
     private var knownMute: [StreamID: Bool] = [:]
-    /// A whole fade-in (50 steps) and more: a read that waited behind all of them still shows one of audiod's own.
+    /// More than a 1 s fade's 50 steps: a reply that waited behind fewer writes is judged against them; behind as
+    /// many or more, it is stale (`overwritten`).
     static var recentWritesKept: Int { 64 }
 
     public init(volumeTolerance: UInt32, confirmationNanoseconds: UInt64 = 1_000_000_000) {
@@ -246,7 +247,8 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     /// A volume neither believed last nor written by audiod lately: someone else's. Unless the write the read
     /// could show has been forgotten: with the memory full and its oldest write made after the read, a reply that
     /// waited behind as many writes may show a step no longer remembered, and the user's volume it would be taken
-    /// for would stick under every duck after (a fade's old step kept as the user's). Stale, then, as before.
+    /// for would stick under every duck after (a fade's old step kept as the user's). Stale, then, as any reply read
+    /// before a write.
     private func overwritten(_ id: StreamID, _ volume: [UInt32], readAt s: UInt64) -> Bool {
         guard let last = believedVolume[id], let recent = recentWrites[id], let oldest = recent.first else {
             return false

@@ -77,6 +77,9 @@ extension BusScenarioTests {
         _ = d.client.session(session, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "the music did not come back")
         #expect(server.playbackStream(pid: feed.pid)?.muted == true)
+        let journal = "\(server.directory)/audiod/journal"
+        #expect(
+            ((try? Journal.load(from: journal)) ?? nil) != nil, "no journal to read: \(server.file("audiod/journal"))")
         #expect(!Self.journaled(server, "feed"), "the app's mute is journaled: \(server.file("audiod/journal"))")
         d.stop()
         #expect(server.playbackStream(pid: feed.pid)?.muted == true, "audiod's stop undid the app's own mute")
