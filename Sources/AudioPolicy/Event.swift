@@ -339,7 +339,7 @@ public struct Settings: Sendable, Equatable {
     /// How long a stream audiod gives back (after an interruption, secondary audio, silent mode, the lock, a call)
     /// takes to fade in from silence to its volume (`fade-in`; 0 is a step; 1 s is Android's for media given back
     /// after a loss). Off unless configured: the soak test once found a stream left at a fade-in's step under 64
-    /// clients, not yet explained (docs/FADES.md).
+    /// clients; two likely causes are fixed, neither proved to be it (docs/FADES.md).
     public var fadeInNanoseconds: UInt64 = 0
     /// The longest a voice prompt's or a screen reader's duck (and any duck of spoken audio) may take: a prompt
     /// must be understood from its first word, and speech is never faded long (docs/POLICY.md §2).

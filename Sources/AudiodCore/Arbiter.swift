@@ -231,17 +231,7 @@ public final class Arbiter {
     ///    the next loop pass. Later steps queue behind, so the bus hears every step, in order.
     private func interpret(_ event: Event, _ effects: [Effect], timing: StepTiming? = nil) {
         var timing = timing
-        // What audiod holds can change only on the streams the step wrote and the one its event was about.
-        var touched: [StreamID] = []
-        for e in effects {
-            switch e {
-            case .setStreamMute(let id, _), .setStreamVolume(let id, _): touched.append(id)
-            default: break
-            }
-        }
-        let touchesStreams = !touched.isEmpty
-        if let id = streamOfEvent(event) { touched.append(id) }
-        touched += engine.heldChangedUnwritten
+        let (touched, touchesStreams) = heldMayHaveChanged(event, effects, engine.heldChangedUnwritten)
         // 1 and 2.
         if !touched.isEmpty {
             backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })
@@ -318,10 +308,27 @@ public final class Arbiter {
         }
     }
 
+    /// The streams on which what audiod holds may have changed in a step: those it wrote (`wrote`: any), the one its
+    /// event was about, and those the engine changed with nothing written.
+    private func heldMayHaveChanged(_ event: Event, _ effects: [Effect], _ unwritten: [StreamID]) -> (
+        [StreamID], wrote: Bool
+    ) {
+        var ids: [StreamID] = []
+        for e in effects {
+            switch e {
+            case .setStreamMute(let id, _), .setStreamVolume(let id, _): ids.append(id)
+            default: break
+            }
+        }
+        let wrote = !ids.isEmpty
+        if let id = streamOfEvent(event) { ids.append(id) }
+        return (ids + unwritten, wrote)
+    }
+
     /// A stream event while stopping goes to the restore-only engine: its only effects put back what a stream
     /// started with from a restore-database entry that audiod's values leaked into.
     private func correctWhileStopping(_ event: Event) -> [Effect] {
-        guard var engine = restorer, let id = streamOfEvent(event) else { return [] }
+        guard var engine = restorer, streamOfEvent(event) != nil else { return [] }
         let effects = engine.handle(event, at: now).filter {
             switch $0 {
             case .setStreamMute, .setStreamVolume: return true
@@ -330,9 +337,7 @@ public final class Arbiter {
         }
         restorer = engine
         // Journaled before the operations leave, as every step's are.
-        var touched = [id]
-        for case .setStreamMute(let s, _) in effects { touched.append(s) }
-        for case .setStreamVolume(let s, _) in effects { touched.append(s) }
+        let (touched, _) = heldMayHaveChanged(event, effects, engine.heldChangedUnwritten)
         backend.updateApplied(touched.map { ($0, engine.appliedChange(of: $0)) })
         guard !effects.isEmpty else { return [] }
         if logger.logLevel <= .debug { logDecisions(event.sentence + ", while stopping", effects) }
