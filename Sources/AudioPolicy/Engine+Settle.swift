@@ -4,24 +4,28 @@
 
 extension Engine {
     /// Whether policy silences this stream now (docs/POLICY.md §0 "Silenced": any reason holds).
-    func policyMute(_ st: StreamState) -> Bool {
-        guard let owner = st.session, let s = sessions[owner], !isPlatformCall(owner) else { return false }
+    func policyMute(_ st: StreamState) -> Bool { silencing(st) != nil }
+
+    /// How policy silences this stream now, if it does: `quiet` when only silent mode or the lock does — nothing
+    /// races to be heard in its place, so it may fade out (§2 "Fades") — `racing` for every other reason.
+    func silencing(_ st: StreamState) -> Silencing? {
+        guard let owner = st.session, let s = sessions[owner], !isPlatformCall(owner) else { return nil }
         if st.kind == .record {
             // Privacy (§3): a silenced record stream stays muted until its owner's activation or the user.
-            return st.recordHeld || (!s.isImplicit && s.heldSilent)
+            return st.recordHeld || (!s.isImplicit && s.heldSilent) ? .racing : nil
         }
         // An alarm sounds through everything: no interruption reaches it, nothing silences it but its device going
         // away (§6 lists no exemption: its sound does not jump to the speakers unasked either).
-        if s.isAlert { return st.routeSilenced }
-        if s.heldSilent || st.routeSilenced { return true }
-        if silentMode && s.configuration.category.obeysSilentMode { return true }
-        if lockedOut(s) { return true }
+        if s.isAlert { return st.routeSilenced ? .racing : nil }
+        if s.heldSilent || st.routeSilenced { return .racing }
         if primary != nil && primary != owner && s.configuration.category == .ambient
             && !s.handlesSecondaryAudio && !s.roleExempt
         {
-            return true
+            return .racing
         }
-        return false
+        if silentMode && s.configuration.category.obeysSilentMode { return .quiet }
+        if lockedOut(s) { return .quiet }
+        return nil
     }
 
     /// A session's playback stream is ducked while another session ducks others (a ducker itself is not), and
@@ -413,11 +417,27 @@ extension Engine {
             }
         }
         let wantMute = (st.policyMute || silencedAhead(sid) != nil) && !st.userMuted
+        // Silenced by silent mode or the lock while someone hears it, a stream fades out first and is muted at the
+        // fade's end; it counts as silenced from the fade's start (§2 "Fades").
+        let fadeOut = wantMute && !st.appliedMute ? fadeOutLength(sid, st) : 0
+        var fadingOut = fadeOut > 0
+        if fadingOut, let f = st.fade, f.silences, f.done(at: now, step: fadeStep) || st.appliedVolume?.isSilent == true
+        {
+            // The fade's end: silence (where the last step fell short of it), then the mute below.
+            fadingOut = false
+            if st.appliedVolume?.isSilent != true {
+                let silence = Volume(uniform: 0, count: st.userVolume.channels.count)
+                effects.append(.setStreamVolume(sid, silence))
+                st.appliedVolume = silence
+            }
+        }
         // Given back to someone who hears it, a stream fades in from silence: its volume goes to the fade's first
         // step before the unmute, so nothing is heard at full volume first.
         var fadeIn: UInt64 = 0
         if unmuteForApp && !wantMute {
             effects.append(.setStreamMute(sid, false))
+        } else if fadingOut {
+            // The mute waits for the fade's end.
         } else if wantMute && !st.appliedMute {
             effects.append(.setStreamMute(sid, true))
             st.appliedMute = true
@@ -429,7 +449,7 @@ extension Engine {
             fadeIn = fadeInLength(st)
             if fadeIn == 0 { effects.append(.setStreamMute(sid, false)) }
         }
-        volumeOperations(&st, into: &effects, fadeIn: fadeIn)
+        volumeOperations(&st, into: &effects, fadeIn: fadeIn, fadeOut: fadingOut ? fadeOut : 0)
         if fadeIn > 0 { effects.append(.setStreamMute(sid, false)) }
         st.volumeAtOnce = false
         st.writeUserVolume = false
@@ -449,16 +469,32 @@ extension Engine {
             ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
     }
 
+    /// How long a stream policy silences now fades out before its mute (§2 "Fades"): `fade-out` for a playback
+    /// stream someone hears but for policy, silenced only by silent mode or the lock (nothing races to take its
+    /// place: an interruption, secondary audio, a call or a route change mutes at once); 0 where the mute must be
+    /// at once (`fadeLength`'s cases: a new stream, the user's volume just set, no session, nothing decided). Spoken
+    /// audio is of the playback category, which neither silent mode nor the lock silences.
+    func fadeOutLength(_ sid: StreamID, _ st: StreamState) -> UInt64 {
+        guard st.kind == .playback, !settings.decidesNothing, !st.volumeAtOnce, st.session != nil,
+            silencing(st) == .quiet, silencedAhead(sid) == nil, isAudible(st, policyMuted: false)
+        else { return 0 }
+        return settings.fadeOutNanoseconds
+    }
+
     /// The duck's volume (§2 "Fades"): the target is the user's volume times the duck level, or the user's own when
     /// nothing ducks the stream; a stream someone hears gets there by a fade, one step per `fadeStep` timer.
-    /// `fadeIn`: the stream is being given back; its volume fades up from silence over that long.
-    mutating func volumeOperations(_ st: inout StreamState, into effects: inout [Effect], fadeIn: UInt64 = 0) {
+    /// `fadeIn`: the stream is being given back; its volume fades up from silence over that long. `fadeOut`: the
+    /// stream is being silenced; its volume fades down to silence over that long, and the mute then comes through
+    /// `streamOperations`, which puts the volume back under it.
+    mutating func volumeOperations(
+        _ st: inout StreamState, into effects: inout [Effect], fadeIn: UInt64 = 0, fadeOut: UInt64 = 0
+    ) {
         let sid = st.info.id
         // nil: the user's own volume, audiod holding nothing.
         let goal: Volume? =
             st.ducked ? st.userVolume.multiplied(by: st.duck == .strong ? strongDuckFactor : duckFactor) : nil
         let needed =
-            fadeIn > 0
+            fadeIn > 0 || fadeOut > 0
             || goal.map { st.appliedVolume != $0 && !(st.appliedVolume == nil && $0 == st.userVolume) }
                 ?? (st.appliedVolume != nil)
         guard needed else {
@@ -467,11 +503,18 @@ extension Engine {
             fading.remove(sid)
             return
         }
-        let end = goal ?? st.userVolume
+        let silence = Volume(uniform: 0, count: st.userVolume.channels.count)
+        let end = fadeOut > 0 ? silence : goal ?? st.userVolume
         let current = st.appliedVolume ?? st.userVolume
         if fadeIn > 0 {
-            let silence = Volume(uniform: 0, count: end.channels.count)
             st.fade = VolumeFade(from: silence, to: end, lifts: goal == nil, start: now, length: fadeIn)
+        } else if fadeOut > 0 {
+            if st.fade?.silences != true {
+                st.fade = VolumeFade(
+                    from: current, to: end, lifts: false, silences: true, start: now, length: fadeOut)
+            } else if !fadeTick {
+                return
+            }
         } else if st.fade != nil && !mayFade(st) {
             // Nobody hears it any more (muted, paused), or its app is gone: the rest of the way at once.
             st.fade = nil

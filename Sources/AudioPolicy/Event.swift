@@ -341,6 +341,10 @@ public struct Settings: Sendable, Equatable {
     /// after a loss). Off unless configured: the soak test once found a stream left at a fade-in's step under 64
     /// clients; two likely causes are fixed, neither proved to be it (docs/FADES.md).
     public var fadeInNanoseconds: UInt64 = 0
+    /// How long a stream silent mode or the lock silences fades out before it is muted (`fade-out`; 0 is a step):
+    /// 25 steps over 500 ms, fine enough not to click. Silencings that race a new sound (an interruption,
+    /// secondary audio, a call) stay at once: the overlap goals come first.
+    public var fadeOutNanoseconds: UInt64 = 500_000_000
     /// The longest a voice prompt's or a screen reader's duck (and any duck of spoken audio) may take: a prompt
     /// must be understood from its first word, and speech is never faded long (docs/POLICY.md §2).
     public static let quickFadeLimitNanoseconds: UInt64 = 100_000_000
@@ -386,6 +390,7 @@ public struct Settings: Sendable, Equatable {
         s.duckFadeNanoseconds = 0
         s.unduckFadeNanoseconds = 0
         s.fadeInNanoseconds = 0
+        s.fadeOutNanoseconds = 0
         return s
     }
 

@@ -143,12 +143,23 @@ struct StreamState: Sendable {
     var isA11y: Bool { info.role == "a11y" || info.role == "Accessibility" }
 }
 
+/// How policy silences a stream (`Engine.silencing`).
+enum Silencing: Sendable, Equatable {
+    /// Only silent mode or the lock: nothing new is to be heard in its place, so the stream fades out first.
+    case quiet
+    /// Another sound takes its place (an interruption, secondary audio, a call), its device went away, or it
+    /// captures: muted at once.
+    case racing
+}
+
 /// A volume moving from `from` to `to` over `length`, linear in amplitude, one write per step.
 struct VolumeFade: Sendable, Equatable {
     var from: Volume
     var to: Volume
     /// The fade ends audiod's hold on the volume: `to` is the user's own, and nothing is applied once it is there.
     var lifts: Bool
+    /// A fade-out (`to` is silence): the stream is muted at its end and its volume put back under the mute.
+    var silences = false
     var start: Instant
     var length: UInt64
 

@@ -56,7 +56,8 @@ public enum ConfigFile {
 
     static let configurationKeys = ["category", "mode", "options"]
     static let topKeys = [
-        "duck-level", "strong-duck-level", "duck-fade", "unduck-fade", "fade-in", "linger", "volume-tolerance",
+        "duck-level", "strong-duck-level", "duck-fade", "unduck-fade", "fade-in", "fade-out", "linger",
+        "volume-tolerance",
         "nice-level",
         "default", "roles", "apps",
         "platform",
@@ -103,7 +104,7 @@ public enum ConfigFile {
                     + "a voice prompt ducks at least as deep as anything else")
         }
         // A fade longer than a few seconds is no longer heard as the other app giving way but as a mistake.
-        for (key, example) in [("duck-fade", "0.5"), ("unduck-fade", "0.5"), ("fade-in", "1")] {
+        for (key, example) in [("duck-fade", "0.5"), ("unduck-fade", "0.5"), ("fade-in", "1"), ("fade-out", "0.5")] {
             guard let v = table[key] else { continue }
             guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 5 else {
                 throw fail(key, "must be a number of seconds from 0 to 5, 0 for a step (e.g. \(example))")
@@ -111,7 +112,8 @@ public enum ConfigFile {
             switch key {
             case "duck-fade": settings.duckFadeNanoseconds = UInt64(d * 1e9)
             case "unduck-fade": settings.unduckFadeNanoseconds = UInt64(d * 1e9)
-            default: settings.fadeInNanoseconds = UInt64(d * 1e9)
+            case "fade-in": settings.fadeInNanoseconds = UInt64(d * 1e9)
+            default: settings.fadeOutNanoseconds = UInt64(d * 1e9)
             }
         }
         if let v = table["linger"] {

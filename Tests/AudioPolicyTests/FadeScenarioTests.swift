@@ -273,4 +273,143 @@ import Testing
         let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
         #expect(volumes(h.activate(ducker), .playback(1)) == [Volume.normal.multiplied(by: Self.duck)])
     }
+
+    // MARK: Fade-outs (silent mode, the lock)
+
+    /// Fires the fade timer until no fade runs; every stream operation on `id`, with the time it was written.
+    func runAll(_ h: inout Harness, _ id: StreamID, limit: Int = 100) -> [(ms: UInt64, op: Effect)] {
+        var written: [(UInt64, Effect)] = []
+        var elapsed: UInt64 = 0
+        for _ in 0..<limit where !h.engine.fading.isEmpty {
+            h.advance(ms: 19)
+            elapsed += 20
+            let e = h.send(.timerFired(.fadeStep))
+            _ = h.echo(e)
+            for op in streamOps(e) {
+                switch op {
+                case .setStreamMute(id, _), .setStreamVolume(id, _): written.append((elapsed, op))
+                default: break
+                }
+            }
+        }
+        return written
+    }
+
+    /// A game someone hears, in a solo-ambient session that holds the audio.
+    func heardGame(_ h: inout Harness) -> SessionID {
+        let game = h.session(pid: 10, "solo-ambient")
+        _ = h.echo(h.activate(game))
+        _ = h.echo(h.play(1, pid: 10))
+        return game
+    }
+
+    @Test func silentModeFadesAGameOutOver500msThenMutesItWithItsVolumeBack() {
+        var h = Harness(fades: true)
+        _ = heardGame(&h)
+        let on = h.silent(true)
+        // The fade starts at once, and the stream counts as silenced from its start; the mute waits for its end.
+        let first = volumes(on, .playback(1))
+        #expect(first.count == 1 && first[0].channels[0] < Volume.norm && first[0].channels[0] > 0, "\(on)")
+        #expect(!streamOps(on).contains(.setStreamMute(.playback(1), true)))
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
+        #expect(h.engine.streamView(.playback(1))?.audible == false)
+        // Mid-fade, what audiod holds is a volume to put back: a crash now leaves nothing behind.
+        #expect(h.engine.appliedChange(of: .playback(1))?.restoreVolume == .normal)
+        #expect(h.engine.appliedChange(of: .playback(1))?.unmute == false)
+        _ = h.echo(on)
+        let way = runAll(&h, .playback(1))
+        let downs = way.compactMap { if case .setStreamVolume(_, let v) = $0.op, v != .normal { v } else { nil } }
+        // 25 steps over 500 ms, each lower than the last, down to silence.
+        #expect((22...25).contains(downs.count), "\(downs.count) steps after the first")
+        let levels = first + downs
+        #expect(zip(levels, levels.dropFirst()).allSatisfy { $0.channels[0] > $1.channels[0] }, "\(levels)")
+        #expect(downs.last?.isSilent == true)
+        // Then the mute, and the user's volume under it, in that order: nothing is heard twice.
+        let tail = way.suffix(2).map(\.op)
+        #expect(tail == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)], "\(way)")
+        #expect((440...520).contains(way.last?.ms ?? 0), "muted \(way.last?.ms ?? 0) ms after the first step")
+        #expect(
+            h.engine.appliedChange(of: .playback(1))
+                == AppliedChange(
+                    stream: .playback(1), applicationName: "app", unmute: true, appliedVolume: nil, restoreVolume: nil))
+        #expect(h.engine.fading.isEmpty)
+    }
+
+    @Test func silentModeOffMidFadeOutFadesBackUpWithoutAMute() {
+        var h = Harness(fades: true)
+        _ = heardGame(&h)
+        _ = h.echo(h.silent(true))
+        for _ in 0..<5 {
+            h.advance(ms: 19)
+            _ = h.echo(h.send(.timerFired(.fadeStep)))
+        }
+        let off = h.silent(false)
+        #expect(!streamOps(off).contains { if case .setStreamMute = $0 { true } else { false } }, "\(off)")
+        _ = h.echo(off)
+        let way = runAll(&h, .playback(1))
+        #expect(!way.contains { if case .setStreamMute = $0.op { true } else { false } }, "\(way)")
+        #expect(way.last.map { $0.op == .setStreamVolume(.playback(1), .normal) } == true, "\(way)")
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
+    /// A sound racing in (here music interrupting the game) cannot wait for the fade: the mute comes at once, then
+    /// the volume goes back under it.
+    @Test func anInterruptionMidFadeOutMutesAtOnce() {
+        var h = Harness(fades: true)
+        _ = heardGame(&h)
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 19)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let music = h.session(pid: 20, "playback")
+        let e = h.activate(music)
+        let ops = streamOps(e).filter {
+            switch $0 {
+            case .setStreamMute(.playback(1), _), .setStreamVolume(.playback(1), _): true
+            default: false
+            }
+        }
+        #expect(ops == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)], "\(e)")
+        #expect(h.engine.fading.isEmpty)
+    }
+
+    @Test func silencingsThatRaceANewSoundAreNotFaded() {
+        var h = Harness(fades: true)
+        _ = heardGame(&h)
+        let music = h.session(pid: 20, "playback")
+        let e = h.activate(music)
+        #expect(streamOps(e).first == .setStreamMute(.playback(1), true), "\(e)")
+        #expect(volumes(e, .playback(1)).isEmpty)
+        #expect(h.engine.fading.isEmpty)
+    }
+
+    /// The user's volume ends the fade, and the silencing with it: muted at once, the user's volume kept.
+    @Test func theUsersVolumeMidFadeOutMutesAtOnce() {
+        var h = Harness(fades: true)
+        _ = heardGame(&h)
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 19)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let mine = Volume(uniform: 40_000)
+        let e = h.change(.playback(1)) { $0.volume = mine }
+        #expect(streamOps(e) == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), mine)], "\(e)")
+        #expect(h.engine.fading.isEmpty)
+        _ = h.echo(e)
+        #expect(h.engine.appliedChange(of: .playback(1))?.appliedVolume == nil)
+        #expect(h.silent(false).contains(.setStreamMute(.playback(1), false)))
+    }
+
+    @Test func theLockFadesOutAndTheStopPathFadesOutNothing() {
+        var h = Harness(settings: Settings(followsLockScreen: true), fades: true)
+        // An implicit game: the lock silences its streams (an explicit session behind it is interrupted instead).
+        _ = h.echo(h.play(1, pid: 10, role: "game"))
+        #expect(h.engine.streamView(.playback(1))?.audible == true)
+        let lock = h.send(.screenLocked(true))
+        #expect(volumes(lock, .playback(1)).count == 1 && !streamOps(lock).contains(.setStreamMute(.playback(1), true)))
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
+        _ = h.echo(lock)
+        let way = runAll(&h, .playback(1))
+        #expect(
+            way.suffix(2).map(\.op) == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)])
+        #expect(Settings.restoreOnly.fadeOutNanoseconds == 0)
+    }
 }

@@ -23,6 +23,7 @@ struct Harness {
         s.duckFadeNanoseconds = 0
         s.unduckFadeNanoseconds = 0
         s.fadeInNanoseconds = 0
+        s.fadeOutNanoseconds = 0
         return s
     }
 

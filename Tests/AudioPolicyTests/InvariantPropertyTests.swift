@@ -533,9 +533,20 @@ struct Simulation {
         case .fireTimer(let k):
             guard !timers.isEmpty else { return }
             let t = timers.remove(at: k % timers.count)
-            // A fade's step comes a while later: enough of them end every fade (a duck takes 500 ms).
-            if t == .fadeStep { clock += 150_000_000 }
+            // A fade's step comes a while later: enough of them end every fade (a duck takes 500 ms); one firing in
+            // two is past a whole fade, so that fades are seen to end as often as they are seen running.
+            if t == .fadeStep { clock += k % 2 == 0 ? 150_000_000 : 600_000_000 }
             step(.timerFired(t))
+            // Every fade whose time is up ended at this step: a duck at its level, a fade-out in its mute.
+            if t == .fadeStep {
+                let now = Instant(nanoseconds: clock)
+                for (id, st) in engine.streams.sorted(by: { $0.key < $1.key }) {
+                    if let f = st.fade, now.since(f.start) >= f.length {
+                        problems.append(
+                            "\(id)'s fade \(f) still runs \(now.since(f.start) / 1_000_000) ms after its start")
+                    }
+                }
+            }
         case .rule(let app, let c):
             let (cat, mode, opts) = Op.configs[c]
             step(.setApplicationCategory(nextRequest(), application: app, category: cat, mode: mode, options: opts))
@@ -852,12 +863,20 @@ struct Simulation {
             {
                 v.append("alarm \(id) of \(owner.id) silenced or interrupted: \(sv.reasons.map(\.text))")
             }
+            // Silenced by silent mode or the lock while heard, a stream fades out first and is muted at the fade's
+            // end (§2 "Fades"): policy-muted from the fade's start, the invariants hold at its end.
+            let fadingOut =
+                sv.policyMuted && engine.fading.contains(id) && engine.streams[id]?.fade?.silences == true
+                && !info.muted
+            if fadingOut, engine.streams[id].map({ engine.silencing($0) }) != .quiet {
+                v.append("\(id) fades out, but silent mode or the lock is not all that silences it")
+            }
             // 2. Silent mode.
-            if engine.silentMode && audible(info) && category?.obeysSilentMode == true {
+            if engine.silentMode && audible(info) && category?.obeysSilentMode == true && !fadingOut {
                 v.append("invariant 2: \(id) of a \(category!) session audible in silent mode")
             }
             // The lock screen (SPEC §10): no ambient or solo-ambient sound behind it, but events, a11y and the call.
-            if engine.screenLocked, audible(info), category?.obeysSilentMode == true, let owner,
+            if engine.screenLocked, audible(info), !fadingOut, category?.obeysSilentMode == true, let owner,
                 engine.sessions[owner.id]?.roleExempt != true, engine.platformCall?.session != owner.id
             {
                 v.append("lock screen: \(id) of a \(category!) session audible behind the lock")
@@ -898,7 +917,7 @@ struct Simulation {
                     && zip(info.volume.channels, zip(fade.from.channels, fade.to.channels)).allSatisfy { x, ends in
                         x >= min(ends.0, ends.1) && x <= max(ends.0, ends.1)
                     }
-                if fade.to != expected || !on || !engine.fading.contains(id) {
+                if (fadingOut ? !fade.to.isSilent : fade.to != expected) || !on || !engine.fading.contains(id) {
                     v.append(
                         "invariant 4: \(id) at \(info.volume) fading \(fade.from) → \(fade.to), expected \(expected) (user \(user), ducked \(ducked), strong \(strong))"
                     )
@@ -911,7 +930,7 @@ struct Simulation {
             // 5. Restored when no reason holds; the user's mute is never lost. An output-muted session's playback
             // streams are muted for the app (SPEC §5).
             let shouldBeMuted = (userMuted[id] ?? false) || sv.policyMuted || mutedForApp[id] != nil
-            if info.muted != shouldBeMuted {
+            if info.muted != shouldBeMuted && !fadingOut {
                 v.append(
                     "invariant 5: \(id) muted=\(info.muted), user \(userMuted[id] ?? false), policy \(sv.policyMuted), for the app \(mutedForApp[id] != nil)"
                 )

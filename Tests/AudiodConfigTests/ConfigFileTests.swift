@@ -14,6 +14,7 @@ import Testing
             duck-fade = 0.25
             unduck-fade = 0
             fade-in = 2
+            fade-out = 0.32
             volume-tolerance = 200
 
             [default]
@@ -34,6 +35,7 @@ import Testing
         #expect(s.lingerNanoseconds == 1_500_000_000)
         #expect(s.duckFadeNanoseconds == 250_000_000 && s.unduckFadeNanoseconds == 0)
         #expect(s.fadeInNanoseconds == 2_000_000_000)
+        #expect(s.fadeOutNanoseconds == 320_000_000)
         #expect(s.volumeTolerance == 200)
         #expect(s.defaultConfiguration == Configuration(category: .ambient))
         #expect(s.roleConfigurations["music"] == Configuration(category: .playback, options: [.mixWithOthers]))
@@ -96,7 +98,7 @@ import Testing
             ),
             (
                 "\nduck_level = 0.2",
-                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, duck-fade, unduck-fade, fade-in, linger, volume-tolerance, nice-level, default, roles, apps, platform"
+                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, duck-fade, unduck-fade, fade-in, fade-out, linger, volume-tolerance, nice-level, default, roles, apps, platform"
             ),
             (
                 "nice-level = -21",

@@ -208,4 +208,99 @@ struct FadeTests {
             _ = stream
         }
     }
+
+    static func setSilentMode(_ d: Daemon, _ on: Bool) throws {
+        guard
+            case .success = d.client.call(
+                API.managerPath, API.properties.name, "Set",
+                [.string(API.manager.name), .string("SilentMode"), .variant(.bool(on))])
+        else { throw TestKitError("SilentMode was refused") }
+    }
+
+    @Test(
+        "silent mode fades a game out over 500 ms, then mutes it with the user's volume back under the mute",
+        arguments: ServerKind.tested)
+    func silentModeFadesOut(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let watcher = try StreamWatcher(server: server.pulseServer)
+        let game = try playback(server, name: "game", role: "game")
+        defer { game.kill() }
+        let stream = try server.waitForPlaybackStream(pid: game.pid)
+        #expect(watcher.settle())
+        let t0 = DispatchTime.now().uptimeNanoseconds
+        try Self.setSilentMode(d, true)
+        #expect(
+            waitFor(5) { watcher.streams[stream.index].map { $0.muted && $0.volume == 65536 } ?? false },
+            "not muted with the user's volume back: \(String(describing: watcher.streams[stream.index]))")
+        let reports = watcher.timedReports(of: stream.index, since: t0)
+        // The way down, as the server showed it: every report before the mute. The fade's last step (to silence)
+        // is written with the mute and the volume put back under it, so the server reports the three as one.
+        guard let mutedAt = reports.firstIndex(where: { $0.stream.muted }),
+            let startAt = reports.first(where: { $0.stream.volume < 65536 - 64 })?.at
+        else {
+            Issue.record("no fade before the mute: \(reports.map { ($0.stream.muted, $0.stream.volume) })")
+            return
+        }
+        let way = reports[..<mutedAt].map(\.stream.volume)
+        let steps = zip(way, [65536] + way).filter { $0 != $1 }.count
+        let ms = Double(reports[mutedAt].at - startAt) / 1e6
+        print("fades: \(kind): silent mode's fade-out: \(steps) steps, \(String(format: "%.0f", ms)) ms to the mute")
+        #expect(steps >= 20, "the fade-out came in \(steps) steps: \(way)")
+        #expect(ms >= 400 && ms <= 650, "the fade-out took \(ms) ms, not about 500")
+        // Each step lower than the last, and the mute only after the fade's last step but one (≤ 1/20 in amplitude,
+        // −26 dB): nothing of the way is cut short.
+        #expect(zip(way, way.dropFirst()).allSatisfy { $0 > $1 }, "\(way)")
+        #expect(Self.amplitude(way.last ?? 65536) <= 0.05, "muted at \(way.last ?? 65536), before the fade's end")
+        #expect(watcher.settle())
+        try Self.setSilentMode(d, false)
+        #expect(
+            waitFor(5) { watcher.streams[stream.index].map { !$0.muted && $0.volume == 65536 } ?? false },
+            "silent mode off did not give the game back at the user's volume")
+    }
+
+    @Test(
+        "stopped or killed mid-fade-out, audiod leaves the game unmuted at the user's volume, and its next stream too",
+        arguments: ServerKind.tested)
+    func stopMidFadeOut(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        for kill in [false, true] {
+            let d = try Daemon.start(server, log: kill ? "audiod-kill.log" : "audiod-term.log")
+            try Self.setSilentMode(d, false)
+            let game = try playback(server, name: "game", role: "game")
+            defer { game.kill() }
+            _ = try server.waitForPlaybackStream(pid: game.pid)
+            Thread.sleep(forTimeInterval: 0.5)
+            try Self.setSilentMode(d, true)
+            #expect(
+                waitFor(5) { (server.playbackStream(pid: game.pid)?.volume.first ?? 65536) < 60000 },
+                "no fade-out began")
+            if kill {
+                d.kill()
+                let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
+                #expect(out.status == 0, "\(out.output)")
+            } else {
+                d.stop()
+            }
+            let how = kill ? "SIGKILL and --restore" : "SIGTERM"
+            #expect(
+                waitFor(5) {
+                    server.playbackStream(pid: game.pid).map { !$0.muted && $0.volume.first == 65536 } ?? false
+                }, "\(how): \(String(describing: server.playbackStream(pid: game.pid)))")
+            Thread.sleep(forTimeInterval: 0.3)
+            let after = server.playbackStream(pid: game.pid)
+            #expect(
+                after?.muted == false && after?.volume.first == 65536,
+                "\(how): a step came after: \(String(describing: after))")
+            // The server's restore database kept no step of the way: the game's next stream starts at the user's.
+            game.kill()
+            let next = try playback(server, name: "game", role: "game")
+            defer { next.kill() }
+            let fresh = try server.waitForPlaybackStream(pid: next.pid)
+            #expect(!fresh.muted && fresh.volume.first == 65536, "\(how): the next stream started at \(fresh)")
+        }
+    }
 }
