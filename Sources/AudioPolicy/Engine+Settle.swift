@@ -17,14 +17,17 @@ extension Engine {
         // An alarm sounds through everything: no interruption reaches it, nothing silences it but its device going
         // away (§6 lists no exemption: its sound does not jump to the speakers unasked either).
         if s.isAlert { return st.routeSilenced ? .racing : nil }
-        if s.heldSilent || st.routeSilenced { return .racing }
+        // An explicit session the lock interrupted gives way to nothing either: it fades out like an implicit one.
+        let lockInterrupted = s.interrupted && s.interruptionReason == .screenLocked
+        if (s.heldSilent && !lockInterrupted) || st.routeSilenced { return .racing }
         if primary != nil && primary != owner && s.configuration.category == .ambient
             && !s.handlesSecondaryAudio && !s.roleExempt
         {
             return .racing
         }
-        if silentMode && s.configuration.category.obeysSilentMode { return .quiet }
-        if lockedOut(s) { return .quiet }
+        if lockInterrupted || lockedOut(s) || (silentMode && s.configuration.category.obeysSilentMode) {
+            return .quiet
+        }
         return nil
     }
 

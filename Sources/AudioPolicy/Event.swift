@@ -338,9 +338,9 @@ public struct Settings: Sendable, Equatable {
     public var unduckFadeNanoseconds: UInt64 = 500_000_000
     /// How long a stream audiod gives back (after an interruption, secondary audio, silent mode, the lock, a call)
     /// takes to fade in from silence to its volume (`fade-in`; 0 is a step; 1 s is Android's for media given back
-    /// after a loss). Off unless configured: the soak test once found a stream left at a fade-in's step under 64
-    /// clients; two likely causes are fixed, neither proved to be it (docs/FADES.md).
-    public var fadeInNanoseconds: UInt64 = 0
+    /// after a loss). It was off for a while after the soak test once found a stream left at a fade-in's step under
+    /// 64 clients; two likely causes are fixed, and 25 soak runs since have been clean (docs/FADES.md).
+    public var fadeInNanoseconds: UInt64 = 1_000_000_000
     /// How long a stream silent mode or the lock silences fades out before it is muted (`fade-out`; 0 is a step):
     /// 25 steps over 500 ms, fine enough not to click. Silencings that race a new sound (an interruption,
     /// secondary audio, a call) stay at once: the overlap goals come first.

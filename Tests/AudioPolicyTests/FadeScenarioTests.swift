@@ -412,4 +412,21 @@ import Testing
             way.suffix(2).map(\.op) == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)])
         #expect(Settings.restoreOnly.fadeOutNanoseconds == 0)
     }
+
+    /// An explicit ambient session behind the lock is interrupted (it is told why) and its heard stream fades out.
+    @Test func anExplicitSessionTheLockInterruptsFadesOut() {
+        var h = Harness(settings: Settings(followsLockScreen: true), fades: true)
+        let chime = h.session(pid: 10, "ambient")
+        _ = h.echo(h.activate(chime))
+        _ = h.echo(h.play(1, pid: 10))
+        let lock = h.send(.screenLocked(true))
+        #expect(signals(lock) == [.signal(chime, .interruptionBegan(.screenLocked, interrupter: nil))], "\(lock)")
+        #expect(
+            volumes(lock, .playback(1)).count == 1 && !streamOps(lock).contains(.setStreamMute(.playback(1), true)),
+            "\(streamOps(lock)) \(String(describing: h.engine.sessions[chime]))")
+        _ = h.echo(lock)
+        let way = runAll(&h, .playback(1))
+        #expect(
+            way.suffix(2).map(\.op) == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)])
+    }
 }
