@@ -18,7 +18,9 @@ extension Engine {
         // away (§6 lists no exemption: its sound does not jump to the speakers unasked either).
         if s.isAlert { return st.routeSilenced ? .racing : nil }
         // An explicit session the lock interrupted gives way to nothing either: it fades out like an implicit one.
-        let lockInterrupted = s.interrupted && s.interruptionReason == .screenLocked
+        // Only while the lock holds and no call is on: a call or someone else's sound then races it.
+        let lockInterrupted =
+            s.interrupted && s.interruptionReason == .screenLocked && lockApplies && !callActive && primary == nil
         if (s.heldSilent && !lockInterrupted) || st.routeSilenced { return .racing }
         if primary != nil && primary != owner && s.configuration.category == .ambient
             && !s.handlesSecondaryAudio && !s.roleExempt
@@ -29,6 +31,12 @@ extension Engine {
             return .quiet
         }
         return nil
+    }
+
+    /// Primary audio or a call beginning may turn a quiet silencing into a racing one (`silencing`): the streams
+    /// fading out are decided again at once, not at the fade's next step.
+    mutating func markFadingOutDirty() {
+        for sid in fading where streams[sid]?.fade?.silences == true { markDirty(sid) }
     }
 
     /// A session's playback stream is ducked while another session ducks others (a ducker itself is not), and
@@ -133,6 +141,7 @@ extension Engine {
         let now = activeNonMixable.contains { sessions[$0]?.isCall == true }
         guard now != callActive else { return }
         callActive = now
+        markFadingOutDirty()
         for (id, s) in sessions where sparesCalls(s) { markStreamsDirty(of: id, kind: .playback) }
     }
 
@@ -262,6 +271,7 @@ extension Engine {
         let old = primary
         primary = new
         managerChanged.insert(.primaryAudioSession)
+        markFadingOutDirty()
         if let old { touch(old) }
         if let new { touch(new) }
         guard (old == nil) != (new == nil) else {
@@ -422,17 +432,16 @@ extension Engine {
         let wantMute = (st.policyMute || silencedAhead(sid) != nil) && !st.userMuted
         // Silenced by silent mode or the lock while someone hears it, a stream fades out first and is muted at the
         // fade's end; it counts as silenced from the fade's start (§2 "Fades").
-        let fadeOut = wantMute && !st.appliedMute ? fadeOutLength(sid, st) : 0
+        // A stream the server still shows muted for its app is heard by nobody: audiod takes the mute over at once.
+        let fadeOut = wantMute && !st.appliedMute && !unmuteForApp ? fadeOutLength(sid, st) : 0
         var fadingOut = fadeOut > 0
-        if fadingOut, let f = st.fade, f.silences, f.done(at: now, step: fadeStep) || st.appliedVolume?.isSilent == true
+        if fadingOut, let f = st.fade, f.silences,
+            f.done(at: now, step: fadeStep) || st.appliedVolume?.isSilent == true
         {
-            // The fade's end: silence (where the last step fell short of it), then the mute below.
+            // The fade's end: the mute below, from its last step (a twenty-fifth of the way from silence), then the
+            // volume back under it. No write of silence first: a crash between it and the volume would leave 0,
+            // which the journal knows as neither audiod's value nor the one before.
             fadingOut = false
-            if st.appliedVolume?.isSilent != true {
-                let silence = Volume(uniform: 0, count: st.userVolume.channels.count)
-                effects.append(.setStreamVolume(sid, silence))
-                st.appliedVolume = silence
-            }
         }
         // Given back to someone who hears it, a stream fades in from silence: its volume goes to the fade's first
         // step before the unmute, so nothing is heard at full volume first.
@@ -532,6 +541,14 @@ extension Engine {
         }
         let step = fadeStep
         guard let fade = st.fade, !fade.done(at: now, step: step) else {
+            if fadeOut > 0 {
+                // A fade-out no longer than a step (or whose steps grew with many streams fading): silence now, held
+                // as audiod's value, and the mute at the next look (`streamOperations`).
+                if current != end { effects.append(.setStreamVolume(sid, end)) }
+                st.appliedVolume = end
+                fading.insert(sid)
+                return
+            }
             effects.append(.setStreamVolume(sid, end))
             st.appliedVolume = goal
             st.fade = nil

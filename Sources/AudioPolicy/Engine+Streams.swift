@@ -173,7 +173,9 @@ extension Engine {
         let ahead = Set(
             probe.streams.compactMap { sid, st -> StreamID? in
                 // Sounds that must not mix: a capture the call would hold is decided at the link.
-                guard sid != info.id, sid.kind == .playback, st.policyMute, let mine = streams[sid], !mine.policyMute
+                // A stream fading out (silent mode, the lock) is still heard: the call's sound races the fade.
+                guard sid != info.id, sid.kind == .playback, st.policyMute, let mine = streams[sid],
+                    !mine.policyMute || (mine.fade?.silences == true && !mine.appliedMute)
                 else { return nil }
                 return sid
             })
@@ -601,6 +603,11 @@ extension Engine {
             }
         }
         for id in affected.sorted() { recomputeImplicitCategory(id) }
+        // An emergency made in this change interrupted everyone but the calls; one of those that is no call any
+        // more after the same change (an app named a game: its voice chat) gives way to it too.
+        for id in affected.sorted() where sessions[id].map({ $0.roleClass == .emergency && $0.active }) == true {
+            interruptOthers(for: id)
+        }
     }
 
     mutating func timerFired(_ timer: TimerID) {

@@ -11,10 +11,7 @@ struct Harness {
     /// `fades`: ducks fade as in the daemon. The policy's scripts leave them out (a duck is then one write, its
     /// level checked at once); FadeScenarioTests and the property test script the fades themselves.
     init(settings: Settings = Settings(), fades: Bool = false) {
-        var faded = settings
-        // The fade-in is off by default; the scripts that ask for fades have it at Android's second.
-        if faded.fadeInNanoseconds == 0 { faded.fadeInNanoseconds = 1_000_000_000 }
-        engine = Engine(settings: fades ? faded : Self.stepped(settings))
+        engine = Engine(settings: fades ? settings : Self.stepped(settings))
     }
 
     /// `settings` with every fade a step: what the policy's scripts configure, a reload's settings too.

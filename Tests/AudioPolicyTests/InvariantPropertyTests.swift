@@ -939,3 +939,15 @@ struct Simulation {
         return v
     }
 }
+
+/// Found by the property above with the fades on by default (pre-existing, fades or not): GameMode stops naming an
+/// app whose stream has the Emergency role a game, and starts naming a voice-call app one in the same change. The
+/// emergency interrupted everyone but the call first, and the call turned into a game's voice chat after: active
+/// beside the emergency.
+@Suite struct EmergencyOrderTests {
+    @Test func anAppThatStopsBeingACallInTheSameGameModeChangeGivesWayToTheEmergency() {
+        var sim = Simulation()
+        for code in [56956, 26355, 21041, 22109, 35386, 80100] { sim.run(Simulation.Op(code: code)) }
+        #expect(sim.violations().isEmpty, "\(sim.violations())")
+    }
+}

@@ -120,8 +120,7 @@ struct FadeTests {
         "music given back after an interruption fades in from silence over a second, its volume set before the unmute",
         arguments: ServerKind.tested)
     func fadeIn(kind: ServerKind) throws {
-        // Off by default (docs/FADES.md): the config file turns it on.
-        try withMusic(kind, config: "fade-in = 1\n") { scene in
+        try withMusic(kind) { scene in
             let (d, watcher, stream, videoApp) = (scene.d, scene.watcher, scene.stream, scene.app)
             let path = try d.client.makeSession(pid: videoApp.pid, "playback", activate: true)
             #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "the video took no audio")
@@ -261,46 +260,95 @@ struct FadeTests {
             "silent mode off did not give the game back at the user's volume")
     }
 
+    /// One of the fades a stop or a crash may land in.
+    enum FadeKind: CaseIterable, CustomStringConvertible {
+        case duck, fadeOut, fadeIn
+        var description: String {
+            switch self {
+            case .duck: "a duck"
+            case .fadeOut: "silent mode's fade-out"
+            case .fadeIn: "a fade-in after silent mode"
+            }
+        }
+    }
+
     @Test(
-        "stopped or killed mid-fade-out, audiod leaves the game unmuted at the user's volume, and its next stream too",
+        "stopped or killed mid-fade (a duck, a fade-out, a fade-in), audiod leaves the user's values, and the app's and the role's next streams start at them",
         arguments: ServerKind.tested)
-    func stopMidFadeOut(kind: ServerKind) throws {
-        let server = try TestServer(kind)
+    func killedMidFade(kind: ServerKind) throws {
+        // `AUDIOD_FADE_KILLS=N`: N rounds (default 6: each fade, stopped by SIGTERM and by SIGKILL + --restore).
+        let rounds = ReliabilityTests.setting("AUDIOD_FADE_KILLS", 6)
+        // PulseAudio with its restore database, as on a desktop (PipeWire's WirePlumber always has one).
+        let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
-        for kill in [false, true] {
-            let d = try Daemon.start(server, log: kill ? "audiod-kill.log" : "audiod-term.log")
-            try Self.setSilentMode(d, false)
+        var results: [String: Int] = [:]
+        for round in 0..<rounds {
+            let fade = FadeKind.allCases[round % 3]
+            let kill = (round / 3) % 2 == 1
+            let how = "round \(round): \(fade), then \(kill ? "SIGKILL and --restore" : "SIGTERM")"
+            let d = try Daemon.start(server, log: "audiod-\(round).log")
+            try Self.setSilentMode(d, fade == .fadeIn)
+            // The game's own values: the user set 80 % before anything (52429 is 0.8 of 65536).
             let game = try playback(server, name: "game", role: "game")
             defer { game.kill() }
-            _ = try server.waitForPlaybackStream(pid: game.pid)
+            let stream = try server.waitForPlaybackStream(pid: game.pid)
+            _ = try server.pactl(["set-sink-input-volume", "\(stream.index)", "52429"])
             Thread.sleep(forTimeInterval: 0.5)
-            try Self.setSilentMode(d, true)
-            #expect(
-                waitFor(5) { (server.playbackStream(pid: game.pid)?.volume.first ?? 65536) < 60000 },
-                "no fade-out began")
+            let ducker = try server.spawn(["sleep", "60"])
+            defer { ducker.kill() }
+            func volume() -> UInt32 { server.playbackStream(pid: game.pid)?.volume.first ?? 0 }
+            switch fade {
+            case .duck:
+                _ = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
+                #expect(waitFor(5) { volume() < 50000 }, "\(how): no duck began")
+            case .fadeOut:
+                try Self.setSilentMode(d, true)
+                #expect(waitFor(5) { volume() < 50000 }, "\(how): no fade-out began")
+            case .fadeIn:
+                #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "\(how): not silenced")
+                try Self.setSilentMode(d, false)
+                #expect(
+                    waitFor(5) {
+                        server.playbackStream(pid: game.pid).map { !$0.muted && $0.volume[0] < 40000 } ?? false
+                    },
+                    "\(how): no fade-in began")
+            }
+            // Somewhere on the way: a few steps in, with the round's own offset.
+            Thread.sleep(forTimeInterval: Double(round % 5) * 0.05)
             if kill {
                 d.kill()
                 let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
-                #expect(out.status == 0, "\(out.output)")
+                #expect(out.status == 0, "\(how): \(out.output)")
             } else {
                 d.stop()
             }
-            let how = kill ? "SIGKILL and --restore" : "SIGTERM"
+            func atUsers(_ s: ObservedStream?) -> Bool {
+                s.map { !$0.muted && $0.volume.allSatisfy { $0 == 52429 } } ?? false
+            }
             #expect(
-                waitFor(5) {
-                    server.playbackStream(pid: game.pid).map { !$0.muted && $0.volume.first == 65536 } ?? false
-                }, "\(how): \(String(describing: server.playbackStream(pid: game.pid)))")
+                waitFor(5) { atUsers(server.playbackStream(pid: game.pid)) },
+                "\(how): \(String(describing: server.playbackStream(pid: game.pid)))")
             Thread.sleep(forTimeInterval: 0.3)
             let after = server.playbackStream(pid: game.pid)
-            #expect(
-                after?.muted == false && after?.volume.first == 65536,
-                "\(how): a step came after: \(String(describing: after))")
-            // The server's restore database kept no step of the way: the game's next stream starts at the user's.
+            #expect(atUsers(after), "\(how): a step came after: \(String(describing: after))")
+            // The server's restore database kept no step of the way: the app's next stream, and another app's of
+            // the same role, start at the user's values (WirePlumber 0.5 saves per role where a role is set).
             game.kill()
             let next = try playback(server, name: "game", role: "game")
             defer { next.kill() }
             let fresh = try server.waitForPlaybackStream(pid: next.pid)
-            #expect(!fresh.muted && fresh.volume.first == 65536, "\(how): the next stream started at \(fresh)")
+            #expect(atUsers(fresh), "\(how): the app's next stream started at \(fresh)")
+            let other = try playback(server, name: "other-game", role: "game")
+            defer { other.kill() }
+            let sameRole = try server.waitForPlaybackStream(pid: other.pid)
+            #expect(
+                !sameRole.muted && sameRole.volume.allSatisfy { $0 == 52429 || $0 == 65536 },
+                "\(how): the role's next stream started at \(sameRole)")
+            let ok = atUsers(after) && atUsers(fresh)
+            results["\(fade), \(kill ? "SIGKILL" : "SIGTERM")", default: 0] += ok ? 1 : 0
         }
+        print(
+            "fades: \(kind): killed mid-fade, \(rounds) rounds, at the user's values after: \(results.sorted { $0.key < $1.key })"
+        )
     }
 }

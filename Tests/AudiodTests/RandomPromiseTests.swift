@@ -323,6 +323,12 @@ final class PromiseRun {
             muted = mutes.contains(initial.muted) ? initial.muted : false
             if volumes.contains(where: { isUserValue($0, initial.volume) }) {
                 volume = initial.volume
+                // A start near a user value of the key that is not its last may be a step of audiod's fade on a
+                // sibling, which the server saved for the key (a fade-in's last steps come within 100 units of the
+                // user's volume): audiod then takes it for its own and puts the key's last user value back (seed
+                // 296134 on PipeWire 0.3.65: a phone stream started at a sibling's fade step near 100 %, and audiod
+                // set the 80 % the user last gave the role). Either is the user's.
+                if !isUserValue(saved.volume, initial.volume) { volumesInDoubt = [initial.volume, saved.volume] }
             } else {
                 let since = volumesSinceUserChange[key] ?? [saved.volume]
                 if since.count > 1 { volumesInDoubt = since }

@@ -120,9 +120,10 @@ struct SoakTests {
         let clientCount = ReliabilityTests.setting("AUDIOD_SOAK_CLIENTS", 64)
         let server = try TestServer(.pulseaudio)
         defer { server.stop() }
-        // `AUDIOD_SOAK_FADE_IN=1` turns the give-backs' fade-in on (off by default, docs/FADES.md).
-        let fadeIn = ReliabilityTests.setting("AUDIOD_SOAK_FADE_IN", 0)
-        if fadeIn > 0 {
+        // `AUDIOD_SOAK_FADE_IN=N` sets the give-backs' fade-in to N seconds (0 turns it off); unset, audiod's 1 s.
+        let fadeInSetting = ProcessInfo.processInfo.environment["AUDIOD_SOAK_FADE_IN"].flatMap { Int($0) }
+        let fadeIn = fadeInSetting ?? 1
+        if let fadeIn = fadeInSetting {
             let dir = "\(server.directory)/home/.config/audiod"
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
             try "fade-in = \(fadeIn)\n".write(toFile: "\(dir)/audiod.toml", atomically: true, encoding: .utf8)
