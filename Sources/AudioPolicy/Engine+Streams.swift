@@ -175,7 +175,8 @@ extension Engine {
                 // Sounds that must not mix: a capture the call would hold is decided at the link.
                 // A stream fading out (silent mode, the lock) is still heard: the call's sound races the fade.
                 guard sid != info.id, sid.kind == .playback, st.policyMute, let mine = streams[sid],
-                    !mine.policyMute || (mine.fade?.silences == true && !mine.appliedMute)
+                    !mine.policyMute
+                        || (mine.fade?.silences == true && !mine.appliedMute && probe.silencing(st) == .racing)
                 else { return nil }
                 return sid
             })
@@ -602,10 +603,13 @@ extension Engine {
                 if let owner = streams[sid]?.session, sessions[owner]?.isImplicit == true { affected.insert(owner) }
             }
         }
+        let emergenciesBefore = affected.filter { sessions[$0]?.roleClass == .emergency }
         for id in affected.sorted() { recomputeImplicitCategory(id) }
         // An emergency made in this change interrupted everyone but the calls; one of those that is no call any
-        // more after the same change (an app named a game: its voice chat) gives way to it too.
-        for id in affected.sorted() where sessions[id].map({ $0.roleClass == .emergency && $0.active }) == true {
+        // more after the same change (an app named a game: its voice chat) gives way to it too. An emergency that
+        // was one before interrupts nobody again: what activated beside it since may play.
+        for id in affected.sorted()
+        where !emergenciesBefore.contains(id) && sessions[id].map({ $0.roleClass == .emergency && $0.active }) == true {
             interruptOthers(for: id)
         }
     }

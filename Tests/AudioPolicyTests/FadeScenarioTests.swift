@@ -488,7 +488,7 @@ import Testing
         _ = h.echo(h.send(.timerFired(.fadeStep)))
         #expect(h.engine.fading.contains(.playback(1)))
         let call = h.session(pid: 20, "play-and-record", mode: "voice-chat")
-        // The call takes primary audio as it activates (the handover: its sound is coming), which races the fade.
+        // An active call races the fade: the stream is decided again as the call begins, and muted at once.
         let e = h.activate(call)
         #expect(streamOps(e).first == .setStreamMute(.playback(1), true), "\(e)")
         #expect(h.engine.fading.isEmpty)
