@@ -14,25 +14,12 @@ import Testing
         effects.compactMap { if case .setStreamVolume(id, let v) = $0 { v } else { nil } }
     }
 
-    /// One firing of the fade timer: the volumes written to `id`; the server's echo of them follows.
-    func stepVolumes(_ h: inout Harness, _ id: StreamID) -> [Volume] {
-        let e = h.send(.timerFired(.fadeStep))
-        _ = h.echo(e)
-        return volumes(e, id)
-    }
-
-    /// Fires the fade timer until no fade runs (at most `limit` times), each `ms` after the last; the volumes
+    /// Fires the fade timer until no fade runs (at most `limit` times), each 20 ms after the last; the volumes
     /// written to `id`, in order, and the times they were written at (ms after the first firing's start).
     func run(_ h: inout Harness, _ id: StreamID, limit: Int = 100) -> [(ms: UInt64, volume: Volume)] {
-        var written: [(UInt64, Volume)] = []
-        var elapsed: UInt64 = 0
-        for _ in 0..<limit where !h.engine.fading.isEmpty {
-            // `send` adds its own millisecond: 19 + 1 is the 20 ms step.
-            h.advance(ms: 19)
-            elapsed += 20
-            for v in stepVolumes(&h, id) { written.append((elapsed, v)) }
+        runAll(&h, id, limit: limit).compactMap { w in
+            if case .setStreamVolume(_, let v) = w.op { (w.ms, v) } else { nil }
         }
-        return written
     }
 
     @Test func aDuckFadesDownOver500msAndBackOver500ms() {
@@ -282,6 +269,7 @@ import Testing
         var written: [(UInt64, Effect)] = []
         var elapsed: UInt64 = 0
         for _ in 0..<limit where !h.engine.fading.isEmpty {
+            // `send` adds its own millisecond: 19 + 1 is the 20 ms step.
             h.advance(ms: 19)
             elapsed += 20
             let e = h.send(.timerFired(.fadeStep))
