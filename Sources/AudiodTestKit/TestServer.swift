@@ -449,14 +449,30 @@ public final class TestServer: @unchecked Sendable {
     /// pipewire-pulse may list a new stream at volume 0 for a moment before the node is configured.
     public func waitForPlaybackStream(pid: pid_t, timeout: Double = 10) throws -> ObservedStream {
         var found: ObservedStream?
+        // What the last look saw, for the message: a stream that never came and a server that did not answer
+        // are different failures.
+        var listed: [UInt32] = []
+        var lastError: String?
         _ = waitFor(timeout) {
-            found = self.playbackStream(pid: pid)
+            do {
+                let streams = try self.playbackStreams()
+                listed = streams.compactMap(\.pid)
+                lastError = nil
+                found = streams.first { $0.pid == UInt32(pid) }
+            } catch {
+                lastError = "\(error)"
+                found = nil
+            }
             return found.map { !$0.volume.isEmpty && !$0.volume.contains(0) } ?? false
         }
         guard let found, !found.volume.isEmpty, !found.volume.contains(0) else {
             let alive = kill(pid, 0) == 0
+            let seen =
+                lastError.map { "the last list failed: \($0)" }
+                ?? "the server lists \(listed.count) playback streams, of pids \(listed.sorted())"
+            let said = file("clients.log").split(separator: "\n").suffix(3).joined(separator: " / ")
             throw TestKitError(
-                "no settled playback stream of pid \(pid) within \(timeout) s (process \(alive ? "alive" : "gone"); server shows \(found.map { "volume \($0.volume), muted \($0.muted)" } ?? "no stream"))"
+                "no settled playback stream of pid \(pid) within \(timeout) s\(said.isEmpty ? "" : " (clients said: \(said))") (process \(alive ? "alive" : "gone"); server shows \(found.map { "volume \($0.volume), muted \($0.muted)" } ?? "no stream"); \(seen))"
             )
         }
         return found
@@ -617,7 +633,8 @@ public func playback(_ server: TestServer, name: String? = nil, role: String? = 
     var argv = ["pacat", "--playback", "/dev/zero"]
     if let name { argv.append("--client-name=\(name)") }
     if let role { argv.append("--property=media.role=\(role)") }
-    return try server.spawn(argv + extra)
+    // pacat prints only its errors: kept, for a wait that finds no stream to quote.
+    return try server.spawn(argv + extra, log: "clients.log")
 }
 
 /// The command line that runs a program in a bwrap sandbox looking like Flatpak's (ENVIRONMENT: a root of its own
