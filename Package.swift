@@ -39,6 +39,13 @@ let package = Package(
         .systemLibrary(name: "CPulse"),
         // Linux calls Swift's Glibc module does not export (timerfd, eventfd, pidfd): headers only, nothing to link.
         .systemLibrary(name: "CSystem"),
+        // PipeWire's native protocol, for the volume ramps only its server has (0.3.68 and later). libpipewire is
+        // opened with dlopen at run time, so nothing links it: the headers (Debian: libpipewire-0.3-dev) are needed
+        // to build, the library only where PipeWire runs.
+        .target(
+            name: "CPipeWire",
+            cSettings: [.unsafeFlags(["-I/usr/include/pipewire-0.3", "-I/usr/include/spa-0.2"])]
+        ),
         // The daemon's one loop: a pa_mainloop on its own thread, its fd watches, monotonic timers and process-exit
         // watches. The sound-server connection, the bus connections and the process watches all run on it.
         .target(
@@ -95,7 +102,7 @@ let package = Package(
         .target(
             name: "PulseBackend",
             dependencies: [
-                "AudioPolicy", "AppIdentity", "CPulse", "PulseLoop", "LoopThread",
+                "AudioPolicy", "AppIdentity", "CPulse", "CPipeWire", "PulseLoop", "LoopThread",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: [.swiftLanguageMode(.v6)]

@@ -17,7 +17,8 @@ setup_packages() {
 
 # What building audiod needs; what talking to a sound server and a bus needs (pactl, pacat, dbus-daemon); the
 # PulseAudio daemon, for a private server when none answers, and the tests.
-build_packages=(pkg-config libpulse-dev libdbus-1-dev python3)
+# libpipewire-0.3-dev: headers only; audiod opens libpipewire at run time, where PipeWire runs (docs/FADES.md).
+build_packages=(pkg-config libpulse-dev libdbus-1-dev libpipewire-0.3-dev python3)
 client_packages=(pulseaudio-utils dbus)
 server_packages=("${client_packages[@]}" pulseaudio systemd)
 # PipeWire with WirePlumber and pipewire-pulse: the second server every test and benchmark also runs on.

@@ -345,6 +345,10 @@ public struct Settings: Sendable, Equatable {
     /// 25 steps over 500 ms, fine enough not to click. Silencings that race a new sound (an interruption,
     /// secondary audio, a call) stay at once: the overlap goals come first.
     public var fadeOutNanoseconds: UInt64 = 500_000_000
+    /// Where the server ramps (PipeWire 0.3.68 and later), how long a silencing that races a new sound takes: the
+    /// backend ramps the stream down inside the server over this long, then mutes it. 0: a step. The engine
+    /// decides as before; only the backend reads it.
+    public var deClickNanoseconds: UInt64 = 8_000_000
     /// The longest a voice prompt's or a screen reader's duck (and any duck of spoken audio) may take: a prompt
     /// must be understood from its first word, and speech is never faded long (docs/POLICY.md §2).
     public static let quickFadeLimitNanoseconds: UInt64 = 100_000_000

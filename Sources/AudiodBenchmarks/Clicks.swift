@@ -217,6 +217,13 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         guard waitFor(10, { recorder.count >= end }) else { throw BenchFailure("the recording stopped") }
         let samples = recorder.samples(max(0, mark - Int(r * pre))..<end)
         if let m = measureChange(samples, rate: r) { row.measures.append(m) } else { row.missed += 1 }
+        // BENCH_CLICK_DUMP=1: each round's figures, to find the one behind a worst case.
+        if ProcessInfo.processInfo.environment["BENCH_CLICK_DUMP"] == "1" {
+            let m = row.measures.last
+            print(
+                "clicks: \(kind): \(row.transition): round \(row.measures.count + row.missed): "
+                    + (m.map { String(format: "%.0f dB, %.1f ms", $0.splatterDb, $0.lengthMs) } ?? "not measured"))
+        }
         usleep(100_000)
     }
 

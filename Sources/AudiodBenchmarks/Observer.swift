@@ -33,6 +33,8 @@ final class Observer: @unchecked Sendable {
         // An observer identifies no app: it reads no desktop entries (and never waits for them).
         var options = PulseBackend.Options(server: server, clientName: "observer")
         options.readsDesktopEntries = false
+        // It writes nothing: no native PipeWire connection for ramps.
+        options.deClickMilliseconds = 0
         let b = loop.bind(PulseBackend(loop: loop, options: options, logger: logger))
         backend = b
         loop.start()

@@ -449,7 +449,9 @@ func overlaps(_ kind: ServerKind, rounds: Int) throws -> OverlapResults {
     ) throws {
         for _ in 0..<rounds {
             guard observer.wait([old], muted: false) != nil else {
-                throw BenchFailure("\(row.transition): the old sound is muted before the round")
+                throw BenchFailure(
+                    "\(row.transition): the old sound is muted before the round (the observer shows \(observer.state(old).map { "muted \($0.muted), corked \($0.corked)" } ?? "no stream \(old) of \(observer.indexes.sorted())"))"
+                )
             }
             usleep(80_000)
             // From 30 ms of what was recorded before the trigger: what the server rendered just before it may

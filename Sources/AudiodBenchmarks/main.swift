@@ -118,6 +118,12 @@ func startAudiod(_ server: TestServer, config: String, client: BusClient, part: 
         // Top-level keys go before the first table.
         try "nice-level = \(level)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
     }
+    // BENCH_DE_CLICK=S: audiod's `de-click` (seconds; 0 for steps), to hear the server ramp against a step.
+    if let deClick = ProcessInfo.processInfo.environment["BENCH_DE_CLICK"],
+        let text = try? String(contentsOfFile: config, encoding: .utf8), !text.contains("de-click")
+    {
+        try "de-click = \(deClick)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
+    }
     let child = try server.spawn(
         [
             TestServer.builtProduct("audiod"), "--config", config, "--journal", journal, "--log-level",
@@ -248,6 +254,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     let directOptions = {
         var o = PulseBackend.Options(server: server.pulseServer, clientName: "direct")
         o.readsDesktopEntries = false
+        // The floor: a plain mute, as a client without audiod would write it.
+        o.deClickMilliseconds = 0
         return o
     }()
     let direct = floorLoop.sync {

@@ -56,7 +56,7 @@ public enum ConfigFile {
 
     static let configurationKeys = ["category", "mode", "options"]
     static let topKeys = [
-        "duck-level", "strong-duck-level", "duck-fade", "unduck-fade", "fade-in", "fade-out", "linger",
+        "duck-level", "strong-duck-level", "duck-fade", "unduck-fade", "fade-in", "fade-out", "de-click", "linger",
         "volume-tolerance",
         "nice-level",
         "default", "roles", "apps",
@@ -115,6 +115,13 @@ public enum ConfigFile {
             case "fade-in": settings.fadeInNanoseconds = UInt64(d * 1e9)
             default: settings.fadeOutNanoseconds = UInt64(d * 1e9)
             }
+        }
+        if let v = table["de-click"] {
+            // Longer, and the old sound is still heard when the new one begins (docs/BENCHMARKS.md, "What is heard").
+            guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 0.05 else {
+                throw fail("de-click", "must be a number of seconds from 0 to 0.05, 0 for a step (e.g. 0.008)")
+            }
+            settings.deClickNanoseconds = UInt64((d * 1e9).rounded())
         }
         if let v = table["linger"] {
             guard let d = v.double ?? v.int.map(Double.init), d >= 0, d <= 3600 else {

@@ -29,6 +29,7 @@ extension Arbiter: PolicyHost {
             return .invalid("\(loaded?.file ?? "the built-in settings"): \(e.message)")
         }
         backend.volumeTolerance = settings.volumeTolerance
+        backend.deClickMilliseconds = UInt32(settings.deClickNanoseconds / 1_000_000)
         onReload?(settings)
         return .reloaded(file: loaded?.file)
     }

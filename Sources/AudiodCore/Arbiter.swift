@@ -442,7 +442,7 @@ public final class Arbiter {
                     self.backend.sweep { [weak self] in
                         guard let self else { return }
                         self.settle(untilNanoseconds: self.now.nanoseconds + 1_000_000_000, first: 0) { [weak self] in
-                            self?.backend.flush { [weak self] in
+                            self?.backend.flush(ramps: true) { [weak self] in
                                 guard once.first() else { return }
                                 deadline?.cancel()
                                 // The server has everything; audiod stays until it has saved it.

@@ -51,6 +51,9 @@ public final class PulseBackend {
         /// Whether apps are identified through the desktop's entries. `audiod --restore` decides nothing and so
         /// reads none.
         public var readsDesktopEntries = true
+        /// How long a silencing that races a new sound takes where the server ramps (PipeWire 0.3.68 and later):
+        /// the factor ramps down over this long, then the mute is written. 0: a step, as on other servers.
+        public var deClickMilliseconds: UInt32 = 8
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
@@ -130,6 +133,10 @@ public final class PulseBackend {
     /// How far a volume the server shows may be from the one audiod set and still count as audiod's: the engine's
     /// `Settings.volumeTolerance` (`volume-tolerance` in the config file), which the arbiter hands on at start and
     /// at every reload, so that the backend and the engine never judge one reading two ways.
+    /// The de-click ramp's length (`Options.deClickMilliseconds`), changed by a reload; 0 makes every silencing a
+    /// step. A native connection is opened at the next connection to the server where none is open.
+    public lazy var deClickMilliseconds: UInt32 = options.deClickMilliseconds
+
     public var volumeTolerance: UInt32 {
         get { session.volumeTolerance }
         set { session.volumeTolerance = newValue }
@@ -251,6 +258,14 @@ public final class PulseBackend {
 
     private func dropConnection(reason: String) {
         let wasConnected = server != nil
+        // The streams go with the connection; a running ramp ends at silence and the stream with it.
+        for r in ramps.values { r.end?.cancel() }
+        ramps.removeAll()
+        rampedNodes.removeAll()
+        for t in factorRechecks.values { t.cancel() }
+        factorRechecks.removeAll()
+        pipewire = nil
+        rampsSettled()
         context?.close()
         context = nil
         // A repair in progress ends with the connection; a client index of this server run means nothing in the next.
@@ -355,6 +370,7 @@ public final class PulseBackend {
         // value: the entry is the user's again.
         session.ledger.connectionListReported()
         writeJournal()
+        openPipeWire()
         onEvent?(.connected(server))
     }
 
@@ -415,6 +431,7 @@ public final class PulseBackend {
     /// Tells the engine what `session` decides it hears of a stream (StreamReports.swift), and carries out the rest:
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
+        resetLeftFactor(id)
         execute(session.report(id, now: monotonicNow()))
         journalPendingSaves()
         if session.streamRecord(id) != streamRecordsWritten[id] { streamRecordsChanged = true }
@@ -582,6 +599,9 @@ public final class PulseBackend {
     // MARK: Server events
 
     private func removed(_ id: StreamID) {
+        rampStreamRemoved(id)
+        // PipeWire gives a gone node's id to the next one: a proxy bound to it would address nothing.
+        if let node = session.streamNode(id) { pipewire?.release(node: node) }
         execute(session.streamRemoved(id, now: monotonicNow()))
     }
 
@@ -612,23 +632,278 @@ public final class PulseBackend {
         loop.assertOnLoop()
         for e in effects {
             switch e {
-            case .setStreamMute(let id, let mute): operate(id, .setStreamMute(id, mute), mute: mute)
-            case .setStreamVolume(let id, let v): operate(id, e, volume: v.channels)
+            case .setStreamMute(let id, let mute):
+                if var r = ramps[id] {
+                    // Decided again before the ramp's mute was written: the ramp's end mutes, or turns back up.
+                    if mute && r.lifted {
+                        _ = session.writing(id, mute: true, now: monotonicNow())
+                    } else if !mute && !r.lifted {
+                        // The mute counted as written at the ramp's start is answered as refused (never sent), and
+                        // the unmute is sent for what it is: the server still shows the stream unmuted. A volume
+                        // held for after the mute goes first, as the engine ordered it (a fade-in's first step).
+                        execute(session.writeAnswered(id, ok: false))
+                        sendHeldVolume(id, &r)
+                        operate(id, .setStreamMute(id, false), mute: false)
+                    }
+                    r.lifted = !mute
+                    ramps[id] = r
+                    continue
+                }
+                if mute, beginRamp(id) { continue }
+                if !mute, let node = rampedNodes.removeValue(forKey: id) {
+                    // Its factor went back to 1.0 at the mute; set again in case the ramp had not run out by then.
+                    pipewire?.set(node: node, factor: 1)
+                }
+                operate(id, .setStreamMute(id, mute), mute: mute)
+            case .setStreamVolume(let id, let v):
+                if var r = ramps[id], !r.lifted {
+                    // Written after the mute: a volume raised under a ramp not yet muted would be heard. It counts
+                    // as written now, as the mute does: a read meanwhile showing the last volume sent is not the
+                    // user's change.
+                    guard session.writing(id, volume: v.channels, now: monotonicNow()) else { continue }
+                    r.heldVolume = v.channels
+                    r.heldWrites += 1
+                    ramps[id] = r
+                    continue
+                }
+                operate(id, e, volume: v.channels)
             default: continue
             }
         }
         execute(session.writesSent())
     }
 
-    private func operate(_ id: StreamID, _ effect: Effect, mute: Bool? = nil, volume: [UInt32]? = nil) {
-        guard let c = context, session.writing(id, mute: mute, volume: volume, now: monotonicNow()) else { return }
+    // MARK: Server ramps (PipeWire 0.3.68 and later)
+
+    /// A silencing the server is ramping: the mute is written once the ramp has run.
+    private struct Ramp {
+        var node: UInt32
+        var app: String?
+        var end: LoopTimer?
+        /// Lifted again before the mute was written: at the ramp's end the factor turns back up instead.
+        var lifted = false
+        /// A volume decided meanwhile, written after the mute.
+        var heldVolume: [UInt32]?
+        /// How many volumes were held (each counted as written; only the last is sent).
+        var heldWrites = 0
+    }
+
+    private var ramps: [StreamID: Ramp] = [:]
+    /// Streams muted after a ramp, by node: an un-silencing sets their factor to 1.0 once more.
+    private var rampedNodes: [StreamID: UInt32] = [:]
+    private var pipewire: PipeWireRamps?
+    /// Apps whose stream ended during a ramp: WirePlumber keeps the factor it last saw for the app's next stream,
+    /// which audiod sets back to 1.0 when it appears.
+    private var factorLeftFor: Set<String> = []
+    /// A ramp moves only while its node processes: at most two graph cycles after it is sent. The mute follows
+    /// after this much more than the ramp's own length (two cycles of 1,024 samples at 48 kHz, and some).
+    static let rampSettleNanoseconds: UInt64 = 50_000_000
+    /// A stream linked this recently may not be processing yet: its silencing is a step.
+    static let rampPlayingNanoseconds: UInt64 = 300_000_000
+    /// A factor set back to 1.0 is set once more this much later, in case a ramp was still running (PipeWire then
+    /// refuses a new ramp, and the running one overwrites a plain value).
+    static let factorRecheckNanoseconds: UInt64 = 250_000_000
+
+    private var rampSamples: Int32 { Int32(clamping: 48 * Int(deClickMilliseconds)) }
+    private var loweredFactors = LoweredFactors()
+    private var factorRechecks: [UInt32: LoopTimer] = [:]
+
+    /// Records (before the ramp is sent) or forgets a node whose factor may be below 1.0.
+    private func lowered(_ node: UInt32, app: String?, _ down: Bool) {
+        if down { loweredFactors.nodes[node] = .some(app) } else { loweredFactors.nodes[node] = nil }
+        guard let path = options.journalPath.map(LoweredFactors.path(besideJournal:)) else { return }
+        do { try loweredFactors.write(to: path) } catch {
+            logger.warning("cannot keep the lowered PipeWire factors", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// What an earlier run left lowered: set back to 1.0 once the native connection is up.
+    private func resetEarlierFactors() {
+        guard let path = options.journalPath.map(LoweredFactors.path(besideJournal:)) else { return }
+        let earlier: LoweredFactors
+        do { earlier = try LoweredFactors.load(from: path) } catch {
+            logger.warning("the lowered PipeWire factors file is damaged; ignored", metadata: ["error": "\(error)"])
+            return
+        }
+        guard !earlier.nodes.isEmpty, let pw = pipewire else { return }
+        logger.info("setting \(earlier.nodes.count) PipeWire volume factor(s) an earlier run left mid-ramp back to 1.0")
+        for (node, app) in earlier.nodes {
+            if let app { factorLeftFor.insert(app) }
+            pendingOperations += 1
+            let sent = pw.set(node: node, factor: 1) { [weak self] in self?.finishOperation() }
+            if !sent { finishOperation() }
+        }
+        loweredFactors.nodes = loweredFactors.nodes.filter { earlier.nodes[$0.key] == nil }
+        lowered(0, app: nil, false)
+    }
+
+    /// Opens the native connection once the pulse server turned out to be PipeWire (no ramps elsewhere).
+    private func openPipeWire() {
+        guard pipewire == nil, deClickMilliseconds > 0, session.onPipeWire else { return }
+        do {
+            let pw = try PipeWireRamps(remote: PipeWireRamps.remote(besidePulseServer: options.server), loop: loop)
+            pw.onIdle = { [weak self] in self?.rampsSettled() }
+            pw.onReady = { [weak self, weak pw] in
+                guard let self, let pw else { return }
+                self.logger.info(
+                    "native PipeWire connection: server \(pw.serverVersion), silencings that race a new sound \(pw.ramps ? "ramp over \(self.deClickMilliseconds) ms" : "are steps (no ramps before 0.3.68)")"
+                )
+                self.resetEarlierFactors()
+            }
+            pw.onLost = { [weak self] why in
+                self?.logger.info(
+                    "the native PipeWire connection was lost; silencings are steps", metadata: ["error": "\(why)"])
+                self?.closePipeWire()
+            }
+            pipewire = pw
+        } catch {
+            logger.info(
+                "no native PipeWire connection; silencings are steps", metadata: ["error": "\(error.message)"])
+        }
+    }
+
+    private func closePipeWire() {
+        for (id, var r) in ramps {
+            r.end?.cancel()
+            // What was held is written now, as a step.
+            if !r.lifted { sendRampMute(id) {} }
+            sendHeldVolume(id, &r)
+        }
+        ramps.removeAll()
+        rampedNodes.removeAll()
+        for t in factorRechecks.values { t.cancel() }
+        factorRechecks.removeAll()
+        pipewire = nil
+        rampsSettled()
+    }
+
+    private func beginRamp(_ id: StreamID) -> Bool {
+        guard let pw = pipewire, pw.ramps, rampSamples > 0,
+            let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds)
+        else { return false }
+        let app = session.streamApp(id)
+        lowered(node, app: app, true)
+        pendingOperations += 1
+        // A reply waits for the ramp's start, as it would for the mute.
+        let sent = pw.set(node: node, factor: 0, rampSamples: rampSamples) { [weak self] in self?.finishOperation() }
+        guard sent else {
+            pendingOperations -= 1
+            lowered(node, app: app, false)
+            return false
+        }
+        logger.debug("write: ramp stream \(id.index) down over \(deClickMilliseconds) ms, then mute it")
+        // The mute counts as written from now: a read before it lands (pipewire-pulse confirms late anyway) must
+        // not be taken for the user unmuting the stream. It is sent at the ramp's end (`sendRampMute`).
+        _ = session.writing(id, mute: true, now: monotonicNow())
+        var r = Ramp(node: node, app: app)
+        r.end = loop.timer(
+            afterNanoseconds: UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
+        ) { [weak self] in self?.rampEnded(id) }
+        ramps[id] = r
+        return true
+    }
+
+    private func rampEnded(_ id: StreamID) {
+        guard var r = ramps.removeValue(forKey: id), let pw = pipewire else { return }
+        if r.lifted {
+            pw.set(node: r.node, factor: 1, rampSamples: rampSamples)
+            recheckFactor(r.node)
+        } else {
+            rampedNodes[id] = r.node
+            // The factor goes back to 1.0 only under the mute, once the server has it.
+            sendRampMute(id) { [weak self] in
+                guard let self, self.rampedNodes[id] == r.node else { return }
+                self.pipewire?.set(node: r.node, factor: 1)
+                self.recheckFactor(r.node)
+            }
+        }
+        sendHeldVolume(id, &r)
+        execute(session.writesSent())
+        rampsSettled()
+    }
+
+    /// Sends the volume held during a ramp. Each held volume was counted as written when it was decided; the ones
+    /// the last replaced are answered now, the last by the server.
+    private func sendHeldVolume(_ id: StreamID, _ r: inout Ramp) {
+        guard let v = r.heldVolume else { return }
+        for _ in 0..<max(0, r.heldWrites - 1) { execute(session.writeAnswered(id, ok: true)) }
+        r.heldVolume = nil
+        r.heldWrites = 0
+        guard let c = context else { return }
+        logger.debug("write: \(Effect.setStreamVolume(id, Volume(channels: v)).sentence) (held for the ramp)")
+        armExpiry()
+        pendingOperations += 1
+        c.setVolume(record: false, index: id.index, v) { [weak self] ok in self?.operationDone(id, ok, "volume") }
+    }
+
+    /// Sends the mute a ramp's start counted as written (`session.writing` was called then).
+    private func sendRampMute(_ id: StreamID, _ answered: @escaping () -> Void) {
+        guard let c = context else { return }
+        logger.debug("write: mute playback stream \(id.index) (the ramp has run)")
+        armExpiry()
+        pendingOperations += 1
+        c.setMute(record: false, index: id.index, true) { [weak self] ok in
+            self?.operationDone(id, ok, "mute")
+            if ok { answered() }
+        }
+    }
+
+    /// The factor once more at 1.0, a while after it was set so; only then is the node no longer lowered.
+    private func recheckFactor(_ node: UInt32) {
+        factorRechecks[node] = loop.timer(afterNanoseconds: Self.factorRecheckNanoseconds) { [weak self] in
+            guard let self else { return }
+            self.factorRechecks[node] = nil
+            guard let pw = self.pipewire else { return self.rampsSettled() }
+            let sent = pw.set(node: node, factor: 1) { [weak self] in self?.lowered(node, app: nil, false) }
+            if !sent { self.logger.debug("the factor of node \(node) could not be set again") }
+            self.rampsSettled()
+        }
+    }
+
+    /// A stream gone during its ramp: its app's next stream gets its factor back.
+    private func rampStreamRemoved(_ id: StreamID) {
+        defer { rampsSettled() }
+        rampedNodes[id] = nil
+        if let r = ramps.removeValue(forKey: id) {
+            r.end?.cancel()
+            // Its mute and held volumes were counted as written and never sent.
+            for _ in 0..<(r.lifted ? 0 : 1) + r.heldWrites { execute(session.writeAnswered(id, ok: false)) }
+        }
+        guard let node = session.streamNode(id), let entry = loweredFactors.nodes[node] else { return }
+        // Gone before its factor was surely back at 1.0. The entry stays (the file too) until the app's next
+        // stream has had its factor set.
+        factorRechecks.removeValue(forKey: node)?.cancel()
+        if let app = entry { factorLeftFor.insert(app) }
+    }
+
+    private func resetLeftFactor(_ id: StreamID) {
+        guard !factorLeftFor.isEmpty, let app = session.streamApp(id), factorLeftFor.contains(app),
+            let node = session.streamNode(id)
+        else { return }
+        factorLeftFor.remove(app)
+        for (n, a) in loweredFactors.nodes where a == app { lowered(n, app: nil, false) }
+        logger.debug("write: factor of stream \(id.index) back to 1.0 (its app's last stream ended in a ramp)")
+        pipewire?.set(node: node, factor: 1)
+    }
+
+    private func operate(
+        _ id: StreamID, _ effect: Effect, mute: Bool? = nil, volume: [UInt32]? = nil,
+        answered: (() -> Void)? = nil
+    ) {
+        guard let c = context, session.writing(id, mute: mute, volume: volume, now: monotonicNow()) else {
+            answered?()
+            return
+        }
         // Every write, at debug: each one must follow the arbiter's "decided" line that names it.
         logger.debug("write: \(effect.sentence)")
         armExpiry()
         pendingOperations += 1
         let record = id.kind == .record
         if let mute {
-            c.setMute(record: record, index: id.index, mute) { [weak self] ok in self?.operationDone(id, ok, "mute") }
+            c.setMute(record: record, index: id.index, mute) { [weak self] ok in
+                self?.operationDone(id, ok, "mute")
+                if ok { answered?() }
+            }
         } else if let volume {
             c.setVolume(record: record, index: id.index, volume) { [weak self] ok in
                 self?.operationDone(id, ok, "volume")
@@ -1049,11 +1324,27 @@ public final class PulseBackend {
         }
     }
 
-    /// Calls `done` once every operation sent so far has been answered (or the connection is gone).
-    public func flush(_ done: @escaping () -> Void) {
+    /// Calls `done` once every operation sent so far has been answered (or the connection is gone). With
+    /// `ramps`, also once every server ramp has ended and every factor is back at 1.0 (the stop path: the
+    /// connection must not close on a factor still below 1.0).
+    public func flush(ramps: Bool = false, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
+        if ramps, let pw = pipewire, !self.ramps.isEmpty || !factorRechecks.isEmpty || !pw.isIdle {
+            rampWaiters.append { [weak self] in self?.flush(ramps: true, done) }
+            return
+        }
         guard context != nil, pendingOperations > 0 else { return done() }
         flushWaiters.append(done)
+    }
+
+    private var rampWaiters: [() -> Void] = []
+
+    /// Runs the stop path's waiters once no ramp or factor check is left.
+    private func rampsSettled() {
+        guard ramps.isEmpty, factorRechecks.isEmpty, pipewire?.isIdle ?? true, !rampWaiters.isEmpty else { return }
+        let waiters = rampWaiters
+        rampWaiters.removeAll()
+        for w in waiters { w() }
     }
 
     /// What the engine holds on these streams now (nil: nothing) — only the streams a step may have changed, so

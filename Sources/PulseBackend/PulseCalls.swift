@@ -589,6 +589,8 @@ private let wantedProperties = [
     "media.name", "audiod.session", "module-stream-restore.id",
     // What a role loopback of the session manager shows (ServerSession.isRoleLoopback).
     "node.passive", "node.link-group", "client.id",
+    // A stream's PipeWire node, for the server's ramps (PulseBackend's `beginRamp`).
+    "object.id",
 ]
 
 private func properties(_ p: OpaquePointer?) -> [String: String] {

@@ -571,3 +571,35 @@ extension ServerSession {
         (source ? sources : sinks)[index]?.name ?? "#\(index)"
     }
 }
+
+extension ServerSession {
+    /// A twentieth in amplitude (−26 dB; pulse volumes are cubic): a step from here is no louder than the last step
+    /// of a fade.
+    static var quietVolume: UInt32 { 24_144 }
+
+    /// The PipeWire node of a playback stream a server ramp can take down: one heard now (uncorked, unmuted, louder
+    /// than `quietVolume`) that has played for `playingFor` since its link, or was there before this connection. A
+    /// ramp moves only while its node processes, so a stream just linked, or paused, is muted at once instead (a
+    /// paused one makes no sound to click); so is one already quiet, such as a fade-out's last step.
+    public func rampableNode(_ id: StreamID, now: UInt64, playingFor ns: UInt64) -> UInt32? {
+        guard id.kind == .playback, let t = streams[id], !t.raw.corked, !t.raw.muted, !t.raw.volume.isEmpty,
+            !t.raw.volume.allSatisfy({ $0 <= Self.quietVolume }),
+            t.preexisting || (t.linkedAt.map { now >= $0 &+ ns } ?? false),
+            let s = t.raw.properties["object.id"], let node = UInt32(s)
+        else { return nil }
+        return node
+    }
+}
+
+extension ServerSession {
+    /// The app a stream belongs to, as the server names it (`application.name`, else its binary).
+    public func streamApp(_ id: StreamID) -> String? {
+        guard let p = streams[id]?.raw.properties else { return nil }
+        return p["application.name"] ?? p["application.process.binary"]
+    }
+
+    /// A stream's PipeWire node (`object.id`), where the server is PipeWire.
+    public func streamNode(_ id: StreamID) -> UInt32? {
+        streams[id]?.raw.properties["object.id"].flatMap { UInt32($0) }
+    }
+}

@@ -148,7 +148,11 @@ struct Audiod: ParsableCommand {
             settings: settings,
             configPath: configPath,
             statePath: state ?? StateFile.defaultPath(),
-            options: PulseBackend.Options(server: server, journalPath: journalPath),
+            options: {
+                var o = PulseBackend.Options(server: server, journalPath: journalPath)
+                o.deClickMilliseconds = UInt32(settings.deClickNanoseconds / 1_000_000)
+                return o
+            }(),
             busAddress: bus,
             logger: logger)
         life.busBounds.withoutProgressNanoseconds = UInt64(busStallSeconds * 1_000_000_000)

@@ -15,6 +15,7 @@ import Testing
             unduck-fade = 0
             fade-in = 2
             fade-out = 0.32
+            de-click = 0.005
             volume-tolerance = 200
 
             [default]
@@ -36,6 +37,7 @@ import Testing
         #expect(s.duckFadeNanoseconds == 250_000_000 && s.unduckFadeNanoseconds == 0)
         #expect(s.fadeInNanoseconds == 2_000_000_000)
         #expect(s.fadeOutNanoseconds == 320_000_000)
+        #expect(s.deClickNanoseconds == 5_000_000)
         #expect(s.volumeTolerance == 200)
         #expect(s.defaultConfiguration == Configuration(category: .ambient))
         #expect(s.roleConfigurations["music"] == Configuration(category: .playback, options: [.mixWithOthers]))
@@ -98,7 +100,7 @@ import Testing
             ),
             (
                 "\nduck_level = 0.2",
-                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, duck-fade, unduck-fade, fade-in, fade-out, linger, volume-tolerance, nice-level, default, roles, apps, platform"
+                "t.toml:2: duck_level: unknown key; accepted: duck-level, strong-duck-level, duck-fade, unduck-fade, fade-in, fade-out, de-click, linger, volume-tolerance, nice-level, default, roles, apps, platform"
             ),
             (
                 "nice-level = -21",
@@ -147,6 +149,15 @@ import Testing
             ),
             ("linger = \"long\"", "t.toml:1: linger: must be a number of seconds from 0 to 3600 (e.g. 2)"),
             ("duck-fade = 6", "t.toml:1: duck-fade: must be a number of seconds from 0 to 5, 0 for a step (e.g. 0.5)"),
+            // A de-click of a tenth of a second would be heard beside the new sound: not a de-click.
+            (
+                "de-click = 0.1",
+                "t.toml:1: de-click: must be a number of seconds from 0 to 0.05, 0 for a step (e.g. 0.008)"
+            ),
+            (
+                "de-click = -1",
+                "t.toml:1: de-click: must be a number of seconds from 0 to 0.05, 0 for a step (e.g. 0.008)"
+            ),
             (
                 "unduck-fade = -1",
                 "t.toml:1: unduck-fade: must be a number of seconds from 0 to 5, 0 for a step (e.g. 0.5)"

@@ -116,6 +116,62 @@ struct FadeTests {
         }
     }
 
+    /// The node's own volume factor (`Props` `volume`), as `pw-dump` shows it; nil where it shows none.
+    static func factor(_ server: TestServer, node: String) -> Double? {
+        guard let out = try? server.run(["pw-dump", node]),
+            let list = try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]
+        else { return nil }
+        for object in list where "\(object["id"] ?? "")" == node {
+            let params = (object["info"] as? [String: Any])?["params"] as? [String: Any]
+            for p in params?["Props"] as? [[String: Any]] ?? [] {
+                if let v = p["volume"] as? Double { return v }
+            }
+        }
+        return nil
+    }
+
+    @Test(
+        "an interruption ramps a heard stream down inside the server where it can (PipeWire 1.4), then mutes it with its factor back at 1.0; elsewhere a step",
+        arguments: ServerKind.tested)
+    func interruptionRamp(kind: ServerKind) throws {
+        try withMusic(kind) { scene in
+            let (server, d, watcher, stream, videoApp) = (scene.server, scene.d, scene.watcher, scene.stream, scene.app)
+            // A ramp needs a node that has been processing: the music plays a while first.
+            Thread.sleep(forTimeInterval: 0.5)
+            let t0 = DispatchTime.now().uptimeNanoseconds
+            let path = try d.client.makeSession(pid: videoApp.pid, "playback", activate: true)
+            #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "the video took no audio")
+            let mutedAt = watcher.timedReports(of: stream.index, since: t0).first { $0.stream.muted }?.at ?? t0
+            let ms = Double(mutedAt - t0) / 1e6
+            let log = server.file("audiod.log")
+            let ramped = log.contains("write: ramp stream \(stream.index) down over 8 ms")
+            print(
+                "fades: \(kind): interruption \(ramped ? "ramped by the server" : "a step"), muted after \(String(format: "%.1f", ms)) ms"
+            )
+            if kind == .pipewire14 {
+                #expect(ramped, "no server ramp on PipeWire 1.4")
+                // The mute waits for the ramp (8 ms) and two graph cycles' margin.
+                #expect(ms >= 50, "muted \(ms) ms after the activation began: before the ramp had run")
+                let node = try #require(stream.properties["object.id"])
+                #expect(
+                    waitFor(5) { Self.factor(server, node: node) == 1.0 },
+                    "the factor stayed at \(Self.factor(server, node: node).map { "\($0)" } ?? "?") under the mute")
+                #expect(watcher.streams[stream.index]?.volume == 65536, "the user's volume changed under the mute")
+            } else {
+                #expect(!ramped, "a ramp on a server without them")
+            }
+            // Given back: unmuted, at the user's volume, the factor at 1.0.
+            _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+            #expect(
+                waitFor(5) {
+                    watcher.streams[stream.index]?.muted == false && watcher.streams[stream.index]?.volume == 65536
+                }, "the music did not come back to the user's volume")
+            if kind == .pipewire14, let node = stream.properties["object.id"] {
+                #expect(Self.factor(server, node: node) == 1.0, "the factor is not 1.0 after the give-back")
+            }
+        }
+    }
+
     @Test(
         "music given back after an interruption fades in from silence over a second, its volume set before the unmute",
         arguments: ServerKind.tested)
@@ -262,34 +318,38 @@ struct FadeTests {
 
     /// One of the fades a stop or a crash may land in.
     enum FadeKind: CaseIterable, CustomStringConvertible {
-        case duck, fadeOut, fadeIn
+        case duck, fadeOut, fadeIn, deClick
         var description: String {
             switch self {
             case .duck: "a duck"
             case .fadeOut: "silent mode's fade-out"
             case .fadeIn: "a fade-in after silent mode"
+            case .deClick: "an interruption's ramp"
             }
         }
     }
 
     @Test(
-        "stopped or killed mid-fade (a duck, a fade-out, a fade-in), audiod leaves the user's values, and the app's and the role's next streams start at them",
+        "stopped or killed mid-fade (a duck, a fade-out, a fade-in, an interruption's server ramp), audiod leaves the user's values, and the app's and the role's next streams start at them",
         arguments: ServerKind.tested)
     func killedMidFade(kind: ServerKind) throws {
-        // `AUDIOD_FADE_KILLS=N`: N rounds (default 6: each fade, stopped by SIGTERM and by SIGKILL + --restore).
-        let rounds = ReliabilityTests.setting("AUDIOD_FADE_KILLS", 6)
+        // `AUDIOD_FADE_KILLS=N`: N rounds (default 8: each fade, stopped by SIGTERM and by SIGKILL + --restore).
+        let rounds = ReliabilityTests.setting("AUDIOD_FADE_KILLS", 8)
+        let kinds = FadeKind.allCases.count
         // PulseAudio with its restore database, as on a desktop (PipeWire's WirePlumber always has one).
         let server = try TestServer(kind, streamRestore: true)
         defer { server.stop() }
         var results: [String: Int] = [:]
         for round in 0..<rounds {
-            let fade = FadeKind.allCases[round % 3]
-            let kill = (round / 3) % 2 == 1
+            let fade = FadeKind.allCases[round % kinds]
+            let kill = (round / kinds) % 2 == 1
             let how = "round \(round): \(fade), then \(kill ? "SIGKILL and --restore" : "SIGTERM")"
             let d = try Daemon.start(server, log: "audiod-\(round).log")
             try Self.setSilentMode(d, fade == .fadeIn)
-            // The game's own values: the user set 80 % before anything (52429 is 0.8 of 65536).
-            let game = try playback(server, name: "game", role: "game")
+            // The app's own values: the user set 80 % before anything (52429 is 0.8 of 65536). A game, which a
+            // playback session does not interrupt (it mixes), except for the interruption's round: music.
+            let (app, role) = fade == .deClick ? ("music", "music") : ("game", "game")
+            let game = try playback(server, name: app, role: role)
             defer { game.kill() }
             let stream = try server.waitForPlaybackStream(pid: game.pid)
             _ = try server.pactl(["set-sink-input-volume", "\(stream.index)", "52429"])
@@ -312,9 +372,23 @@ struct FadeTests {
                         server.playbackStream(pid: game.pid).map { !$0.muted && $0.volume[0] < 40000 } ?? false
                     },
                     "\(how): no fade-in began")
+            case .deClick:
+                // The reply comes once the ramp has started; its mute follows some 60 ms later: the stop lands
+                // inside the ramp (on servers without ramps, after the step).
+                _ = try d.client.makeSession(pid: ducker.pid, "playback", activate: true)
+                let log = "audiod-\(round).log"
+                #expect(
+                    waitFor(5) {
+                        kind == .pipewire14
+                            ? server.file(log).contains("write: ramp stream \(stream.index)")
+                            : server.playbackStream(pid: game.pid)?.muted == true
+                    }, "\(how): not silenced")
+                if kind == .pipewire14 {
+                    #expect(!server.file(log).contains("(the ramp has run)"), "\(how): the ramp ended before the stop")
+                }
             }
-            // Somewhere on the way: a few steps in, with the round's own offset.
-            Thread.sleep(forTimeInterval: Double(round % 5) * 0.05)
+            // Somewhere on the way: a few steps in, with the round's own offset (a ramp is stopped at once).
+            if fade != .deClick { Thread.sleep(forTimeInterval: Double(round % 5) * 0.05) }
             if kill {
                 d.kill()
                 let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
@@ -322,8 +396,12 @@ struct FadeTests {
             } else {
                 d.stop()
             }
+            // On PipeWire 1.4 also the node's own factor, which no pulse client shows: a ramp's 0 left there
+            // would keep the stream silent at what looks like the user's values.
             func atUsers(_ s: ObservedStream?) -> Bool {
-                s.map { !$0.muted && $0.volume.allSatisfy { $0 == 52429 } } ?? false
+                guard let s, !s.muted, s.volume.allSatisfy({ $0 == 52429 }) else { return false }
+                guard kind == .pipewire14, let node = s.properties["object.id"] else { return true }
+                return Self.factor(server, node: node) == 1.0
             }
             #expect(
                 waitFor(5) { atUsers(server.playbackStream(pid: game.pid)) },
@@ -334,11 +412,11 @@ struct FadeTests {
             // The server's restore database kept no step of the way: the app's next stream, and another app's of
             // the same role, start at the user's values (WirePlumber 0.5 saves per role where a role is set).
             game.kill()
-            let next = try playback(server, name: "game", role: "game")
+            let next = try playback(server, name: app, role: role)
             defer { next.kill() }
             let fresh = try server.waitForPlaybackStream(pid: next.pid)
             #expect(atUsers(fresh), "\(how): the app's next stream started at \(fresh)")
-            let other = try playback(server, name: "other-game", role: "game")
+            let other = try playback(server, name: "other-\(app)", role: role)
             defer { other.kill() }
             let sameRole = try server.waitForPlaybackStream(pid: other.pid)
             #expect(

@@ -17,7 +17,7 @@ extension BusScenarioTests {
         let d = try Daemon.start(server)
         defer { d.stop() }
         let music = try playback(server, name: "music-app", role: "music")
-        _ = try server.waitForPlaybackStream(pid: music.pid)
+        let m = try server.waitForPlaybackStream(pid: music.pid)
         let watch = try BusStallTests.StreamWatch(server)
         defer { watch.stop() }
 
@@ -57,7 +57,12 @@ extension BusScenarioTests {
         let silenced = watch.muted("music-app", after: start) ?? UInt64.max
         let lag = silenced > unmuted ? Double(silenced - unmuted) / 1e6 : 0
         print("output muted: \(kind): the music silenced \(String(format: "%.1f", lag)) ms after the feed's unmute")
-        #expect(lag <= 50, "the music was silenced \(lag) ms after the feed's unmute (target 50 ms)")
+        // Where the server ramps (PipeWire 1.4) the music goes quiet over an 8 ms ramp that starts at once, and its
+        // mute, which is what a client sees, follows the ramp 58 ms later (docs/FADES.md).
+        let ramped = server.file("audiod.log").contains("write: ramp stream \(m.index) down")
+        #expect(ramped == (kind == .pipewire14), "ramped: \(ramped)")
+        let target = ramped ? 50.0 + 60 : 50
+        #expect(lag <= target, "the music was silenced \(lag) ms after the feed's unmute (target \(target) ms)")
         #expect(d.client.waitForSignal(session, "UserIntentToUnmuteOutput").count == 1)
         #expect(d.client.property(session, API.session.name, "OutputMuted") == .bool(false))
         #expect(d.client.property(session, API.session.name, "Mixable") == .bool(false))
@@ -76,7 +81,8 @@ extension BusScenarioTests {
         else { throw TestKitError("OutputMuted could not be set") }
         _ = d.client.session(session, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
         #expect(waitFor(5) { server.playbackStream(pid: music.pid)?.muted == false }, "the music did not come back")
-        #expect(server.playbackStream(pid: feed.pid)?.muted == true)
+        // (On PipeWire 1.4 the feed's mute comes after its ramp.)
+        #expect(waitFor(5) { server.playbackStream(pid: feed.pid)?.muted == true })
         let journal = "\(server.directory)/audiod/journal"
         #expect(
             ((try? Journal.load(from: journal)) ?? nil) != nil, "no journal to read: \(server.file("audiod/journal"))")
