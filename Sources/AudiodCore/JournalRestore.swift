@@ -37,7 +37,11 @@ public enum JournalRestore {
         options: PulseBackend.Options, volumeTolerance: UInt32 = Settings().volumeTolerance,
         timeoutNanoseconds: UInt64 = 5_000_000_000, logger: Logger
     ) throws -> Outcome {
-        guard let path = options.journalPath, FileManager.default.fileExists(atPath: path) else {
+        // A journal, or PipeWire factors a ramp may have left low (a clean stop removes the journal, not them).
+        guard let path = options.journalPath,
+            FileManager.default.fileExists(atPath: path)
+                || FileManager.default.fileExists(atPath: LoweredFactors.path(besideJournal: path))
+        else {
             return Outcome(hadJournal: false, connected: false, leaksRepaired: 0, journalKept: false)
         }
         // It decides nothing, so it reads no desktop entries (and does not wait on a slow mount for them).
@@ -79,7 +83,7 @@ public enum JournalRestore {
                         }
                         // Then the server has time to save what was put back, as at the end of a stop. The server
                         // has everything by then: only the save is waited for, not the overall timeout.
-                        backend.flush {
+                        backend.flush(ramps: true) {
                             result.value.timer?.cancel()
                             backend.afterServerSaved(wrote: result.value.wrote || repaired > 0, end)
                         }

@@ -30,6 +30,8 @@ struct lib {
     int (*core_disconnect)(struct pw_core *);
     void (*proxy_destroy)(struct pw_proxy *);
     struct pw_properties *(*properties_new)(const char *, ...);
+    struct pw_impl_module *(*context_load_module)(struct pw_context *, const char *, const char *,
+                                                  struct pw_properties *);
 };
 
 #define MAX_NODES 256
@@ -78,6 +80,7 @@ static int load(struct lib *l, char *error, size_t size) {
     SYM(core_disconnect, "pw_core_disconnect");
     SYM(proxy_destroy, "pw_proxy_destroy");
     SYM(properties_new, "pw_properties_new");
+    SYM(context_load_module, "pw_context_load_module");
 #undef SYM
     return 0;
 }
@@ -96,9 +99,10 @@ static void on_done(void *data, uint32_t id, int seq) {
 static void on_error(void *data, uint32_t id, int seq, int res, const char *message) {
     struct audiod_pw *pw = data;
     snprintf(pw->error, sizeof pw->error, "object %u: %s (%s)", id, message ? message : "", strerror(-res));
-    // Only a broken connection ends it; an error about one of audiod's objects (a node that went away while
-    // bound, whose id the server may already have given to another) leaves the rest working.
-    if (id == PW_ID_CORE && res == -EPIPE) pw->state = -1;
+    // An error about one of audiod's objects (a node that went away while bound, whose id the server may already
+    // have given to another: "unknown resource", ENOENT) leaves the rest working; any other error of the core
+    // itself ends the connection (EPIPE: the server went away).
+    if (id == PW_ID_CORE && res != -ENOENT) pw->state = -1;
 }
 
 static const struct pw_core_events core_events = {
@@ -143,9 +147,16 @@ audiod_pw *audiod_pw_open(const char *remote, char *error, size_t error_size) {
         audiod_pw_close(pw);
         return NULL;
     }
-    pw->context = pw->lib.context_new(pw->loop, NULL, 0);
+    // No client.conf: its modules include module-rt, which would set the calling thread's (audiod's loop's) nice
+    // level over audiod's own `nice-level`. Only the native protocol is needed, to reach the server.
+    pw->context = pw->lib.context_new(pw->loop, pw->lib.properties_new("config.name", "null", NULL), 0);
     if (!pw->context) {
         snprintf(error, error_size, "pw_context_new failed: %s", strerror(errno));
+        audiod_pw_close(pw);
+        return NULL;
+    }
+    if (!pw->lib.context_load_module(pw->context, "libpipewire-module-protocol-native", NULL, NULL)) {
+        snprintf(error, error_size, "PipeWire's native protocol module cannot be loaded: %s", strerror(errno));
         audiod_pw_close(pw);
         return NULL;
     }

@@ -287,6 +287,28 @@ public final class JournalLog {
         }
     }
 
+    /// A small file beside the journal replaced whole: a temporary file, then renamed over it.
+    static func replaceFile(_ path: String, with text: String) throws(JournalError) {
+        try makeDirectory(for: path)
+        let temp = path + ".new"
+        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        try writeAll(fd, text, path: temp)
+        guard rename(temp, path) == 0 else {
+            throw JournalError("cannot rename \(temp): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// The lines of a small file beside the journal; nil when there is none.
+    static func readLines(_ path: String) throws(JournalError) -> [Substring]? {
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        guard let data = try? Data(contentsOf: URL(fileURLWithPath: path)) else {
+            throw JournalError("cannot be read: \(String(cString: strerror(errno)))")
+        }
+        return String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
+    }
+
     /// The directory `path` goes in, made private to the user if missing.
     static func makeDirectory(for path: String) throws(JournalError) {
         let dir = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? ""

@@ -58,12 +58,8 @@ public struct KeyUserValues: Equatable, Sendable {
 
     /// Reads the file; empty when there is none. A damaged file is an error (the caller logs it and goes on without).
     public static func load(from path: String) throws(JournalError) -> KeyUserValues {
-        guard FileManager.default.fileExists(atPath: path) else { return KeyUserValues() }
-        guard let data = try? Data(contentsOf: URL(fileURLWithPath: path)) else {
-            throw JournalError("cannot be read: \(String(cString: strerror(errno)))")
-        }
+        guard let lines = try JournalLog.readLines(path) else { return KeyUserValues() }
         var v = KeyUserValues()
-        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
         for (n, line) in lines.enumerated() {
             let f = line.split(separator: " ", omittingEmptySubsequences: false)
             func fail() -> JournalError { JournalError("line \(n + 1) is not a user-values line", line: n + 1) }
@@ -123,14 +119,6 @@ public struct KeyUserValues: Equatable, Sendable {
                     "stream \(cookie) \(kind) \(id.index) \(JournalLog.encode(r.key)) \(r.muted ? 1 : 0) \(volume)\n"
             }
         }
-        try JournalLog.makeDirectory(for: path)
-        let temp = path + ".new"
-        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        try JournalLog.writeAll(fd, text, path: temp)
-        guard rename(temp, path) == 0 else {
-            throw JournalError("cannot rename \(temp): \(String(cString: strerror(errno)))")
-        }
+        try JournalLog.replaceFile(path, with: text)
     }
 }

@@ -17,12 +17,8 @@ public struct LoweredFactors: Equatable, Sendable {
     public static func path(besideJournal journal: String) -> String { Journal.sibling("factors", of: journal) }
 
     public static func load(from path: String) throws(JournalError) -> LoweredFactors {
-        guard FileManager.default.fileExists(atPath: path) else { return LoweredFactors() }
-        guard let data = try? Data(contentsOf: URL(fileURLWithPath: path)) else {
-            throw JournalError("cannot be read: \(String(cString: strerror(errno)))")
-        }
+        guard let lines = try JournalLog.readLines(path) else { return LoweredFactors() }
         var v = LoweredFactors()
-        let lines = String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true)
         for (n, line) in lines.enumerated() {
             let f = line.split(separator: " ", omittingEmptySubsequences: false)
             func fail() -> JournalError { JournalError("line \(n + 1) is not a factors line", line: n + 1) }
@@ -52,14 +48,6 @@ public struct LoweredFactors: Equatable, Sendable {
         for (node, app) in nodes.sorted(by: { $0.key < $1.key }) {
             text += "\(node) \(app.map { JournalLog.encode($0) } ?? "-")\n"
         }
-        try JournalLog.makeDirectory(for: path)
-        let temp = path + ".new"
-        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw JournalError("cannot write \(temp): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        try JournalLog.writeAll(fd, text, path: temp)
-        guard rename(temp, path) == 0 else {
-            throw JournalError("cannot rename \(temp): \(String(cString: strerror(errno)))")
-        }
+        try JournalLog.replaceFile(path, with: text)
     }
 }

@@ -260,12 +260,7 @@ public final class PulseBackend {
         let wasConnected = server != nil
         // The streams go with the connection; a running ramp ends at silence and the stream with it.
         for r in ramps.values { r.end?.cancel() }
-        ramps.removeAll()
-        rampedNodes.removeAll()
-        for t in factorRechecks.values { t.cancel() }
-        factorRechecks.removeAll()
-        pipewire = nil
-        rampsSettled()
+        forgetRamps()
         context?.close()
         context = nil
         // A repair in progress ends with the connection; a client index of this server run means nothing in the next.
@@ -432,6 +427,7 @@ public final class PulseBackend {
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
         resetLeftFactor(id)
+        watchPausedRamp(id)
         execute(session.report(id, now: monotonicNow()))
         journalPendingSaves()
         if session.streamRecord(id) != streamRecordsWritten[id] { streamRecordsChanged = true }
@@ -641,7 +637,7 @@ public final class PulseBackend {
                         // The mute counted as written at the ramp's start is answered as refused (never sent), and
                         // the unmute is sent for what it is: the server still shows the stream unmuted. A volume
                         // held for after the mute goes first, as the engine ordered it (a fade-in's first step).
-                        execute(session.writeAnswered(id, ok: false))
+                        session.writeWithdrawn(id)
                         sendHeldVolume(id, &r)
                         operate(id, .setStreamMute(id, false), mute: false)
                     }
@@ -653,6 +649,7 @@ public final class PulseBackend {
                 if !mute, let node = rampedNodes.removeValue(forKey: id) {
                     // Its factor went back to 1.0 at the mute; set again in case the ramp had not run out by then.
                     pipewire?.set(node: node, factor: 1)
+                    recheckFactor(node)
                 }
                 operate(id, .setStreamMute(id, mute), mute: mute)
             case .setStreamVolume(let id, let v):
@@ -707,6 +704,19 @@ public final class PulseBackend {
     private var rampSamples: Int32 { Int32(clamping: 48 * Int(deClickMilliseconds)) }
     private var loweredFactors = LoweredFactors()
     private var factorRechecks: [UInt32: LoopTimer] = [:]
+    /// Streams seen paused while their ramp or its check ran: the ramp waits while its node does not process and
+    /// then overwrites the factor set since, so the factor is set again once they play.
+    private var pausedInRamp: [StreamID: UInt32] = [:]
+
+    private func watchPausedRamp(_ id: StreamID) {
+        guard let node = session.streamNode(id), let corked = session.streamCorked(id) else { return }
+        if corked {
+            if ramps[id] != nil || factorRechecks[node] != nil { pausedInRamp[id] = node }
+        } else if let n = pausedInRamp.removeValue(forKey: id) {
+            // Playing again: the rest of the ramp runs now; the factor goes back to 1.0 after it.
+            recheckFactor(n)
+        }
+    }
 
     /// Records (before the ramp is sent) or forgets a node whose factor may be below 1.0.
     private func lowered(_ node: UInt32, app: String?, _ down: Bool) {
@@ -730,7 +740,10 @@ public final class PulseBackend {
         for (node, app) in earlier.nodes {
             if let app { factorLeftFor.insert(app) }
             pendingOperations += 1
-            let sent = pw.set(node: node, factor: 1) { [weak self] in self?.finishOperation() }
+            let sent = pw.set(node: node, factor: 1) { [weak self, weak pw] in
+                pw?.release(node: node)
+                self?.finishOperation()
+            }
             if !sent { finishOperation() }
         }
         loweredFactors.nodes = loweredFactors.nodes.filter { earlier.nodes[$0.key] == nil }
@@ -740,11 +753,20 @@ public final class PulseBackend {
     /// Opens the native connection once the pulse server turned out to be PipeWire (no ramps elsewhere).
     private func openPipeWire() {
         guard pipewire == nil, deClickMilliseconds > 0, session.onPipeWire else { return }
+        // A pulse server named by something else than a local socket (tcp, another path) may not be the PipeWire
+        // libpipewire would find: its node ids would be another server's.
+        let remote = PipeWireRamps.remote(besidePulseServer: options.server)
+        guard options.server == nil || remote != nil else {
+            logger.info(
+                "no native PipeWire connection for a pulse server elsewhere than a local socket; silencings are steps")
+            return
+        }
         do {
-            let pw = try PipeWireRamps(remote: PipeWireRamps.remote(besidePulseServer: options.server), loop: loop)
+            let pw = try PipeWireRamps(remote: remote, loop: loop)
             pw.onIdle = { [weak self] in self?.rampsSettled() }
             pw.onReady = { [weak self, weak pw] in
                 guard let self, let pw else { return }
+                defer { self.rampsSettled() }
                 self.logger.info(
                     "native PipeWire connection: server \(pw.serverVersion), silencings that race a new sound \(pw.ramps ? "ramp over \(self.deClickMilliseconds) ms" : "are steps (no ramps before 0.3.68)")"
                 )
@@ -769,8 +791,15 @@ public final class PulseBackend {
             if !r.lifted { sendRampMute(id) {} }
             sendHeldVolume(id, &r)
         }
+        forgetRamps()
+    }
+
+    /// Lets go of the native connection and every ramp's state. What may be left low stays in the factors file, for
+    /// the next native connection (or the next start).
+    private func forgetRamps() {
         ramps.removeAll()
         rampedNodes.removeAll()
+        pausedInRamp.removeAll()
         for t in factorRechecks.values { t.cancel() }
         factorRechecks.removeAll()
         pipewire = nil
@@ -782,6 +811,8 @@ public final class PulseBackend {
             let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds)
         else { return false }
         let app = session.streamApp(id)
+        // A check of the factor still due would set it to 1.0 inside this ramp.
+        factorRechecks.removeValue(forKey: node)?.cancel()
         lowered(node, app: app, true)
         pendingOperations += 1
         // A reply waits for the ramp's start, as it would for the mute.
@@ -826,7 +857,7 @@ public final class PulseBackend {
     /// the last replaced are answered now, the last by the server.
     private func sendHeldVolume(_ id: StreamID, _ r: inout Ramp) {
         guard let v = r.heldVolume else { return }
-        for _ in 0..<max(0, r.heldWrites - 1) { execute(session.writeAnswered(id, ok: true)) }
+        for _ in 0..<max(0, r.heldWrites - 1) { session.writeWithdrawn(id) }
         r.heldVolume = nil
         r.heldWrites = 0
         guard let c = context else { return }
@@ -843,8 +874,10 @@ public final class PulseBackend {
         armExpiry()
         pendingOperations += 1
         c.setMute(record: false, index: id.index, true) { [weak self] ok in
+            // The factor goes back up whether or not the mute took: refused, the stream is gone or the user's
+            // again, and a factor of 0 would keep it silent. First, so that a stop's flush waits for it.
+            answered()
             self?.operationDone(id, ok, "mute")
-            if ok { answered() }
         }
     }
 
@@ -854,7 +887,10 @@ public final class PulseBackend {
             guard let self else { return }
             self.factorRechecks[node] = nil
             guard let pw = self.pipewire else { return self.rampsSettled() }
-            let sent = pw.set(node: node, factor: 1) { [weak self] in self?.lowered(node, app: nil, false) }
+            let sent = pw.set(node: node, factor: 1) { [weak self] in
+                guard let self, !self.pausedInRamp.values.contains(node) else { return }
+                self.lowered(node, app: nil, false)
+            }
             if !sent { self.logger.debug("the factor of node \(node) could not be set again") }
             self.rampsSettled()
         }
@@ -864,6 +900,7 @@ public final class PulseBackend {
     private func rampStreamRemoved(_ id: StreamID) {
         defer { rampsSettled() }
         rampedNodes[id] = nil
+        pausedInRamp[id] = nil
         if let r = ramps.removeValue(forKey: id) {
             r.end?.cancel()
             // Its mute and held volumes were counted as written and never sent.
@@ -880,10 +917,11 @@ public final class PulseBackend {
         guard !factorLeftFor.isEmpty, let app = session.streamApp(id), factorLeftFor.contains(app),
             let node = session.streamNode(id)
         else { return }
-        factorLeftFor.remove(app)
-        for (n, a) in loweredFactors.nodes where a == app { lowered(n, app: nil, false) }
+        guard let pw = pipewire, pw.set(node: node, factor: 1) else { return }
         logger.debug("write: factor of stream \(id.index) back to 1.0 (its app's last stream ended in a ramp)")
-        pipewire?.set(node: node, factor: 1)
+        factorLeftFor.remove(app)
+        let busy = Set(ramps.values.map(\.node)).union(rampedNodes.values).union(factorRechecks.keys)
+        for (n, a) in loweredFactors.nodes where a == app && !busy.contains(n) { lowered(n, app: nil, false) }
     }
 
     private func operate(
@@ -1329,7 +1367,7 @@ public final class PulseBackend {
     /// connection must not close on a factor still below 1.0).
     public func flush(ramps: Bool = false, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
-        if ramps, let pw = pipewire, !self.ramps.isEmpty || !factorRechecks.isEmpty || !pw.isIdle {
+        if ramps, let pw = pipewire, !self.ramps.isEmpty || !factorRechecks.isEmpty || !pw.isIdle || !pw.isReady {
             rampWaiters.append { [weak self] in self?.flush(ramps: true, done) }
             return
         }
@@ -1341,7 +1379,9 @@ public final class PulseBackend {
 
     /// Runs the stop path's waiters once no ramp or factor check is left.
     private func rampsSettled() {
-        guard ramps.isEmpty, factorRechecks.isEmpty, pipewire?.isIdle ?? true, !rampWaiters.isEmpty else { return }
+        guard ramps.isEmpty, factorRechecks.isEmpty, pipewire.map({ $0.isIdle && $0.isReady }) ?? true,
+            !rampWaiters.isEmpty
+        else { return }
         let waiters = rampWaiters
         rampWaiters.removeAll()
         for w in waiters { w() }

@@ -402,6 +402,14 @@ extension ServerSession {
 
     // MARK: Writes
 
+    /// A write counted by `writing` that will not be sent after all (a ramp's mute lifted before it, a held volume
+    /// another replaced): only the count of unanswered writes goes down; what the tracker expects stays until the
+    /// next write or read.
+    public mutating func writeWithdrawn(_ id: StreamID) {
+        guard let n = writesUnanswered[id] else { return }
+        writesUnanswered[id] = n > 1 ? n - 1 : nil
+    }
+
     /// audiod writes a mute or volume to a stream (the engine's effect). False for a stream the server removed a
     /// moment ago: nothing is sent.
     public mutating func writing(_ id: StreamID, mute: Bool? = nil, volume: [UInt32]? = nil, now: UInt64) -> Bool {
@@ -597,6 +605,9 @@ extension ServerSession {
         guard let p = streams[id]?.raw.properties else { return nil }
         return p["application.name"] ?? p["application.process.binary"]
     }
+
+    /// Whether the stream is paused (corked), as last read.
+    public func streamCorked(_ id: StreamID) -> Bool? { streams[id]?.raw.corked }
 
     /// A stream's PipeWire node (`object.id`), where the server is PipeWire.
     public func streamNode(_ id: StreamID) -> UInt32? {

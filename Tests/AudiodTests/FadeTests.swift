@@ -383,14 +383,16 @@ struct FadeTests {
                             ? server.file(log).contains("write: ramp stream \(stream.index)")
                             : server.playbackStream(pid: game.pid)?.muted == true
                     }, "\(how): not silenced")
-                if kind == .pipewire14 {
-                    #expect(!server.file(log).contains("(the ramp has run)"), "\(how): the ramp ended before the stop")
-                }
             }
             // Somewhere on the way: a few steps in, with the round's own offset (a ramp is stopped at once).
             if fade != .deClick { Thread.sleep(forTimeInterval: Double(round % 5) * 0.05) }
             if kill {
                 d.kill()
+                // Inside the ramp: its mute (some 60 ms after its start) had not been written.
+                if fade == .deClick && kind == .pipewire14 {
+                    let log = server.file("audiod-\(round).log")
+                    #expect(!log.contains("(the ramp has run)"), "\(how): the ramp had ended before the kill")
+                }
                 let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
                 #expect(out.status == 0, "\(how): \(out.output)")
             } else {
@@ -400,8 +402,8 @@ struct FadeTests {
             // would keep the stream silent at what looks like the user's values.
             func atUsers(_ s: ObservedStream?) -> Bool {
                 guard let s, !s.muted, s.volume.allSatisfy({ $0 == 52429 }) else { return false }
-                guard kind == .pipewire14, let node = s.properties["object.id"] else { return true }
-                return Self.factor(server, node: node) == 1.0
+                guard kind == .pipewire14 else { return true }
+                return s.properties["object.id"].flatMap { Self.factor(server, node: $0) } == 1.0
             }
             #expect(
                 waitFor(5) { atUsers(server.playbackStream(pid: game.pid)) },
