@@ -709,7 +709,10 @@ public final class PulseBackend {
     private var pausedInRamp: [StreamID: UInt32] = [:]
 
     private func watchPausedRamp(_ id: StreamID) {
-        guard let node = session.streamNode(id), let corked = session.streamCorked(id) else { return }
+        // Every report comes here: nothing to look at unless a ramp or a factor check is under way.
+        guard !ramps.isEmpty || !factorRechecks.isEmpty || !pausedInRamp.isEmpty,
+            let node = session.streamNode(id), let corked = session.streamCorked(id)
+        else { return }
         if corked {
             if ramps[id] != nil || factorRechecks[node] != nil { pausedInRamp[id] = node }
         } else if let n = pausedInRamp.removeValue(forKey: id) {
@@ -721,6 +724,10 @@ public final class PulseBackend {
     /// Records (before the ramp is sent) or forgets a node whose factor may be below 1.0.
     private func lowered(_ node: UInt32, app: String?, _ down: Bool) {
         if down { loweredFactors.nodes[node] = .some(app) } else { loweredFactors.nodes[node] = nil }
+        writeLoweredFactors()
+    }
+
+    private func writeLoweredFactors() {
         guard let path = options.journalPath.map(LoweredFactors.path(besideJournal:)) else { return }
         do { try loweredFactors.write(to: path) } catch {
             logger.warning("cannot keep the lowered PipeWire factors", metadata: ["error": "\(error)"])
@@ -747,7 +754,7 @@ public final class PulseBackend {
             if !sent { finishOperation() }
         }
         loweredFactors.nodes = loweredFactors.nodes.filter { earlier.nodes[$0.key] == nil }
-        lowered(0, app: nil, false)
+        writeLoweredFactors()
     }
 
     /// Opens the native connection once the pulse server turned out to be PipeWire (no ramps elsewhere).
