@@ -148,8 +148,13 @@ audiod_pw *audiod_pw_open(const char *remote, char *error, size_t error_size) {
         return NULL;
     }
     // No client.conf: its modules include module-rt, which would set the calling thread's (audiod's loop's) nice
-    // level over audiod's own `nice-level`. Only the native protocol is needed, to reach the server.
-    pw->context = pw->lib.context_new(pw->loop, pw->lib.properties_new("config.name", "null", NULL), 0);
+    // level over audiod's own `nice-level`. Only the native protocol is needed, to reach the server. Without a
+    // config, libpipewire warns on stderr at every start (no context.modules, no RT for its data thread), which
+    // would read as trouble in audiod's journal: only its errors are printed, unless PIPEWIRE_DEBUG asks for more
+    // (the context honours it over log.level). Nothing here uses D-Bus, so its support plugin is not loaded.
+    pw->context = pw->lib.context_new(
+        pw->loop,
+        pw->lib.properties_new("config.name", "null", "log.level", "1", "support.dbus", "false", NULL), 0);
     if (!pw->context) {
         snprintf(error, error_size, "pw_context_new failed: %s", strerror(errno));
         audiod_pw_close(pw);
