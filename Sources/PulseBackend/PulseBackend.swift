@@ -426,7 +426,7 @@ public final class PulseBackend {
     /// Tells the engine what `session` decides it hears of a stream (StreamReports.swift), and carries out the rest:
     /// the journal lines, the log, the next read of a stream not yet linked.
     private func report(_ id: StreamID) {
-        resetLeftFactor(id)
+        checkNewStreamFactor(id)
         watchPausedRamp(id)
         execute(session.report(id, now: monotonicNow()))
         journalPendingSaves()
@@ -675,7 +675,8 @@ public final class PulseBackend {
     /// A silencing the server is ramping: the mute is written once the ramp has run.
     private struct Ramp {
         var node: UInt32
-        var app: String?
+        /// The restore key WirePlumber files the stream under (and saves the ramp's factor into).
+        var key: String?
         var end: LoopTimer?
         /// Lifted again before the mute was written: at the ramp's end the factor turns back up instead.
         var lifted = false
@@ -689,9 +690,14 @@ public final class PulseBackend {
     /// Streams muted after a ramp, by node: an un-silencing sets their factor to 1.0 once more.
     private var rampedNodes: [StreamID: UInt32] = [:]
     private var pipewire: PipeWireRamps?
-    /// Apps whose stream ended during a ramp: WirePlumber keeps the factor it last saw for the app's next stream,
-    /// which audiod sets back to 1.0 when it appears.
-    private var factorLeftFor: Set<String> = []
+    // WirePlumber 0.5 saves a stream's factor into its restore key (the media role, else the app) and starts every
+    // new stream of the key with it. A key whose stream went mid-ramp (`loweredFactors.leftKeys`, an earlier run's
+    // too) is repaired through a probe of the key (`repairFactorKey`); meanwhile, and while a stream of the key is
+    // ramping, every new stream of it has its factor set to 1.0 (`checkNewStreamFactor`).
+    /// Keys a probe is repairing now.
+    private var factorRepairs: Set<String> = []
+    /// Playback streams already looked at by `checkNewStreamFactor`.
+    private var factorSeen: Set<StreamID> = []
     /// A ramp moves only while its node processes: at most two graph cycles after it is sent. The mute follows
     /// after this much more than the ramp's own length (two cycles of 1,024 samples at 48 kHz, and some).
     static let rampSettleNanoseconds: UInt64 = 50_000_000
@@ -722,8 +728,8 @@ public final class PulseBackend {
     }
 
     /// Records (before the ramp is sent) or forgets a node whose factor may be below 1.0.
-    private func lowered(_ node: UInt32, app: String?, _ down: Bool) {
-        if down { loweredFactors.nodes[node] = .some(app) } else { loweredFactors.nodes[node] = nil }
+    private func lowered(_ node: UInt32, key: String?, _ down: Bool) {
+        if down { loweredFactors.nodes[node] = .some(key) } else { loweredFactors.nodes[node] = nil }
         writeLoweredFactors()
     }
 
@@ -742,10 +748,13 @@ public final class PulseBackend {
             logger.warning("the lowered PipeWire factors file is damaged; ignored", metadata: ["error": "\(error)"])
             return
         }
-        guard !earlier.nodes.isEmpty, let pw = pipewire else { return }
-        logger.info("setting \(earlier.nodes.count) PipeWire volume factor(s) an earlier run left mid-ramp back to 1.0")
-        for (node, app) in earlier.nodes {
-            if let app { factorLeftFor.insert(app) }
+        guard !earlier.isEmpty, let pw = pipewire else { return }
+        logger.info(
+            "setting the PipeWire volume factors an earlier run left mid-ramp back to 1.0: \(earlier.nodes.count) node(s), \(earlier.lowKeys.count) restore key(s)"
+        )
+        for node in earlier.nodes.keys {
+            // The node may be gone, or its id another's by now (a new node's factor is 1.0 anyway): the set is all
+            // there is to do for it; its key is repaired below.
             pendingOperations += 1
             let sent = pw.set(node: node, factor: 1) { [weak self, weak pw] in
                 pw?.release(node: node)
@@ -753,8 +762,11 @@ public final class PulseBackend {
             }
             if !sent { finishOperation() }
         }
-        loweredFactors.nodes = loweredFactors.nodes.filter { earlier.nodes[$0.key] == nil }
+        loweredFactors.leftKeys.formUnion(earlier.lowKeys)
         writeLoweredFactors()
+        for key in earlier.lowKeys { repairFactorKey(key) }
+        // Streams of those keys started while audiod was away started with the factor left there.
+        for id in session.streamIDs { checkNewStreamFactor(id) }
     }
 
     /// Opens the native connection once the pulse server turned out to be PipeWire (no ramps elsewhere).
@@ -809,6 +821,9 @@ public final class PulseBackend {
         pausedInRamp.removeAll()
         for t in factorRechecks.values { t.cancel() }
         factorRechecks.removeAll()
+        // A probe's repair ends with the connections; the keys stay in the factors file for the next one.
+        factorRepairs.removeAll()
+        factorSeen.removeAll()
         pipewire = nil
         rampsSettled()
     }
@@ -817,23 +832,23 @@ public final class PulseBackend {
         guard let pw = pipewire, pw.ramps, rampSamples > 0,
             let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds)
         else { return false }
-        let app = session.streamApp(id)
+        let key = session.streamKey(id)
         // A check of the factor still due would set it to 1.0 inside this ramp.
         factorRechecks.removeValue(forKey: node)?.cancel()
-        lowered(node, app: app, true)
+        lowered(node, key: key, true)
         pendingOperations += 1
         // A reply waits for the ramp's start, as it would for the mute.
         let sent = pw.set(node: node, factor: 0, rampSamples: rampSamples) { [weak self] in self?.finishOperation() }
         guard sent else {
             pendingOperations -= 1
-            lowered(node, app: app, false)
+            lowered(node, key: key, false)
             return false
         }
         logger.debug("write: ramp stream \(id.index) down over \(deClickMilliseconds) ms, then mute it")
         // The mute counts as written from now: a read before it lands (pipewire-pulse confirms late anyway) must
         // not be taken for the user unmuting the stream. It is sent at the ramp's end (`sendRampMute`).
         _ = session.writing(id, mute: true, now: monotonicNow())
-        var r = Ramp(node: node, app: app)
+        var r = Ramp(node: node, key: key)
         r.end = loop.timer(
             afterNanoseconds: UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
         ) { [weak self] in self?.rampEnded(id) }
@@ -888,24 +903,32 @@ public final class PulseBackend {
         }
     }
 
-    /// The factor once more at 1.0, a while after it was set so; only then is the node no longer lowered.
-    private func recheckFactor(_ node: UInt32) {
+    /// The factor once more at 1.0, a while after it was set so; only then is the node no longer lowered. `then`
+    /// runs once the server has that.
+    private func recheckFactor(_ node: UInt32, then: (() -> Void)? = nil) {
         factorRechecks[node] = loop.timer(afterNanoseconds: Self.factorRecheckNanoseconds) { [weak self] in
             guard let self else { return }
             self.factorRechecks[node] = nil
             guard let pw = self.pipewire else { return self.rampsSettled() }
             let sent = pw.set(node: node, factor: 1) { [weak self] in
                 guard let self, !self.pausedInRamp.values.contains(node) else { return }
-                self.lowered(node, app: nil, false)
+                let key = self.loweredFactors.nodes[node] ?? nil
+                self.lowered(node, key: nil, false)
+                then?()
+                // WirePlumber saved this 1.0 into the node's key too.
+                if let key { self.keyRepaired(key) }
             }
             if !sent { self.logger.debug("the factor of node \(node) could not be set again") }
             self.rampsSettled()
         }
     }
 
-    /// A stream gone during its ramp: its app's next stream gets its factor back.
+    /// A stream gone during its ramp, or before its factor was surely back at 1.0: WirePlumber may keep the factor
+    /// in the stream's key for every next stream of it. The key is repaired; its entry stays (the file too) until
+    /// then.
     private func rampStreamRemoved(_ id: StreamID) {
         defer { rampsSettled() }
+        factorSeen.remove(id)
         rampedNodes[id] = nil
         pausedInRamp[id] = nil
         if let r = ramps.removeValue(forKey: id) {
@@ -913,22 +936,79 @@ public final class PulseBackend {
             // Its mute and held volumes were counted as written and never sent.
             for _ in 0..<(r.lifted ? 0 : 1) + r.heldWrites { execute(session.writeAnswered(id, ok: false)) }
         }
-        guard let node = session.streamNode(id), let entry = loweredFactors.nodes[node] else { return }
-        // Gone before its factor was surely back at 1.0. The entry stays (the file too) until the app's next
-        // stream has had its factor set.
+        guard let node = session.streamNode(id), let entry = loweredFactors.nodes.removeValue(forKey: node) else {
+            return
+        }
         factorRechecks.removeValue(forKey: node)?.cancel()
-        if let app = entry { factorLeftFor.insert(app) }
+        // The node's id is free for the server's next node: only the key is kept.
+        if let key = entry {
+            loweredFactors.leftKeys.insert(key)
+            repairFactorKey(key)
+        }
+        writeLoweredFactors()
     }
 
-    private func resetLeftFactor(_ id: StreamID) {
-        guard !factorLeftFor.isEmpty, let app = session.streamApp(id), factorLeftFor.contains(app),
+    /// A new playback stream of a key that may hold a ramp's factor (a ramp of another stream of the key under way,
+    /// or a key left low) started with that factor — silent, with nothing in a mixer to show why: it gets 1.0, and
+    /// once more a while later in case WirePlumber's own restore landed after audiod's. Measured on PipeWire 1.4.2:
+    /// a ramp's 0 is saved into `media.role:Music` at once, and the next Music stream of any app started at 0.
+    private func checkNewStreamFactor(_ id: StreamID) {
+        guard id.kind == .playback, let pw = pipewire, pw.ramps, !factorSeen.contains(id),
             let node = session.streamNode(id)
         else { return }
-        guard let pw = pipewire, pw.set(node: node, factor: 1) else { return }
-        logger.debug("write: factor of stream \(id.index) back to 1.0 (its app's last stream ended in a ramp)")
-        factorLeftFor.remove(app)
-        let busy = Set(ramps.values.map(\.node)).union(rampedNodes.values).union(factorRechecks.keys)
-        for (n, a) in loweredFactors.nodes where a == app && !busy.contains(n) { lowered(n, app: nil, false) }
+        factorSeen.insert(id)
+        guard !loweredFactors.isEmpty, let key = session.streamKey(id), loweredFactors.lowKeys.contains(key),
+            ramps[id] == nil, rampedNodes[id] == nil, pw.set(node: node, factor: 1)
+        else { return }
+        logger.debug("write: factor of stream \(id.index) to 1.0 (a new stream of \(key), which may hold a ramp's)")
+        recheckFactor(node) { [weak self] in
+            // WirePlumber saved the 1.0 into the key: it is repaired, unless a ramp of the key is still under way.
+            self?.keyRepaired(key)
+        }
+    }
+
+    /// Repairs a key left low through a probe of it (RepairProbe.swift): WirePlumber starts the probe with the
+    /// key's saved factor, audiod sets the probe's factor to 1.0, and WirePlumber saves that into the key. A key no
+    /// probe can stand for is repaired by the next stream of it (`checkNewStreamFactor`).
+    private func repairFactorKey(_ key: String) {
+        guard pipewire?.ramps == true, !factorRepairs.contains(key),
+            let props = RepairProbe.clientProperties(forKey: key)
+        else { return }
+        factorRepairs.insert(key)
+        openProbe(props) { [weak self] stream, close in
+            guard let self else { return close() }
+            let finish = { [weak self] (ok: Bool) in
+                close()
+                guard let self else { return }
+                self.factorRepairs.remove(key)
+                if ok {
+                    self.logger.debug("restore key \(key): its saved PipeWire factor set back to 1.0 through a probe")
+                    self.keyRepaired(key)
+                } else {
+                    self.logger.notice("restore key \(key): no probe to set its saved PipeWire factor back through")
+                }
+                self.rampsSettled()
+            }
+            guard let node = stream?.properties["object.id"].flatMap({ UInt32($0) }), let pw = self.pipewire else {
+                return finish(false)
+            }
+            let sent = pw.set(node: node, factor: 1) { [weak self] in
+                // WirePlumber saves the change once the node reports it: the probe stays a while for that.
+                guard let self else { return finish(true) }
+                self.probeAfter(Self.probeSaveNanoseconds) { finish(true) }
+            }
+            if !sent { finish(false) }
+        }
+    }
+
+    /// How long a probe stays once its factor is set, for WirePlumber to see and save the change.
+    static let probeSaveNanoseconds: UInt64 = 200_000_000
+
+    /// The key holds 1.0 again (WirePlumber saved a 1.0 of a stream of it): it is no longer left low. A stream of
+    /// the key still ramping keeps it low through its own entry.
+    private func keyRepaired(_ key: String) {
+        guard loweredFactors.leftKeys.remove(key) != nil else { return }
+        writeLoweredFactors()
     }
 
     private func operate(
@@ -1374,7 +1454,9 @@ public final class PulseBackend {
     /// connection must not close on a factor still below 1.0).
     public func flush(ramps: Bool = false, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
-        if ramps, let pw = pipewire, !self.ramps.isEmpty || !factorRechecks.isEmpty || !pw.isIdle || !pw.isReady {
+        if ramps, let pw = pipewire,
+            !self.ramps.isEmpty || !factorRechecks.isEmpty || !factorRepairs.isEmpty || !pw.isIdle || !pw.isReady
+        {
             rampWaiters.append { [weak self] in self?.flush(ramps: true, done) }
             return
         }
@@ -1386,7 +1468,8 @@ public final class PulseBackend {
 
     /// Runs the stop path's waiters once no ramp or factor check is left.
     private func rampsSettled() {
-        guard ramps.isEmpty, factorRechecks.isEmpty, pipewire.map({ $0.isIdle && $0.isReady }) ?? true,
+        guard ramps.isEmpty, factorRechecks.isEmpty, factorRepairs.isEmpty,
+            pipewire.map({ $0.isIdle && $0.isReady }) ?? true,
             !rampWaiters.isEmpty
         else { return }
         let waiters = rampWaiters

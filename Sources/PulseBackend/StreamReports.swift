@@ -606,6 +606,12 @@ extension ServerSession {
         return p["application.name"] ?? p["application.process.binary"]
     }
 
+    /// The restore key the server files the stream under (WirePlumber saves its PipeWire factor there too).
+    public func streamKey(_ id: StreamID) -> String? {
+        guard let raw = streams[id]?.raw else { return nil }
+        return RestoreKey.of(mergedProperties(raw), record: id.kind == .record)
+    }
+
     /// Whether the stream is paused (corked), as last read.
     public func streamCorked(_ id: StreamID) -> Bool? { streams[id]?.raw.corked }
 

@@ -172,6 +172,77 @@ struct FadeTests {
         }
     }
 
+    /// WirePlumber 0.5 saves a stream's PipeWire factor into its restore key (its media role, else its app) the
+    /// moment a ramp is set, and starts every new stream of the key with it: measured before this test, a role's
+    /// next stream started at 0, silent, with nothing in a mixer to show why. A stream that ends mid-ramp (round 0),
+    /// or one that ends with an audiod killed mid-ramp and then `--restore` (round 1), must leave the key at 1.0.
+    @Test(
+        "a ramp's factor, which WirePlumber saves into the stream's role, never reaches the role's next stream: not after the app ends mid-ramp, nor after audiod is killed mid-ramp and --restore",
+        arguments: ServerKind.tested.filter { $0 == .pipewire14 })
+    func rampFactorLeavesNoRole(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        // The longest de-click: the app is killed well inside the ramp and the mute's wait after it.
+        let dir = "\(server.directory)/home/.config/audiod"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try "de-click = 0.05\n".write(toFile: "\(dir)/audiod.toml", atomically: true, encoding: .utf8)
+        for round in 0..<2 {
+            let killed = round == 1
+            let how = "round \(round) (\(killed ? "audiod killed, then --restore" : "audiod running"))"
+            let log = "audiod-\(round).log"
+            let d = try Daemon.start(server, log: log)
+            let music = try playback(server, name: "music-\(round)", role: "music")
+            let stream = try server.waitForPlaybackStream(pid: music.pid)
+            // A ramp needs a node that has been processing.
+            Thread.sleep(forTimeInterval: 0.5)
+            let video = try server.spawn(["sleep", "60"])
+            defer { video.kill() }
+            // The reply comes once the ramp has started; the app (and in round 1 audiod) ends at once after it.
+            // In round 0 a stream of the same role starts inside the ramp too: WirePlumber gives it the ramp's 0.
+            _ = try d.client.makeSession(pid: video.pid, "playback", activate: true)
+            let during = killed ? nil : try playback(server, name: "during-\(round)", role: "music")
+            defer { during?.kill() }
+            music.kill()
+            if killed { d.kill() }
+            let text = server.file(log)
+            #expect(text.contains("write: ramp stream \(stream.index) down"), "\(how): no ramp")
+            #expect(!text.contains("(the ramp has run)"), "\(how): the app ended after the ramp, not inside it")
+            if killed {
+                let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "debug"])
+                #expect(out.status == 0, "\(how): \(out.output)")
+            } else {
+                #expect(
+                    waitFor(5) { server.file(log).contains("its saved PipeWire factor set back to 1.0") },
+                    "\(how): the role's key was not repaired: \(server.file(log).suffix(1500))")
+            }
+            // Another app's stream of the same role, with no audiod to set anything on it in round 1.
+            let next = try playback(server, name: "other-\(round)", role: "music")
+            defer { next.kill() }
+            let fresh = try server.waitForPlaybackStream(pid: next.pid)
+            let node = try #require(fresh.properties["object.id"])
+            #expect(
+                waitFor(5) { Self.factor(server, node: node) == 1.0 },
+                "\(how): the role's next stream started at factor \(Self.factor(server, node: node).map { "\($0)" } ?? "?")"
+            )
+            Thread.sleep(forTimeInterval: 0.5)
+            #expect(Self.factor(server, node: node) == 1.0, "\(how): the factor went down again")
+            if let during {
+                let s = try server.waitForPlaybackStream(pid: during.pid)
+                let node = try #require(s.properties["object.id"])
+                let inside = server.file(log).contains("write: factor of stream \(s.index) to 1.0")
+                print("fades: \(kind): a stream of the role started \(inside ? "inside" : "after") the ramp's window")
+                #expect(
+                    waitFor(5) { Self.factor(server, node: node) == 1.0 },
+                    "\(how): the stream started inside the ramp stayed at factor \(Self.factor(server, node: node).map { "\($0)" } ?? "?")"
+                )
+            }
+            if !killed { d.stop() }
+            #expect(
+                !FileManager.default.fileExists(atPath: "\(server.directory)/audiod/factors"),
+                "\(how): the factors file was left: \(server.file("audiod/factors"))")
+        }
+    }
+
     @Test(
         "music given back after an interruption fades in from silence over a second, its volume set before the unmute",
         arguments: ServerKind.tested)
@@ -421,9 +492,13 @@ struct FadeTests {
             let other = try playback(server, name: "other-\(app)", role: role)
             defer { other.kill() }
             let sameRole = try server.waitForPlaybackStream(pid: other.pid)
+            // On PipeWire 1.4 its factor too: WirePlumber 0.5 saves the factor per role as well.
+            let sameRoleFactor =
+                kind == .pipewire14 ? sameRole.properties["object.id"].flatMap { Self.factor(server, node: $0) } : 1.0
             #expect(
-                !sameRole.muted && sameRole.volume.allSatisfy { $0 == 52429 || $0 == 65536 },
-                "\(how): the role's next stream started at \(sameRole)")
+                !sameRole.muted && sameRole.volume.allSatisfy { $0 == 52429 || $0 == 65536 } && sameRoleFactor == 1.0,
+                "\(how): the role's next stream started at \(sameRole), factor \(sameRoleFactor.map { "\($0)" } ?? "?")"
+            )
             let ok = atUsers(after) && atUsers(fresh)
             results["\(fade), \(kill ? "SIGKILL" : "SIGTERM")", default: 0] += ok ? 1 : 0
         }

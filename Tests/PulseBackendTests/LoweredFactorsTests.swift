@@ -7,24 +7,48 @@ import Testing
 /// The record of PipeWire volume factors audiod may have left below 1.0, and the helpers that decide where a native
 /// connection goes and whether the server ramps.
 struct LoweredFactorsTests {
-    @Test func theFileGivesBackItsNodesAndGoesWhenEmpty() throws {
+    @Test func theFileGivesBackItsNodesAndKeysAndGoesWhenEmpty() throws {
         let journal = KeyUserValuesTests.tempPath()
         let path = LoweredFactors.path(besideJournal: journal)
         #expect(path.hasSuffix("/audiod/factors"))
         #expect(try LoweredFactors.load(from: path) == LoweredFactors(), "no file: nothing lowered")
-        let nodes: [UInt32: String?] = [42: "My Game", 7: nil, 99: "a b%c"]
-        let factors = LoweredFactors(nodes: nodes)
-        #expect(factors.nodes.count == 3)
+        let nodes: [UInt32: String?] = [
+            42: "sink-input-by-media-role:game", 7: nil, 99: "sink-input-by-application-name:a b%c",
+        ]
+        let factors = LoweredFactors(nodes: nodes, leftKeys: ["sink-input-by-media-role:music"])
+        #expect(
+            factors.lowKeys == [
+                "sink-input-by-media-role:game", "sink-input-by-application-name:a b%c",
+                "sink-input-by-media-role:music",
+            ])
         try factors.write(to: path)
         #expect(try LoweredFactors.load(from: path) == factors)
+        try LoweredFactors(leftKeys: ["sink-input-by-media-role:music"]).write(to: path)
+        #expect(access(path, F_OK) == 0, "a key left without its node keeps the file")
         try LoweredFactors().write(to: path)
         #expect(access(path, F_OK) != 0, "an empty record leaves no file")
+    }
+
+    @Test func aVersion1FileNamedTheAppWhichIsReadAsTheAppsKey() throws {
+        let journal = KeyUserValuesTests.tempPath()
+        let path = LoweredFactors.path(besideJournal: journal)
+        try FileManager.default.createDirectory(
+            atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
+        try "audiod-factors 1\n12 My%20Game\n13 -\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let read = try LoweredFactors.load(from: path)
+        let none: String? = nil
+        let expected: [UInt32: String?] = [12: "sink-input-by-application-name:My Game", 13: none]
+        #expect(read.nodes == expected)
+        #expect(read.leftKeys.isEmpty)
     }
 
     @Test func aDamagedFileIsAnErrorThatNamesItsLine() throws {
         let journal = KeyUserValuesTests.tempPath()
         let path = LoweredFactors.path(besideJournal: journal)
-        for (text, line) in [("audiod-factors 2\n", 1), ("audiod-factors 1\n12 game\nnode game\n", 3)] {
+        for (text, line) in [
+            ("audiod-factors 3\n", 1), ("audiod-factors 2\n12 game\nnode game\n", 3), ("audiod-factors 2\n- -\n", 2),
+            ("audiod-factors 1\n- game\n", 2),
+        ] {
             try FileManager.default.createDirectory(
                 atPath: URL(fileURLWithPath: path).deletingLastPathComponent().path, withIntermediateDirectories: true)
             try text.write(toFile: path, atomically: true, encoding: .utf8)
