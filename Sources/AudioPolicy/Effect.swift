@@ -4,6 +4,10 @@
 public enum Effect: Sendable, Equatable {
     /// Set a stream's mute (`pa_context_set_sink_input_mute` / `…source_output_mute`).
     case setStreamMute(StreamID, Bool)
+    /// Mute a playback stream at the end of a ramp down of this length inside the server (a quiet silencing on a
+    /// stream `StreamInfo.serverRamps`); where the server cannot ramp it after all, the mute at once. It counts as
+    /// muted from now. A `setStreamMute(id, true)` during the ramp mutes at once (a racing silencing cuts it).
+    case rampStreamMute(StreamID, nanoseconds: UInt64)
     /// Set a stream's per-channel volume.
     case setStreamVolume(StreamID, Volume)
     /// MPRIS `Pause` (never `Stop` or `PlayPause`).

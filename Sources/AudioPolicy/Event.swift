@@ -183,6 +183,9 @@ public struct StreamInfo: Sendable, Equatable {
     /// action and activates nothing (after a restart, an app's re-made session was activated by its own stream, and
     /// took the audio from the session that held it).
     public var foundAtConnection = false
+    /// The server can ramp this stream's own volume factor (a PipeWire node, 0.3.68 and later, that audiod's native
+    /// connection reaches): a quiet silencing (silent mode, the lock) is then one server ramp instead of steps.
+    public var serverRamps = false
 
     public init(
         id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,

@@ -209,6 +209,10 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
     }
     let pre = 0.3
     let post = 0.9
+    // Before a part's first round its streams play this long: audiod ramps only a stream that has played 300 ms
+    // (`rampPlayingNanoseconds`; a younger one's silencing is a step by design), and a first round at `pre` came
+    // within that under load (CI's brief run: one interruption round of three a −21 dB step).
+    let settle = 1.0
     /// One round: the recording from `pre` before the trigger to `post` after it.
     func round(_ recorder: MonitorRecorder, _ row: inout ClickRow, _ trigger: () throws -> Void) throws {
         let mark = recorder.count
@@ -261,7 +265,7 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         defer { recorder.stop() }
         let game = try play("game-app", tone)
         defer { game.child.kill() }
-        usleep(useconds_t(pre * 1e6))
+        usleep(useconds_t(settle * 1e6))
         var on = ClickRow(transition: "silent mode on over a game", by: "audiod")
         var off = ClickRow(transition: "silent mode off: the game given back", by: "audiod")
         for _ in 0..<rounds {
@@ -281,7 +285,7 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         let video = try play("video-app", "/dev/zero")
         defer { video.child.kill() }
         _ = try server.pactl(["set-sink-input-mute", "\(video.index)", "1"])
-        usleep(useconds_t(pre * 1e6))
+        usleep(useconds_t(settle * 1e6))
         var silenced = ClickRow(transition: "a game silenced as secondary audio (a video unmuted)", by: "audiod")
         var given = ClickRow(transition: "the game given back (the video muted)", by: "audiod")
         for _ in 0..<rounds {
@@ -298,7 +302,7 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         let music = try play("music-app", tone, ["media.role=music"])
         defer { music.child.kill() }
         let ducker = try bus.makeSession(pid: holder.pid, "playback", options: ["duck-others"])
-        usleep(useconds_t(pre * 1e6))
+        usleep(useconds_t(settle * 1e6))
         var duck = ClickRow(transition: "a duck (to 0.2)", by: "audiod")
         var unduck = ClickRow(transition: "the duck undone", by: "audiod")
         for _ in 0..<rounds {
@@ -318,7 +322,7 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         defer { recorder.stop() }
         let music = try play("music-app", tone, ["media.role=music"])
         defer { music.child.kill() }
-        usleep(useconds_t(pre * 1e6))
+        usleep(useconds_t(settle * 1e6))
         var interrupted = ClickRow(transition: "music interrupted by a video", by: "audiod")
         var back = ClickRow(transition: "music given back when the video ends", by: "audiod")
         for _ in 0..<rounds {

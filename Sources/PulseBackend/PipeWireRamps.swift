@@ -62,13 +62,15 @@ final class PipeWireRamps {
         return (parts[0], parts[1], parts[2]) >= (0, 3, 68)
     }
 
-    /// Sets the node's factor, ramped over `rampSamples` (0: at once), and its mute when `mute` is given; `done`
-    /// runs once the server has passed the change on. False when it could not be sent.
+    /// Sets the node's factor, ramped over `rampSamples` (0: at once) in steps of `stepSamples`, and its mute when
+    /// `mute` is given; `done` runs once the server has passed the change on. False when it could not be sent.
     @discardableResult
-    func set(node: UInt32, factor: Float, rampSamples: Int32 = 0, mute: Bool? = nil, done: @escaping () -> Void = {})
-        -> Bool
-    {
-        let seq = audiod_pw_set_volume(handle, node, factor, rampSamples, 1, mute.map { $0 ? 1 : 0 } ?? -1)
+    func set(
+        node: UInt32, factor: Float, rampSamples: Int32 = 0, stepSamples: Int32 = 1, mute: Bool? = nil,
+        done: @escaping () -> Void = {}
+    ) -> Bool {
+        let seq = audiod_pw_set_volume(
+            handle, node, factor, rampSamples, max(1, stepSamples), mute.map { $0 ? 1 : 0 } ?? -1)
         guard seq >= 0 else { return false }
         waiting.append((seq, done))
         return true

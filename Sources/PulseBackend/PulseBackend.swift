@@ -629,29 +629,12 @@ public final class PulseBackend {
         for e in effects {
             switch e {
             case .setStreamMute(let id, let mute):
-                if var r = ramps[id] {
-                    // Decided again before the ramp's mute was written: the ramp's end mutes, or turns back up.
-                    if mute && r.lifted {
-                        _ = session.writing(id, mute: true, now: monotonicNow())
-                    } else if !mute && !r.lifted {
-                        // The mute counted as written at the ramp's start is answered as refused (never sent), and
-                        // the unmute is sent for what it is: the server still shows the stream unmuted. A volume
-                        // held for after the mute goes first, as the engine ordered it (a fade-in's first step).
-                        session.writeWithdrawn(id)
-                        sendHeldVolume(id, &r)
-                        operate(id, .setStreamMute(id, false), mute: false)
-                    }
-                    r.lifted = !mute
-                    ramps[id] = r
-                    continue
-                }
-                if mute, beginRamp(id) { continue }
-                if !mute, let node = rampedNodes.removeValue(forKey: id) {
-                    // Its factor went back to 1.0 at the mute; set again in case the ramp had not run out by then.
-                    pipewire?.set(node: node, factor: 1)
-                    recheckFactor(node)
-                }
-                operate(id, .setStreamMute(id, mute), mute: mute)
+                applyMute(id, mute)
+            case .rampStreamMute(let id, let ns):
+                if ramps[id] == nil, beginRamp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) { continue }
+                // Not ramped here after all (the native connection gone, a stream too young or already quiet, a
+                // ramp under way): the mute at once, as a step.
+                applyMute(id, true)
             case .setStreamVolume(let id, let v):
                 if var r = ramps[id], !r.lifted {
                     // Written after the mute: a volume raised under a ramp not yet muted would be heard. It counts
@@ -670,6 +653,38 @@ public final class PulseBackend {
         execute(session.writesSent())
     }
 
+    private func applyMute(_ id: StreamID, _ mute: Bool) {
+        if var r = ramps[id] {
+            if mute && r.milliseconds > deClickMilliseconds {
+                // Silenced during a quiet silencing's long ramp (a racing reason, or again after a lift): muted
+                // now, the ramp cut short. A lift had withdrawn the mute's write: it counts again.
+                if r.lifted { _ = session.writing(id, mute: true, now: monotonicNow()) }
+                return cutRamp(id)
+            }
+            // Decided again before the ramp's mute was written: the ramp's end mutes, or turns back up.
+            if mute && r.lifted {
+                _ = session.writing(id, mute: true, now: monotonicNow())
+            } else if !mute && !r.lifted {
+                // The mute counted as written at the ramp's start is answered as refused (never sent), and
+                // the unmute is sent for what it is: the server still shows the stream unmuted. A volume
+                // held for after the mute goes first, as the engine ordered it (a fade-in's first step).
+                session.writeWithdrawn(id)
+                sendHeldVolume(id, &r)
+                operate(id, .setStreamMute(id, false), mute: false)
+            }
+            r.lifted = !mute
+            ramps[id] = r
+            return
+        }
+        if mute, beginRamp(id) { return }
+        if !mute, let node = rampedNodes.removeValue(forKey: id) {
+            // Its factor went back to 1.0 at the mute; set again in case the ramp had not run out by then.
+            pipewire?.set(node: node, factor: 1)
+            recheckFactor(node)
+        }
+        operate(id, .setStreamMute(id, mute), mute: mute)
+    }
+
     // MARK: Server ramps (PipeWire 0.3.68 and later)
 
     /// A silencing the server is ramping: the mute is written once the ramp has run.
@@ -677,6 +692,10 @@ public final class PulseBackend {
         var node: UInt32
         /// The restore key WirePlumber files the stream under (and saves the ramp's factor into).
         var key: String?
+        /// Its length: the de-click's for a racing silencing, a fade-out's for a quiet one.
+        var milliseconds: UInt32
+        /// When it has run out (monotonic): a factor set before then is overwritten by the ramp.
+        var runsOutAt: UInt64
         var end: LoopTimer?
         /// Lifted again before the mute was written: at the ramp's end the factor turns back up instead.
         var lifted = false
@@ -786,6 +805,7 @@ public final class PulseBackend {
             pw.onReady = { [weak self, weak pw] in
                 guard let self, let pw else { return }
                 defer { self.rampsSettled() }
+                self.session.serverRamps = pw.ramps
                 self.logger.info(
                     "native PipeWire connection: server \(pw.serverVersion), silencings that race a new sound \(pw.ramps ? "ramp over \(self.deClickMilliseconds) ms" : "are steps (no ramps before 0.3.68)")"
                 )
@@ -824,12 +844,17 @@ public final class PulseBackend {
         // A probe's repair ends with the connections; the keys stay in the factors file for the next one.
         factorRepairs.removeAll()
         factorSeen.removeAll()
+        session.serverRamps = false
         pipewire = nil
         rampsSettled()
     }
 
-    private func beginRamp(_ id: StreamID) -> Bool {
-        guard let pw = pipewire, pw.ramps, rampSamples > 0,
+    /// Starts a server ramp of the stream down to silence, `milliseconds` long (the de-click's by default), and its
+    /// mute at the end; false when the server cannot ramp this stream now.
+    private func beginRamp(_ id: StreamID, milliseconds: UInt32? = nil) -> Bool {
+        let ms = milliseconds ?? deClickMilliseconds
+        let samples = Int32(clamping: 48 * Int(ms))
+        guard let pw = pipewire, pw.ramps, samples > 0,
             let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds)
         else { return false }
         let key = session.streamKey(id)
@@ -838,20 +863,25 @@ public final class PulseBackend {
         lowered(node, key: key, true)
         pendingOperations += 1
         // A reply waits for the ramp's start, as it would for the mute.
-        let sent = pw.set(node: node, factor: 0, rampSamples: rampSamples) { [weak self] in self?.finishOperation() }
+        // One value per sample for a de-click; a long fade in at most 2,048 steps (PipeWire builds the whole ramp as
+        // one sequence of values, and applies each): a step of 1/2,048 every quarter millisecond is far below what
+        // is heard (docs/FADES.md).
+        let step = max(1, samples / 2048)
+        let sent = pw.set(node: node, factor: 0, rampSamples: samples, stepSamples: step) { [weak self] in
+            self?.finishOperation()
+        }
         guard sent else {
             pendingOperations -= 1
             lowered(node, key: key, false)
             return false
         }
-        logger.debug("write: ramp stream \(id.index) down over \(deClickMilliseconds) ms, then mute it")
+        logger.debug("write: ramp stream \(id.index) down over \(ms) ms, then mute it")
         // The mute counts as written from now: a read before it lands (pipewire-pulse confirms late anyway) must
         // not be taken for the user unmuting the stream. It is sent at the ramp's end (`sendRampMute`).
         _ = session.writing(id, mute: true, now: monotonicNow())
-        var r = Ramp(node: node, key: key)
-        r.end = loop.timer(
-            afterNanoseconds: UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
-        ) { [weak self] in self?.rampEnded(id) }
+        let length = UInt64(ms) * 1_000_000
+        var r = Ramp(node: node, key: key, milliseconds: ms, runsOutAt: monotonicNow() + length)
+        r.end = loop.timer(afterNanoseconds: length + Self.rampSettleNanoseconds) { [weak self] in self?.rampEnded(id) }
         ramps[id] = r
         return true
     }
@@ -903,10 +933,30 @@ public final class PulseBackend {
         }
     }
 
-    /// The factor once more at 1.0, a while after it was set so; only then is the node no longer lowered. `then`
-    /// runs once the server has that.
-    private func recheckFactor(_ node: UInt32, then: (() -> Void)? = nil) {
-        factorRechecks[node] = loop.timer(afterNanoseconds: Self.factorRecheckNanoseconds) { [weak self] in
+    /// A racing silencing during a long ramp: the mute is sent now; the factor goes back to 1.0 once the ramp has
+    /// run out under it (PipeWire overwrites a value set while its ramp runs).
+    private func cutRamp(_ id: StreamID) {
+        guard var r = ramps.removeValue(forKey: id) else { return }
+        r.end?.cancel()
+        rampedNodes[id] = r.node
+        let node = r.node
+        let now = monotonicNow()
+        let wait = (r.runsOutAt > now ? r.runsOutAt - now : 0) + Self.rampSettleNanoseconds
+        logger.debug("write: the ramp of stream \(id.index) cut short by its mute")
+        sendRampMute(id) { [weak self] in
+            guard let self, self.rampedNodes[id] == node else { return }
+            self.recheckFactor(node, after: wait)
+        }
+        sendHeldVolume(id, &r)
+        rampsSettled()
+    }
+
+    /// The factor once more at 1.0, a while after it was set so (or `after` a ramp still running); only then is the
+    /// node no longer lowered. `then` runs once the server has that.
+    private func recheckFactor(
+        _ node: UInt32, after: UInt64 = PulseBackend.factorRecheckNanoseconds, then: (() -> Void)? = nil
+    ) {
+        factorRechecks[node] = loop.timer(afterNanoseconds: after) { [weak self] in
             guard let self else { return }
             self.factorRechecks[node] = nil
             guard let pw = self.pipewire else { return self.rampsSettled() }

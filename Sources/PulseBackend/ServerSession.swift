@@ -139,6 +139,9 @@ public struct ServerSession<Stream: ServerStreamValue> {
     /// The server's kind, once the first state is in.
     public var flavor: Flavor? { if case .ready(let f, _) = phase { return f } else { return nil } }
     public var onPipeWire: Bool { flavor == .pipeWire }
+    /// The backend's native PipeWire connection ramps streams' factors: a stream reported from now on says so
+    /// (`StreamInfo.serverRamps`).
+    public var serverRamps = false
     public var hasRestoreDatabase: Bool { if case .ready(_, true) = phase { return true } else { return false } }
 
     /// How `--restore` and a stop repair the restore-database entries the journal says hold policy values: the one

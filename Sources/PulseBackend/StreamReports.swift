@@ -565,6 +565,7 @@ extension ServerSession {
             device: deviceName(t.raw.device, source: record), identity: t.identity?.identity,
             fromMonitor: record && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
         info.foundAtConnection = t.preexisting
+        info.serverRamps = serverRamps && id.kind == .playback && t.raw.properties["object.id"] != nil
         return info
     }
 

@@ -327,6 +327,76 @@ import Testing
         #expect(h.engine.fading.isEmpty)
     }
 
+    /// A game someone hears, on a server that ramps its factor (PipeWire 0.3.68 and later).
+    func heardRampedGame(_ h: inout Harness) -> SessionID {
+        let game = h.session(pid: 10, "solo-ambient")
+        _ = h.echo(h.activate(game))
+        var info = StreamInfo(id: .playback(1), processChain: [10], applicationName: "app")
+        info.serverRamps = true
+        _ = h.echo(h.send(.streamAppeared(info)))
+        return game
+    }
+
+    @Test func whereTheServerRampsSilentModeIsOneServerRampNotSteps() {
+        var h = Harness(fades: true)
+        _ = heardRampedGame(&h)
+        let on = h.silent(true)
+        #expect(streamOps(on) == [.rampStreamMute(.playback(1), nanoseconds: 500_000_000)], "\(on)")
+        #expect(!on.contains(.scheduleTimer(.fadeStep, afterNanoseconds: Settings.fadeStepNanoseconds)), "\(on)")
+        #expect(h.engine.fading.isEmpty && h.engine.serverFading == [.playback(1)])
+        // Silenced from the ramp's start, and held as a mute (nothing on the way for a crash to leave behind).
+        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
+        #expect(h.engine.streamView(.playback(1))?.audible == false)
+        #expect(h.engine.appliedChange(of: .playback(1))?.unmute == true)
+        _ = h.echo(on)
+        // Nothing more is written: the mute comes from the backend at the ramp's end.
+        h.advance(ms: 600)
+        #expect(streamOps(h.silent(true)).isEmpty)
+        let off = h.silent(false)
+        #expect(streamOps(off).contains(.setStreamMute(.playback(1), false)), "\(off)")
+        #expect(h.engine.serverFading.isEmpty)
+    }
+
+    @Test func aRacingSilencingDuringTheServersRampMutesAtOnce() {
+        var h = Harness(fades: true)
+        _ = heardRampedGame(&h)
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 100)
+        // Music takes the audio: the game is interrupted, which races the music's first sound.
+        let music = h.session(pid: 20, "playback")
+        let take = h.activate(music)
+        #expect(streamOps(take).contains(.setStreamMute(.playback(1), true)), "\(take)")
+        #expect(h.engine.serverFading.isEmpty)
+        _ = h.echo(take)
+        // Given back when the music ends and silent mode is off: unmuted once.
+        _ = h.echo(h.silent(false))
+        let back = h.deactivate(music, notify: true)
+        #expect(streamOps(back).filter { $0 == .setStreamMute(.playback(1), false) }.count <= 1, "\(back)")
+    }
+
+    @Test func silentModeOffDuringTheServersRampGivesTheGameBackAtOnce() {
+        var h = Harness(fades: true)
+        _ = heardRampedGame(&h)
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 100)
+        let off = h.silent(false)
+        // The fade-in from silence, and the unmute (the backend turns the ramp back at its end).
+        #expect(streamOps(off).contains(.setStreamMute(.playback(1), false)), "\(off)")
+        let first = volumes(off, .playback(1)).first
+        #expect(first.map { $0.channels[0] < Volume.norm / 2 } == true, "\(off)")
+        #expect(h.engine.serverFading.isEmpty)
+    }
+
+    @Test func aFadeOutLongerThanTheTrackerWaitsIsStepsEvenWhereTheServerRamps() {
+        var settings = Settings()
+        settings.fadeOutNanoseconds = 2_000_000_000
+        var h = Harness(settings: settings, fades: true)
+        _ = heardRampedGame(&h)
+        let on = h.silent(true)
+        #expect(!on.contains { if case .rampStreamMute = $0 { true } else { false } }, "\(on)")
+        #expect(volumes(on, .playback(1)).count == 1, "the first step: \(on)")
+    }
+
     @Test func silentModeOffMidFadeOutFadesBackUpWithoutAMute() {
         var h = Harness(fades: true)
         _ = heardGame(&h)

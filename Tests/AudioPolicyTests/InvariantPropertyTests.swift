@@ -414,10 +414,12 @@ struct Simulation {
             guard !exited.contains(pid) else { return }
             let id = StreamID.playback(nextIndex)
             nextIndex += 1
-            let info = StreamInfo(
+            var info = StreamInfo(
                 id: id, processChain: chain(of: pid), applicationName: "app\(pid)", role: role, corked: corked,
                 muted: muted,
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
+            // Every other stream on a server that ramps its quiet silencings (PipeWire 0.3.68 and later).
+            info.serverRamps = id.index % 2 == 0
             if isUnlinked {
                 // As pipewire-pulse shows it before the link: corked, silent, on no device.
                 var shown = info
@@ -646,6 +648,10 @@ struct Simulation {
                 guard server[id] != nil else { continue }
                 server[id]?.volume = v
                 echoes.append(server[id]!)
+            case .rampStreamMute(let id, _):
+                guard server[id] != nil else { continue }
+                server[id]?.muted = true
+                echoes.append(server[id]!)
             case .mprisPause(let p):
                 if let pid = pidOf(p), players[pid] != nil { pendingPlayer.append((pid, .paused)) }
             case .mprisPlay(let p):
@@ -870,6 +876,12 @@ struct Simulation {
                 && !info.muted
             if fadingOut, engine.streams[id].map({ engine.silencing($0) }) != .quiet {
                 v.append("\(id) fades out, but silent mode or the lock is not all that silences it")
+            }
+            // The same of a fade-out the server ramps: anything else silencing it cuts the ramp with the mute.
+            if let st = engine.streams[id], let end = st.serverFadeEnds, engine.now < end, st.appliedMute,
+                engine.silencing(st) != .quiet || engine.silencedAhead(id) != nil
+            {
+                v.append("\(id)'s server ramp runs on, but silent mode or the lock is not all that silences it")
             }
             // 2. Silent mode.
             if engine.silentMode && audible(info) && category?.obeysSilentMode == true && !fadingOut {
