@@ -8,6 +8,10 @@ public enum Effect: Sendable, Equatable {
     /// stream `StreamInfo.serverRamps`); where the server cannot ramp it after all, the mute at once. It counts as
     /// muted from now. A `setStreamMute(id, true)` during the ramp mutes at once (a racing silencing cuts it).
     case rampStreamMute(StreamID, nanoseconds: UInt64)
+    /// Unmute a playback stream audiod muted and ramp it up from silence over this long inside the server (a
+    /// give-back on a stream `StreamInfo.serverRamps`); where the server cannot, the unmute at once. It counts as
+    /// unmuted from now.
+    case rampStreamUnmute(StreamID, nanoseconds: UInt64)
     /// Set a stream's per-channel volume.
     case setStreamVolume(StreamID, Volume)
     /// MPRIS `Pause` (never `Stop` or `PlayPause`).

@@ -455,6 +455,7 @@ extension Engine {
         // Given back to someone who hears it, a stream fades in from silence: its volume goes to the fade's first
         // step before the unmute, so nothing is heard at full volume first.
         var fadeIn: UInt64 = 0
+        var serverFadeIn: UInt64 = 0
         if unmuteForApp && !wantMute {
             effects.append(.setStreamMute(sid, false))
         } else if serverFade {
@@ -477,14 +478,23 @@ extension Engine {
             st.serverFadeEnds = nil
             serverFading.remove(sid)
         } else if !wantMute && st.appliedMute {
+            // A server ramp down still running cannot be followed by one up (PipeWire refuses it): steps then.
+            let rampingDown = st.serverFadeEnds != nil
             st.serverFadeEnds = nil
             serverFading.remove(sid)
             st.appliedMute = false
             fadeIn = fadeInLength(st)
-            if fadeIn == 0 { effects.append(.setStreamMute(sid, false)) }
+            if fadeIn > 0 && st.info.serverRamps && !rampingDown {
+                // The server ramps the give-back: the volume goes to its end under the mute, at once.
+                serverFadeIn = fadeIn
+                fadeIn = 0
+                st.volumeAtOnce = true
+            }
+            if fadeIn == 0 && serverFadeIn == 0 { effects.append(.setStreamMute(sid, false)) }
         }
         volumeOperations(&st, into: &effects, fadeIn: fadeIn, fadeOut: fadingOut ? fadeOut : 0)
         if fadeIn > 0 { effects.append(.setStreamMute(sid, false)) }
+        if serverFadeIn > 0 { effects.append(.rampStreamUnmute(sid, nanoseconds: serverFadeIn)) }
         st.volumeAtOnce = false
         st.writeUserVolume = false
         // What audiod holds changed with nothing written (a policy mute handed to an output-muted app): the journal

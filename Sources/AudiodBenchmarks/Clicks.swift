@@ -211,8 +211,10 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
     let post = 0.9
     // Before a part's first round its streams play this long: audiod ramps only a stream that has played 300 ms
     // (`rampPlayingNanoseconds`; a younger one's silencing is a step by design), and a first round at `pre` came
-    // within that under load (CI's brief run: one interruption round of three a −21 dB step).
-    let settle = 1.0
+    // within that under load (CI's brief run: one interruption round of three a −21 dB step). And longer than a
+    // fade-in: the secondary-audio part's video, muted to begin with, gives the game back first, and on PipeWire
+    // 1.4 a silencing while that ramp up runs is a step (the server refuses a second ramp).
+    let settle = 1.5
     /// One round: the recording from `pre` before the trigger to `post` after it.
     func round(_ recorder: MonitorRecorder, _ row: inout ClickRow, _ trigger: () throws -> Void) throws {
         let mark = recorder.count

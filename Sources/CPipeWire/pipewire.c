@@ -12,6 +12,7 @@
 #include <pipewire/pipewire.h>
 #include <spa/param/props.h>
 #include <spa/pod/builder.h>
+#include <spa/pod/parser.h>
 
 // Since PipeWire 0.3.68; Debian 12's headers (0.3.65) do not name them. The same values in 1.4.
 #define AUDIOD_PROP_volumeRampSamples 0x10012
@@ -39,7 +40,14 @@ struct lib {
 struct bound {
     uint32_t id;
     struct pw_proxy *proxy;
+    // Subscribed to the node's Props: the factor it last reported, once it has.
+    struct spa_hook listener;
+    int watching;
+    int factor_known;
+    float factor;
 };
+
+static void release(audiod_pw *pw, struct bound *b);
 
 struct audiod_pw {
     struct lib lib;
@@ -115,7 +123,7 @@ static const struct pw_core_events core_events = {
 void audiod_pw_close(audiod_pw *pw) {
     if (!pw) return;
     for (int i = 0; i < MAX_NODES; i++)
-        if (pw->nodes[i].proxy) pw->lib.proxy_destroy(pw->nodes[i].proxy);
+        if (pw->nodes[i].proxy) release(pw, &pw->nodes[i]);
     if (pw->registry) pw->lib.proxy_destroy((struct pw_proxy *)pw->registry);
     if (pw->core) {
         spa_hook_remove(&pw->core_listener);
@@ -210,11 +218,60 @@ static struct bound *find(audiod_pw *pw, uint32_t node, int make) {
     return free_slot;
 }
 
-void audiod_pw_release(audiod_pw *pw, uint32_t node) {
-    struct bound *b = find(pw, node, 0);
-    if (!b) return;
+static void release(audiod_pw *pw, struct bound *b) {
+    if (b->watching) spa_hook_remove(&b->listener);
+    b->watching = 0;
+    b->factor_known = 0;
     pw->lib.proxy_destroy(b->proxy);
     b->proxy = NULL;
+}
+
+void audiod_pw_release(audiod_pw *pw, uint32_t node) {
+    struct bound *b = find(pw, node, 0);
+    if (b) release(pw, b);
+}
+
+static void on_node_param(void *data, int seq, uint32_t id, uint32_t index, uint32_t next,
+                          const struct spa_pod *param) {
+    struct bound *b = data;
+    (void)seq;
+    (void)index;
+    (void)next;
+    if (id != SPA_PARAM_Props || !param) return;
+    float volume = -1.0f;
+    // A node may report several Props objects; only one carries the factor.
+    if (spa_pod_parse_object(param, SPA_TYPE_OBJECT_Props, NULL, SPA_PROP_volume, SPA_POD_OPT_Float(&volume)) < 0)
+        return;
+    if (volume < 0.0f) return;
+    b->factor = volume;
+    b->factor_known = 1;
+}
+
+static const struct pw_node_events node_events = {
+    PW_VERSION_NODE_EVENTS,
+    .param = on_node_param,
+};
+
+int audiod_pw_watch_factor(audiod_pw *pw, uint32_t node) {
+    if (pw->state != 1) return -EPIPE;
+    struct bound *b = find(pw, node, 1);
+    if (!b) return -ENOSPC;
+    b->factor_known = 0;
+    if (!b->watching) {
+        pw_node_add_listener((struct pw_node *)b->proxy, &b->listener, &node_events, b);
+        uint32_t ids[1] = {SPA_PARAM_Props};
+        pw_node_subscribe_params((struct pw_node *)b->proxy, ids, 1);
+        b->watching = 1;
+    }
+    return 0;
+}
+
+int audiod_pw_factor(audiod_pw *pw, uint32_t node, float *factor) {
+    struct bound *b = find(pw, node, 0);
+    if (!b || !b->watching) return -1;
+    if (!b->factor_known) return 0;
+    *factor = b->factor;
+    return 1;
 }
 
 int audiod_pw_set_volume(audiod_pw *pw, uint32_t node, float volume, int32_t ramp_samples, int32_t step_samples,

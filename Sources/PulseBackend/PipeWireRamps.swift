@@ -12,6 +12,9 @@ final class PipeWireRamps {
     private let handle: OpaquePointer
     private var watch: IOWatch?
     private var waiting: [(seq: Int32, done: () -> Void)] = []
+    private let loop: MainLoop
+    /// Nodes waited on until they report a factor at most this low.
+    private var factorWaits: [UInt32: (atMost: Float, timer: LoopTimer?, done: (Bool) -> Void)] = [:]
     /// Called once when the connection fails; the owner closes it.
     var onLost: ((String) -> Void)?
     private var lost = false
@@ -39,6 +42,7 @@ final class PipeWireRamps {
                 message: String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
         handle = h
+        self.loop = loop
         watch = loop.watch(fd: audiod_pw_fd(h), events: [.input]) { [weak self] _ in self?.dispatch() }
     }
 
@@ -76,7 +80,43 @@ final class PipeWireRamps {
         return true
     }
 
-    func release(node: UInt32) { audiod_pw_release(handle, node) }
+    func release(node: UInt32) {
+        if let w = factorWaits.removeValue(forKey: node) {
+            w.timer?.cancel()
+            w.done(false)
+        }
+        audiod_pw_release(handle, node)
+    }
+
+    /// Forgets what the node last reported of its factor and listens for its next reports: call before the change
+    /// to wait for (`whenFactor`).
+    func watchFactor(node: UInt32) -> Bool { audiod_pw_watch_factor(handle, node) >= 0 }
+
+    /// Calls `done(true)` once the node (watched with `watchFactor`) has reported a factor of at most `atMost` —
+    /// the node itself has it, in the process that mixes it, not only the server — or `done(false)` after
+    /// `timeout` nanoseconds, or when the connection goes.
+    func whenFactor(node: UInt32, atMost: Float, timeout: UInt64, _ done: @escaping (Bool) -> Void) {
+        if let old = factorWaits.removeValue(forKey: node) {
+            old.timer?.cancel()
+            old.done(false)
+        }
+        let timer = loop.timer(afterNanoseconds: timeout) { [weak self] in
+            guard let w = self?.factorWaits.removeValue(forKey: node) else { return }
+            w.done(false)
+        }
+        factorWaits[node] = (atMost, timer, done)
+        checkFactorWaits()
+    }
+
+    private func checkFactorWaits() {
+        for (node, w) in factorWaits {
+            var factor: Float = 1
+            guard audiod_pw_factor(handle, node, &factor) == 1, factor <= w.atMost else { continue }
+            factorWaits[node] = nil
+            w.timer?.cancel()
+            w.done(true)
+        }
+    }
 
     private func dispatch() {
         audiod_pw_dispatch(handle)
@@ -84,6 +124,7 @@ final class PipeWireRamps {
             announced = true
             onReady?()
         }
+        if !factorWaits.isEmpty { checkFactorWaits() }
         let reached = audiod_pw_done(handle)
         if !waiting.isEmpty, waiting.contains(where: { $0.seq <= reached }) {
             let ready = waiting.filter { $0.seq <= reached }
@@ -100,6 +141,12 @@ final class PipeWireRamps {
             let pending = waiting
             waiting.removeAll()
             for w in pending { w.done() }
+            let factors = factorWaits.values
+            factorWaits.removeAll()
+            for w in factors {
+                w.timer?.cancel()
+                w.done(false)
+            }
             onLost?(why)
         }
     }

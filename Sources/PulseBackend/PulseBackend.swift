@@ -631,10 +631,16 @@ public final class PulseBackend {
             case .setStreamMute(let id, let mute):
                 applyMute(id, mute)
             case .rampStreamMute(let id, let ns):
-                if ramps[id] == nil, beginRamp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) { continue }
+                if ramps[id] == nil, rampUps[id] == nil, beginRamp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) {
+                    continue
+                }
                 // Not ramped here after all (the native connection gone, a stream too young or already quiet, a
                 // ramp under way): the mute at once, as a step.
                 applyMute(id, true)
+            case .rampStreamUnmute(let id, let ns):
+                if beginRampUp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) { continue }
+                // Not ramped here after all: the unmute at once.
+                applyMute(id, false)
             case .setStreamVolume(let id, let v):
                 if var r = ramps[id], !r.lifted {
                     // Written after the mute: a volume raised under a ramp not yet muted would be heard. It counts
@@ -654,6 +660,12 @@ public final class PulseBackend {
     }
 
     private func applyMute(_ id: StreamID, _ mute: Bool) {
+        if rampUps[id] != nil {
+            // Unmuted under a ramp up: already on its way. Silenced again: a step (PipeWire refuses a ramp while
+            // one runs).
+            if mute { cutRampUp(id) }
+            return
+        }
         if var r = ramps[id] {
             if mute && r.milliseconds > deClickMilliseconds {
                 // Silenced during a quiet silencing's long ramp (a racing reason, or again after a lift): muted
@@ -706,6 +718,21 @@ public final class PulseBackend {
     }
 
     private var ramps: [StreamID: Ramp] = [:]
+
+    /// A give-back the server is ramping up: the factor to 0 (confirmed by the node itself), then the unmute, then
+    /// the ramp up from 0.
+    private struct RampUp {
+        var node: UInt32
+        /// The unmute has been sent.
+        var unmuted = false
+        /// When the ramp up has run out (monotonic), once it is sent.
+        var runsOutAt: UInt64?
+        var end: LoopTimer?
+    }
+
+    private var rampUps: [StreamID: RampUp] = [:]
+    /// How long a give-back waits for the node to report its factor at 0 before it unmutes anyway.
+    static let factorReportNanoseconds: UInt64 = 300_000_000
     /// Streams muted after a ramp, by node: an un-silencing sets their factor to 1.0 once more.
     private var rampedNodes: [StreamID: UInt32] = [:]
     private var pipewire: PipeWireRamps?
@@ -837,6 +864,8 @@ public final class PulseBackend {
     /// the next native connection (or the next start).
     private func forgetRamps() {
         ramps.removeAll()
+        for r in rampUps.values { r.end?.cancel() }
+        rampUps.removeAll()
         rampedNodes.removeAll()
         pausedInRamp.removeAll()
         for t in factorRechecks.values { t.cancel() }
@@ -933,6 +962,78 @@ public final class PulseBackend {
         }
     }
 
+    /// Unmutes a stream audiod muted under a ramp up from silence over `milliseconds` inside the server; false when
+    /// the server cannot ramp it (then the caller unmutes it at once). Its factor goes to 0 first, and the unmute
+    /// waits until the node itself reports that — a change through the server reaches pipewire-pulse's stream by
+    /// another way than the pulse unmute, and an unmute landing first would be heard at full volume.
+    private func beginRampUp(_ id: StreamID, milliseconds ms: UInt32) -> Bool {
+        guard let pw = pipewire, pw.ramps, ms > 0, id.kind == .playback, ramps[id] == nil, rampUps[id] == nil,
+            session.streamMuted(id) == true, let node = session.streamNode(id), pw.watchFactor(node: node)
+        else { return false }
+        guard session.writing(id, mute: false, now: monotonicNow()) else { return true }
+        factorRechecks.removeValue(forKey: node)?.cancel()
+        rampedNodes[id] = nil
+        lowered(node, key: session.streamKey(id), true)
+        logger.debug("write: factor of stream \(id.index) to 0, then unmute it under a ramp up over \(ms) ms")
+        rampUps[id] = RampUp(node: node)
+        pendingOperations += 1
+        pw.set(node: node, factor: 0)
+        pw.whenFactor(node: node, atMost: 0.001, timeout: Self.factorReportNanoseconds) { [weak self] reported in
+            guard let self else { return }
+            defer { self.finishOperation() }
+            guard self.rampUps[id] != nil, let c = self.context else { return }
+            if !reported {
+                self.logger.notice(
+                    "stream \(id.index)'s node did not report its factor at 0 in time; unmuting it anyway")
+            }
+            self.rampUps[id]?.unmuted = true
+            self.armExpiry()
+            self.pendingOperations += 1
+            c.setMute(record: false, index: id.index, false) { [weak self] ok in
+                guard let self else { return }
+                self.operationDone(id, ok, "mute")
+                // Up from 0 whether or not the unmute took: a factor left at 0 would keep the stream silent.
+                guard self.rampUps[id] != nil, let pw = self.pipewire else { return }
+                let samples = Int32(clamping: 48 * Int(ms))
+                pw.set(node: node, factor: 1, rampSamples: samples, stepSamples: max(1, samples / 2048))
+                let length = UInt64(ms) * 1_000_000
+                self.rampUps[id]?.runsOutAt = self.monotonicNow() + length
+                self.rampUps[id]?.end = self.loop.timer(afterNanoseconds: length + Self.rampSettleNanoseconds) {
+                    [weak self] in
+                    guard let self, self.rampUps.removeValue(forKey: id) != nil else { return }
+                    // The ramp's last value is a step short of 1.0: set 1.0 itself, and check it.
+                    self.recheckFactor(node, after: 0)
+                    self.rampsSettled()
+                }
+            }
+        }
+        return true
+    }
+
+    /// Silenced again during a ramp up: muted at once, a step. The factor goes back to 1.0 now if the ramp up was
+    /// not sent yet, else once it has run out under the mute.
+    private func cutRampUp(_ id: StreamID) {
+        guard let r = rampUps.removeValue(forKey: id) else { return }
+        r.end?.cancel()
+        defer { rampsSettled() }
+        if !r.unmuted {
+            // The unmute was never sent: the stream is still muted, as the engine now wants.
+            session.writeWithdrawn(id)
+            _ = session.writing(id, mute: true, now: monotonicNow())
+            execute(session.writeAnswered(id, ok: true))
+            pipewire?.set(node: r.node, factor: 1)
+            recheckFactor(r.node)
+            return
+        }
+        logger.debug("write: the ramp up of stream \(id.index) cut short by a mute")
+        operate(id, .setStreamMute(id, true), mute: true)
+        let now = monotonicNow()
+        let wait = r.runsOutAt.map { ($0 > now ? $0 - now : 0) + Self.rampSettleNanoseconds } ?? 0
+        if r.runsOutAt == nil { pipewire?.set(node: r.node, factor: 1) }
+        rampedNodes[id] = r.node
+        recheckFactor(r.node, after: max(wait, Self.factorRecheckNanoseconds))
+    }
+
     /// A racing silencing during a long ramp: the mute is sent now; the factor goes back to 1.0 once the ramp has
     /// run out under it (PipeWire overwrites a value set while its ramp runs).
     private func cutRamp(_ id: StreamID) {
@@ -985,6 +1086,10 @@ public final class PulseBackend {
             r.end?.cancel()
             // Its mute and held volumes were counted as written and never sent.
             for _ in 0..<(r.lifted ? 0 : 1) + r.heldWrites { execute(session.writeAnswered(id, ok: false)) }
+        }
+        if let r = rampUps.removeValue(forKey: id) {
+            r.end?.cancel()
+            if !r.unmuted { execute(session.writeAnswered(id, ok: false)) }
         }
         guard let node = session.streamNode(id), let entry = loweredFactors.nodes.removeValue(forKey: node) else {
             return
@@ -1505,7 +1610,8 @@ public final class PulseBackend {
     public func flush(ramps: Bool = false, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
         if ramps, let pw = pipewire,
-            !self.ramps.isEmpty || !factorRechecks.isEmpty || !factorRepairs.isEmpty || !pw.isIdle || !pw.isReady
+            !self.ramps.isEmpty || !rampUps.isEmpty || !factorRechecks.isEmpty || !factorRepairs.isEmpty || !pw.isIdle
+                || !pw.isReady
         {
             rampWaiters.append { [weak self] in self?.flush(ramps: true, done) }
             return
@@ -1518,7 +1624,7 @@ public final class PulseBackend {
 
     /// Runs the stop path's waiters once no ramp or factor check is left.
     private func rampsSettled() {
-        guard ramps.isEmpty, factorRechecks.isEmpty, factorRepairs.isEmpty,
+        guard ramps.isEmpty, rampUps.isEmpty, factorRechecks.isEmpty, factorRepairs.isEmpty,
             pipewire.map({ $0.isIdle && $0.isReady }) ?? true,
             !rampWaiters.isEmpty
         else { return }

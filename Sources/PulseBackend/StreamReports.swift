@@ -616,6 +616,9 @@ extension ServerSession {
     /// Whether the stream is paused (corked), as last read.
     public func streamCorked(_ id: StreamID) -> Bool? { streams[id]?.raw.corked }
 
+    /// Whether the server showed the stream muted, as last read.
+    public func streamMuted(_ id: StreamID) -> Bool? { streams[id]?.raw.muted }
+
     /// A stream's PipeWire node (`object.id`), where the server is PipeWire.
     public func streamNode(_ id: StreamID) -> UInt32? {
         streams[id]?.raw.properties["object.id"].flatMap { UInt32($0) }

@@ -352,9 +352,30 @@ import Testing
         // Nothing more is written: the mute comes from the backend at the ramp's end.
         h.advance(ms: 600)
         #expect(streamOps(h.silent(true)).isEmpty)
+        // Given back: the server ramps it up from silence over fade-in, with no step written.
         let off = h.silent(false)
-        #expect(streamOps(off).contains(.setStreamMute(.playback(1), false)), "\(off)")
-        #expect(h.engine.serverFading.isEmpty)
+        #expect(streamOps(off) == [.rampStreamUnmute(.playback(1), nanoseconds: 1_000_000_000)], "\(off)")
+        #expect(h.engine.serverFading.isEmpty && h.engine.fading.isEmpty)
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil, "audiod still holds something: nothing to put back")
+    }
+
+    @Test func whereTheServerRampsADuckedStreamGivenBackGetsItsDuckUnderTheMuteThenTheRampUp() {
+        var h = Harness(fades: true)
+        _ = heardRampedGame(&h)
+        let ducker = h.session(pid: 30, "playback", options: ["duck-others", "mix-with-others"])
+        _ = h.echo(h.activate(ducker))
+        for _ in 0..<40 {
+            h.advance(ms: 19)
+            _ = h.echo(h.send(.timerFired(.fadeStep)))
+        }
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 600)
+        let off = h.silent(false)
+        let ops = streamOps(off)
+        #expect(ops.last == .rampStreamUnmute(.playback(1), nanoseconds: 1_000_000_000), "\(off)")
+        #expect(!ops.contains(.setStreamMute(.playback(1), false)), "\(off)")
+        // No volume step on the way up: at most the duck's own volume, written under the mute first.
+        #expect(volumes(off, .playback(1)).count <= 1, "\(off)")
     }
 
     @Test func aRacingSilencingDuringTheServersRampMutesAtOnce() {

@@ -130,6 +130,7 @@ struct Harness {
             case .setStreamMute(let s, let m): (id, edit) = (s, { $0.muted = m })
             // The server's echo of a ramped mute comes at the ramp's end; a test that wants it in between says so.
             case .rampStreamMute(let s, _): (id, edit) = (s, { $0.muted = true })
+            case .rampStreamUnmute(let s, _): (id, edit) = (s, { $0.muted = false })
             case .setStreamVolume(let s, let v): (id, edit) = (s, { $0.volume = v })
             default: continue
             }
@@ -153,7 +154,7 @@ func signals(_ effects: [Effect]) -> [Effect] {
 func streamOps(_ effects: [Effect]) -> [Effect] {
     effects.filter {
         switch $0 {
-        case .setStreamMute, .setStreamVolume, .rampStreamMute: return true
+        case .setStreamMute, .setStreamVolume, .rampStreamMute, .rampStreamUnmute: return true
         default: return false
         }
     }

@@ -652,6 +652,11 @@ struct Simulation {
                 guard server[id] != nil else { continue }
                 server[id]?.muted = true
                 echoes.append(server[id]!)
+            case .rampStreamUnmute(let id, _):
+                guard server[id] != nil else { continue }
+                if id.kind == .record { problems.append("a server ramp up for record \(id) on \(event)") }
+                server[id]?.muted = false
+                echoes.append(server[id]!)
             case .mprisPause(let p):
                 if let pid = pidOf(p), players[pid] != nil { pendingPlayer.append((pid, .paused)) }
             case .mprisPlay(let p):

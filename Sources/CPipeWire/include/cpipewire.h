@@ -35,4 +35,9 @@ int audiod_pw_done(audiod_pw *pw);
 /// Forgets the node (its stream is gone).
 void audiod_pw_release(audiod_pw *pw, uint32_t node);
 
+// Subscribes to the node's Props (once) and forgets the factor it last reported; then audiod_pw_factor gives 1 and
+// the factor once the node has reported it again, 0 before that, -1 for a node not watched.
+int audiod_pw_watch_factor(audiod_pw *pw, uint32_t node);
+int audiod_pw_factor(audiod_pw *pw, uint32_t node, float *factor);
+
 #endif
