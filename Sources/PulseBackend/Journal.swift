@@ -544,6 +544,14 @@ public struct JournalError: Error, CustomStringConvertible {
 /// The key a restore database files a stream under: its media role, else its application id, else its
 /// application name — the order module-stream-restore and WirePlumber's restore-stream both use.
 enum RestoreKey {
+    /// The key WirePlumber itself files the stream under (its `state-stream.lua`, which knows nothing of
+    /// module-stream-restore's tag): where it saves a stream's PipeWire factor.
+    static func wirePlumber(_ properties: [String: String], record: Bool) -> String? {
+        var p = properties
+        p["module-stream-restore.id"] = nil
+        return of(p, record: record)
+    }
+
     static func of(_ properties: [String: String], record: Bool) -> String? {
         let prefix = record ? "source-output-by-" : "sink-input-by-"
         // module-stream-restore tags each stream with the name of its entry: use it as it is.

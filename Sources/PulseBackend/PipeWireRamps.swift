@@ -24,6 +24,8 @@ final class PipeWireRamps {
     var onIdle: (() -> Void)?
     /// Every change sent has been answered.
     var isIdle: Bool { waiting.isEmpty }
+    /// The connection failed: what was waiting has been answered without the server.
+    var isLost: Bool { lost }
     private var announced = false
 
     /// The native socket beside a pulse socket at `…/pulse/native` (pipewire-pulse's layout), or nil for

@@ -742,6 +742,11 @@ public final class PulseBackend {
     // ramping, every new stream of it has its factor set to 1.0 (`checkNewStreamFactor`).
     /// Keys a probe is repairing now.
     private var factorRepairs: Set<String> = []
+    /// How often each key was lowered (a ramp of one of its streams, or one of its streams gone low): a 1.0 saved
+    /// into a key repairs it only if nothing lowered it again since that 1.0 was sent.
+    private var keyLowerings: [String: Int] = [:]
+
+    private func lowerKey(_ key: String) { keyLowerings[key, default: 0] += 1 }
     /// Playback streams already looked at by `checkNewStreamFactor`.
     private var factorSeen: Set<StreamID> = []
     /// A ramp moves only while its node processes: at most two graph cycles after it is sent. The mute follows
@@ -775,6 +780,7 @@ public final class PulseBackend {
 
     /// Records (before the ramp is sent) or forgets a node whose factor may be below 1.0.
     private func lowered(_ node: UInt32, key: String?, _ down: Bool) {
+        if down, let key { lowerKey(key) }
         if down { loweredFactors.nodes[node] = .some(key) } else { loweredFactors.nodes[node] = nil }
         writeLoweredFactors()
     }
@@ -808,6 +814,9 @@ public final class PulseBackend {
             }
             if !sent { finishOperation() }
         }
+        // Their keys are kept instead (below); the ids are the server's to reuse.
+        for node in earlier.nodes.keys { loweredFactors.nodes[node] = nil }
+        for key in earlier.lowKeys { lowerKey(key) }
         loweredFactors.leftKeys.formUnion(earlier.lowKeys)
         writeLoweredFactors()
         for key in earlier.lowKeys { repairFactorKey(key) }
@@ -1061,13 +1070,15 @@ public final class PulseBackend {
             guard let self else { return }
             self.factorRechecks[node] = nil
             guard let pw = self.pipewire else { return self.rampsSettled() }
-            let sent = pw.set(node: node, factor: 1) { [weak self] in
-                guard let self, !self.pausedInRamp.values.contains(node) else { return }
-                let key = self.loweredFactors.nodes[node] ?? nil
+            let key = self.loweredFactors.nodes[node] ?? nil
+            let lowerings = key.map { self.keyLowerings[$0, default: 0] } ?? 0
+            let sent = pw.set(node: node, factor: 1) { [weak self, weak pw] in
+                // A connection lost meanwhile answers everything unsent: nothing is known to be back at 1.0.
+                guard let self, let pw, !pw.isLost, !self.pausedInRamp.values.contains(node) else { return }
                 self.lowered(node, key: nil, false)
                 then?()
                 // WirePlumber saved this 1.0 into the node's key too.
-                if let key { self.keyRepaired(key) }
+                if let key { self.keyRepaired(key, lowerings: lowerings) }
             }
             if !sent { self.logger.debug("the factor of node \(node) could not be set again") }
             self.rampsSettled()
@@ -1091,16 +1102,22 @@ public final class PulseBackend {
             r.end?.cancel()
             if !r.unmuted { execute(session.writeAnswered(id, ok: false)) }
         }
-        guard let node = session.streamNode(id), let entry = loweredFactors.nodes.removeValue(forKey: node) else {
-            return
-        }
-        factorRechecks.removeValue(forKey: node)?.cancel()
-        // The node's id is free for the server's next node: only the key is kept.
-        if let key = entry {
-            loweredFactors.leftKeys.insert(key)
+        guard let node = session.streamNode(id) else { return }
+        // Its id is the server's to give to the next node: a check due on it would set another's factor. A check
+        // that was repairing the stream's key (a new stream of a low key) leaves the key to a probe instead.
+        let checking = factorRechecks.removeValue(forKey: node)
+        checking?.cancel()
+        if let entry = loweredFactors.nodes.removeValue(forKey: node) {
+            // Gone while its factor may have been low: its key may hold that factor.
+            if let key = entry {
+                lowerKey(key)
+                loweredFactors.leftKeys.insert(key)
+                repairFactorKey(key)
+            }
+            writeLoweredFactors()
+        } else if checking != nil, let key = session.streamKey(id), loweredFactors.lowKeys.contains(key) {
             repairFactorKey(key)
         }
-        writeLoweredFactors()
     }
 
     /// A new playback stream of a key that may hold a ramp's factor (a ramp of another stream of the key under way,
@@ -1116,9 +1133,10 @@ public final class PulseBackend {
             ramps[id] == nil, rampedNodes[id] == nil, pw.set(node: node, factor: 1)
         else { return }
         logger.debug("write: factor of stream \(id.index) to 1.0 (a new stream of \(key), which may hold a ramp's)")
+        let lowerings = keyLowerings[key, default: 0]
         recheckFactor(node) { [weak self] in
             // WirePlumber saved the 1.0 into the key: it is repaired, unless a ramp of the key is still under way.
-            self?.keyRepaired(key)
+            self?.keyRepaired(key, lowerings: lowerings)
         }
     }
 
@@ -1130,26 +1148,28 @@ public final class PulseBackend {
             let props = RepairProbe.clientProperties(forKey: key)
         else { return }
         factorRepairs.insert(key)
+        let lowerings = keyLowerings[key, default: 0]
         openProbe(props) { [weak self] stream, close in
             guard let self else { return close() }
+            let node = stream?.properties["object.id"].flatMap({ UInt32($0) })
             let finish = { [weak self] (ok: Bool) in
+                // The probe's node id is the server's to reuse once it goes.
+                if let node { self?.pipewire?.release(node: node) }
                 close()
                 guard let self else { return }
                 self.factorRepairs.remove(key)
                 if ok {
                     self.logger.debug("restore key \(key): its saved PipeWire factor set back to 1.0 through a probe")
-                    self.keyRepaired(key)
+                    self.keyRepaired(key, lowerings: lowerings)
                 } else {
                     self.logger.notice("restore key \(key): no probe to set its saved PipeWire factor back through")
                 }
                 self.rampsSettled()
             }
-            guard let node = stream?.properties["object.id"].flatMap({ UInt32($0) }), let pw = self.pipewire else {
-                return finish(false)
-            }
-            let sent = pw.set(node: node, factor: 1) { [weak self] in
+            guard let node, let pw = self.pipewire else { return finish(false) }
+            let sent = pw.set(node: node, factor: 1) { [weak self, weak pw] in
+                guard let self, let pw, !pw.isLost else { return finish(false) }
                 // WirePlumber saves the change once the node reports it: the probe stays a while for that.
-                guard let self else { return finish(true) }
                 self.probeAfter(Self.probeSaveNanoseconds) { finish(true) }
             }
             if !sent { finish(false) }
@@ -1159,10 +1179,13 @@ public final class PulseBackend {
     /// How long a probe stays once its factor is set, for WirePlumber to see and save the change.
     static let probeSaveNanoseconds: UInt64 = 200_000_000
 
-    /// The key holds 1.0 again (WirePlumber saved a 1.0 of a stream of it): it is no longer left low. A stream of
-    /// the key still ramping keeps it low through its own entry.
-    private func keyRepaired(_ key: String) {
-        guard loweredFactors.leftKeys.remove(key) != nil else { return }
+    /// The key holds 1.0 again (WirePlumber saved a 1.0 of a stream of it, sent when the key had been lowered
+    /// `lowerings` times): it is no longer left low — unless it was lowered again since, and then a probe repairs
+    /// it once more. A stream of the key still ramping keeps it low through its own entry.
+    private func keyRepaired(_ key: String, lowerings: Int) {
+        guard loweredFactors.leftKeys.contains(key) else { return }
+        guard keyLowerings[key, default: 0] == lowerings else { return repairFactorKey(key) }
+        loweredFactors.leftKeys.remove(key)
         writeLoweredFactors()
     }
 
@@ -1457,7 +1480,17 @@ public final class PulseBackend {
             },
             ready: { [weak self] stream in
                 guard let self, let stream else { return read(nil, close) }
-                self.readLinked(stream, attempt: 1) { read($0, close) }
+                self.readLinked(stream, attempt: 1) { [weak self] raw in
+                    // WirePlumber saves a probe's whole Props into its key, the factor it started with too: where a
+                    // ramp may have left that low, every probe sets it to 1.0 (and lets go of the node as it closes).
+                    guard let self, let pw = self.pipewire, pw.ramps,
+                        let node = raw?.properties["object.id"].flatMap({ UInt32($0) }), pw.set(node: node, factor: 1)
+                    else { return read(raw, close) }
+                    read(raw) { [weak self] in
+                        self?.pipewire?.release(node: node)
+                        close()
+                    }
+                }
             })
         // One that failed at once has answered and closed itself already.
         guard made.isOpen else { return }

@@ -610,7 +610,7 @@ extension ServerSession {
     /// The restore key the server files the stream under (WirePlumber saves its PipeWire factor there too).
     public func streamKey(_ id: StreamID) -> String? {
         guard let raw = streams[id]?.raw else { return nil }
-        return RestoreKey.of(mergedProperties(raw), record: id.kind == .record)
+        return RestoreKey.wirePlumber(mergedProperties(raw), record: id.kind == .record)
     }
 
     /// Whether the stream is paused (corked), as last read.
