@@ -4,10 +4,6 @@
 public enum Effect: Sendable, Equatable {
     /// Set a stream's mute (`pa_context_set_sink_input_mute` / `…source_output_mute`).
     case setStreamMute(StreamID, Bool)
-    /// Mute a playback stream at the end of a ramp down of this length inside the server (a quiet silencing on a
-    /// stream `StreamInfo.serverRamps`); where the server cannot ramp it after all, the mute at once. It counts as
-    /// muted from now. A `setStreamMute(id, true)` during the ramp mutes at once (a racing silencing cuts it).
-    case rampStreamMute(StreamID, nanoseconds: UInt64)
     /// Unmute a playback stream audiod muted and ramp it up from silence over this long inside the server (a
     /// give-back on a stream `StreamInfo.serverRamps`); where the server cannot, the unmute at once. It counts as
     /// unmuted from now.

@@ -37,7 +37,6 @@ extension Engine {
     /// fading out are decided again at once, not at the fade's next step.
     mutating func markFadingOutDirty() {
         for sid in fading where streams[sid]?.fade?.silences == true { markDirty(sid) }
-        for sid in serverFading { markDirty(sid) }
     }
 
     /// A session's playback stream is ducked while another session ducks others (a ducker itself is not), and
@@ -444,26 +443,12 @@ extension Engine {
             // which the journal knows as neither audiod's value nor the one before.
             fadingOut = false
         }
-        // Where the server ramps, a quiet silencing is one ramp inside it (§2 "Fades"): no steps, the mute written at
-        // its end and counted from its start. Not once steps have begun, and not beyond the tracker's patience.
-        if let end = st.serverFadeEnds, now.nanoseconds >= end.nanoseconds || !st.appliedMute {
-            st.serverFadeEnds = nil
-            serverFading.remove(sid)
-        }
-        let serverFade =
-            fadingOut && st.fade == nil && st.info.serverRamps && fadeOut <= Self.serverFadeOutLimitNanoseconds
         // Given back to someone who hears it, a stream fades in from silence: its volume goes to the fade's first
         // step before the unmute, so nothing is heard at full volume first.
         var fadeIn: UInt64 = 0
         var serverFadeIn: UInt64 = 0
         if unmuteForApp && !wantMute {
             effects.append(.setStreamMute(sid, false))
-        } else if serverFade {
-            effects.append(.rampStreamMute(sid, nanoseconds: fadeOut))
-            st.appliedMute = true
-            st.serverFadeEnds = Instant(nanoseconds: now.nanoseconds + fadeOut)
-            serverFading.insert(sid)
-            fadingOut = false
         } else if fadingOut {
             // The mute waits for the fade's end.
         } else if wantMute && !st.appliedMute {
@@ -472,19 +457,10 @@ extension Engine {
             // Whatever silenced it, a record stream audiod muted stays muted until its owner's activation or the
             // user (§3 Privacy), even if it changes hands.
             if sid.kind == .record { st.recordHeld = true }
-        } else if wantMute, st.serverFadeEnds != nil, fadeOutLength(sid, st) == 0 {
-            // No longer quiet (a call, primary audio, an interruption): silenced at once, the ramp cut short.
-            effects.append(.setStreamMute(sid, true))
-            st.serverFadeEnds = nil
-            serverFading.remove(sid)
         } else if !wantMute && st.appliedMute {
-            // A server ramp down still running cannot be followed by one up (PipeWire refuses it): steps then.
-            let rampingDown = st.serverFadeEnds != nil
-            st.serverFadeEnds = nil
-            serverFading.remove(sid)
             st.appliedMute = false
             fadeIn = fadeInLength(st)
-            if fadeIn > 0 && st.info.serverRamps && !rampingDown {
+            if fadeIn > 0 && st.info.serverRamps {
                 // The server ramps the give-back: the volume goes to its end under the mute, at once.
                 serverFadeIn = fadeIn
                 fadeIn = 0
@@ -512,10 +488,6 @@ extension Engine {
         return isSpoken(st)
             ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
     }
-
-    /// The longest quiet silencing left to a server ramp: its mute is counted as written from the ramp's start, and
-    /// the backend's tracker gives an unconfirmed write a second before it believes the server's value instead.
-    static let serverFadeOutLimitNanoseconds: UInt64 = 800_000_000
 
     /// How long a stream policy silences now fades out before its mute (§2 "Fades"): `fade-out` for a playback
     /// stream someone hears but for policy, silenced only by silent mode or the lock (nothing races to take its

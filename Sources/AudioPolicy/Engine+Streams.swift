@@ -317,7 +317,6 @@ extension Engine {
         for (call, ahead) in callsAboutToSound where ahead.contains(id) { callsAboutToSound[call]?.remove(id) }
         guard let st = streams[id] else { return }
         fading.remove(id)
-        serverFading.remove(id)
         if let owner = st.session { detach(id, from: owner) }
         if st.audible { adjustAudible(nil, -1) }
         screenReader(id, heard: false)

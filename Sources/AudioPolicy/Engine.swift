@@ -89,8 +89,6 @@ public struct Engine: Sendable {
     var callsAboutToSound: [StreamID: Set<StreamID>] = [:]
     /// Streams whose volume is fading (`StreamState.fade`), and whether the step timer is armed.
     var fading: Set<StreamID> = []
-    /// Streams whose quiet silencing the server is ramping (`StreamState.serverFadeEnds`).
-    var serverFading: Set<StreamID> = []
     var fadeTimerArmed = false
     /// This step is the fade timer's: fading streams write their next step.
     var fadeTick = false

@@ -184,7 +184,7 @@ public struct StreamInfo: Sendable, Equatable {
     /// took the audio from the session that held it).
     public var foundAtConnection = false
     /// The server can ramp this stream's own volume factor (a PipeWire node, 0.3.68 and later, that audiod's native
-    /// connection reaches): a quiet silencing (silent mode, the lock) is then one server ramp instead of steps.
+    /// connection reaches): a give-back is then one server ramp up instead of steps.
     public var serverRamps = false
 
     public init(

@@ -70,7 +70,6 @@ extension Effect {
     public var sentence: String {
         switch self {
         case .setStreamMute(let id, let on): "\(on ? "mute" : "unmute") \(Event.words(id))"
-        case .rampStreamMute(let id, let ns): "mute \(Event.words(id)) after a server ramp of \(ns / 1_000_000) ms"
         case .rampStreamUnmute(let id, let ns): "unmute \(Event.words(id)) under a server ramp of \(ns / 1_000_000) ms"
         case .setStreamVolume(let id, let v): "set \(Event.words(id)) to volume \(v)"
         case .mprisPause(let p): "pause media player \(p)"

@@ -126,8 +126,6 @@ struct StreamState: Sendable {
     var mutedForApp: SessionID?
     /// A duck on its way in or out (docs/POLICY.md §2 "Fades"): `appliedVolume` is the step last written.
     var fade: VolumeFade?
-    /// A quiet silencing the server is ramping (`Effect.rampStreamMute`) ends then; a racing one cuts it.
-    var serverFadeEnds: Instant?
     /// Its volume is set at once this step, not faded: the stream is new (a fade would start it loud), or the
     /// user has just set a volume (the duck goes on top of it at once, as SPEC §7 says).
     var volumeAtOnce = false

@@ -316,8 +316,7 @@ public final class Arbiter {
         var ids: [StreamID] = []
         for e in effects {
             switch e {
-            case .setStreamMute(let id, _), .setStreamVolume(let id, _), .rampStreamMute(let id, _),
-                .rampStreamUnmute(let id, _):
+            case .setStreamMute(let id, _), .setStreamVolume(let id, _), .rampStreamUnmute(let id, _):
                 ids.append(id)
             default: break
             }
@@ -333,7 +332,7 @@ public final class Arbiter {
         guard var engine = restorer, streamOfEvent(event) != nil else { return [] }
         let effects = engine.handle(event, at: now).filter {
             switch $0 {
-            case .setStreamMute, .setStreamVolume, .rampStreamMute, .rampStreamUnmute: return true
+            case .setStreamMute, .setStreamVolume, .rampStreamUnmute: return true
             default: return false
             }
         }
@@ -352,8 +351,8 @@ public final class Arbiter {
     private func logDecisions(_ cause: String, _ effects: [Effect]) {
         let decisions = effects.filter {
             switch $0 {
-            case .setStreamMute, .setStreamVolume, .rampStreamMute, .rampStreamUnmute, .mprisPause, .mprisPlay, .signal,
-                .sessionAdded, .sessionRemoved:
+            case .setStreamMute, .setStreamVolume, .rampStreamUnmute, .mprisPause, .mprisPlay, .signal, .sessionAdded,
+                .sessionRemoved:
                 return true
             default: return false
             }

@@ -630,13 +630,6 @@ public final class PulseBackend {
             switch e {
             case .setStreamMute(let id, let mute):
                 applyMute(id, mute)
-            case .rampStreamMute(let id, let ns):
-                if ramps[id] == nil, rampUps[id] == nil, beginRamp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) {
-                    continue
-                }
-                // Not ramped here after all (the native connection gone, a stream too young or already quiet, a
-                // ramp under way): the mute at once, as a step.
-                applyMute(id, true)
             case .rampStreamUnmute(let id, let ns):
                 if beginRampUp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) { continue }
                 // Not ramped here after all: the unmute at once.
@@ -667,12 +660,6 @@ public final class PulseBackend {
             return
         }
         if var r = ramps[id] {
-            if mute && r.milliseconds > deClickMilliseconds {
-                // Silenced during a quiet silencing's long ramp (a racing reason, or again after a lift): muted
-                // now, the ramp cut short. A lift had withdrawn the mute's write: it counts again.
-                if r.lifted { _ = session.writing(id, mute: true, now: monotonicNow()) }
-                return cutRamp(id)
-            }
             // Decided again before the ramp's mute was written: the ramp's end mutes, or turns back up.
             if mute && r.lifted {
                 _ = session.writing(id, mute: true, now: monotonicNow())
@@ -704,10 +691,6 @@ public final class PulseBackend {
         var node: UInt32
         /// The restore key WirePlumber files the stream under (and saves the ramp's factor into).
         var key: String?
-        /// Its length: the de-click's for a racing silencing, a fade-out's for a quiet one.
-        var milliseconds: UInt32
-        /// When it has run out (monotonic): a factor set before then is overwritten by the ramp.
-        var runsOutAt: UInt64
         var end: LoopTimer?
         /// Lifted again before the mute was written: at the ramp's end the factor turns back up instead.
         var lifted = false
@@ -887,12 +870,10 @@ public final class PulseBackend {
         rampsSettled()
     }
 
-    /// Starts a server ramp of the stream down to silence, `milliseconds` long (the de-click's by default), and its
-    /// mute at the end; false when the server cannot ramp this stream now.
-    private func beginRamp(_ id: StreamID, milliseconds: UInt32? = nil) -> Bool {
-        let ms = milliseconds ?? deClickMilliseconds
-        let samples = Int32(clamping: 48 * Int(ms))
-        guard let pw = pipewire, pw.ramps, samples > 0,
+    /// Starts a server ramp of the stream down to silence over `de-click`, and its mute at the end; false when the
+    /// server cannot ramp this stream now.
+    private func beginRamp(_ id: StreamID) -> Bool {
+        guard let pw = pipewire, pw.ramps, rampSamples > 0, rampUps[id] == nil,
             let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds)
         else { return false }
         let key = session.streamKey(id)
@@ -901,25 +882,20 @@ public final class PulseBackend {
         lowered(node, key: key, true)
         pendingOperations += 1
         // A reply waits for the ramp's start, as it would for the mute.
-        // One value per sample for a de-click; a long fade in at most 2,048 steps (PipeWire builds the whole ramp as
-        // one sequence of values, and applies each): a step of 1/2,048 every quarter millisecond is far below what
-        // is heard (docs/FADES.md).
-        let step = max(1, samples / 2048)
-        let sent = pw.set(node: node, factor: 0, rampSamples: samples, stepSamples: step) { [weak self] in
-            self?.finishOperation()
-        }
+        let sent = pw.set(node: node, factor: 0, rampSamples: rampSamples) { [weak self] in self?.finishOperation() }
         guard sent else {
             pendingOperations -= 1
             lowered(node, key: key, false)
             return false
         }
-        logger.debug("write: ramp stream \(id.index) down over \(ms) ms, then mute it")
+        logger.debug("write: ramp stream \(id.index) down over \(deClickMilliseconds) ms, then mute it")
         // The mute counts as written from now: a read before it lands (pipewire-pulse confirms late anyway) must
         // not be taken for the user unmuting the stream. It is sent at the ramp's end (`sendRampMute`).
         _ = session.writing(id, mute: true, now: monotonicNow())
-        let length = UInt64(ms) * 1_000_000
-        var r = Ramp(node: node, key: key, milliseconds: ms, runsOutAt: monotonicNow() + length)
-        r.end = loop.timer(afterNanoseconds: length + Self.rampSettleNanoseconds) { [weak self] in self?.rampEnded(id) }
+        var r = Ramp(node: node, key: key)
+        r.end = loop.timer(
+            afterNanoseconds: UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
+        ) { [weak self] in self?.rampEnded(id) }
         ramps[id] = r
         return true
     }
@@ -1041,24 +1017,6 @@ public final class PulseBackend {
         if r.runsOutAt == nil { pipewire?.set(node: r.node, factor: 1) }
         rampedNodes[id] = r.node
         recheckFactor(r.node, after: max(wait, Self.factorRecheckNanoseconds))
-    }
-
-    /// A racing silencing during a long ramp: the mute is sent now; the factor goes back to 1.0 once the ramp has
-    /// run out under it (PipeWire overwrites a value set while its ramp runs).
-    private func cutRamp(_ id: StreamID) {
-        guard var r = ramps.removeValue(forKey: id) else { return }
-        r.end?.cancel()
-        rampedNodes[id] = r.node
-        let node = r.node
-        let now = monotonicNow()
-        let wait = (r.runsOutAt > now ? r.runsOutAt - now : 0) + Self.rampSettleNanoseconds
-        logger.debug("write: the ramp of stream \(id.index) cut short by its mute")
-        sendRampMute(id) { [weak self] in
-            guard let self, self.rampedNodes[id] == node else { return }
-            self.recheckFactor(node, after: wait)
-        }
-        sendHeldVolume(id, &r)
-        rampsSettled()
     }
 
     /// The factor once more at 1.0, a while after it was set so (or `after` a ramp still running); only then is the

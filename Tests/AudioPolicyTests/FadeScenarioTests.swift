@@ -337,26 +337,23 @@ import Testing
         return game
     }
 
-    @Test func whereTheServerRampsSilentModeIsOneServerRampNotSteps() {
+    @Test func whereTheServerRampsAGiveBackIsOneServerRampUpNotSteps() {
         var h = Harness(fades: true)
         _ = heardRampedGame(&h)
+        // Silent mode still fades out in steps (a server ramp down would hold audiod's mute unsent for its length,
+        // and a user's mute meanwhile could not be told from it).
         let on = h.silent(true)
-        #expect(streamOps(on) == [.rampStreamMute(.playback(1), nanoseconds: 500_000_000)], "\(on)")
-        #expect(!on.contains(.scheduleTimer(.fadeStep, afterNanoseconds: Settings.fadeStepNanoseconds)), "\(on)")
-        #expect(h.engine.fading.isEmpty && h.engine.serverFading == [.playback(1)])
-        // Silenced from the ramp's start, and held as a mute (nothing on the way for a crash to leave behind).
-        #expect(h.engine.streamView(.playback(1))?.policyMuted == true)
-        #expect(h.engine.streamView(.playback(1))?.audible == false)
-        #expect(h.engine.appliedChange(of: .playback(1))?.unmute == true)
+        #expect(volumes(on, .playback(1)).count == 1, "the fade-out's first step: \(on)")
         _ = h.echo(on)
-        // Nothing more is written: the mute comes from the backend at the ramp's end.
-        h.advance(ms: 600)
-        #expect(streamOps(h.silent(true)).isEmpty)
+        let way = runAll(&h, .playback(1))
+        #expect(way.contains { $0.op == .setStreamMute(.playback(1), true) }, "\(way)")
         // Given back: the server ramps it up from silence over fade-in, with no step written.
         let off = h.silent(false)
         #expect(streamOps(off) == [.rampStreamUnmute(.playback(1), nanoseconds: 1_000_000_000)], "\(off)")
-        #expect(h.engine.serverFading.isEmpty && h.engine.fading.isEmpty)
+        #expect(h.engine.fading.isEmpty)
         #expect(h.engine.appliedChange(of: .playback(1)) == nil, "audiod still holds something: nothing to put back")
+        _ = h.echo(off)
+        #expect(h.engine.streamView(.playback(1))?.audible == true)
     }
 
     @Test func whereTheServerRampsADuckedStreamGivenBackGetsItsDuckUnderTheMuteThenTheRampUp() {
@@ -364,12 +361,9 @@ import Testing
         _ = heardRampedGame(&h)
         let ducker = h.session(pid: 30, "playback", options: ["duck-others", "mix-with-others"])
         _ = h.echo(h.activate(ducker))
-        for _ in 0..<40 {
-            h.advance(ms: 19)
-            _ = h.echo(h.send(.timerFired(.fadeStep)))
-        }
+        _ = runAll(&h, .playback(1))
         _ = h.echo(h.silent(true))
-        h.advance(ms: 600)
+        _ = runAll(&h, .playback(1))
         let off = h.silent(false)
         let ops = streamOps(off)
         #expect(ops.last == .rampStreamUnmute(.playback(1), nanoseconds: 1_000_000_000), "\(off)")
@@ -378,44 +372,14 @@ import Testing
         #expect(volumes(off, .playback(1)).count <= 1, "\(off)")
     }
 
-    @Test func aRacingSilencingDuringTheServersRampMutesAtOnce() {
+    @Test func aStreamTheServerCannotRampIsGivenBackInSteps() {
         var h = Harness(fades: true)
-        _ = heardRampedGame(&h)
+        _ = heardGame(&h)
         _ = h.echo(h.silent(true))
-        h.advance(ms: 100)
-        // Music takes the audio: the game is interrupted, which races the music's first sound.
-        let music = h.session(pid: 20, "playback")
-        let take = h.activate(music)
-        #expect(streamOps(take).contains(.setStreamMute(.playback(1), true)), "\(take)")
-        #expect(h.engine.serverFading.isEmpty)
-        _ = h.echo(take)
-        // Given back when the music ends and silent mode is off: unmuted once.
-        _ = h.echo(h.silent(false))
-        let back = h.deactivate(music, notify: true)
-        #expect(streamOps(back).filter { $0 == .setStreamMute(.playback(1), false) }.count <= 1, "\(back)")
-    }
-
-    @Test func silentModeOffDuringTheServersRampGivesTheGameBackAtOnce() {
-        var h = Harness(fades: true)
-        _ = heardRampedGame(&h)
-        _ = h.echo(h.silent(true))
-        h.advance(ms: 100)
+        _ = runAll(&h, .playback(1))
         let off = h.silent(false)
-        // The fade-in from silence, and the unmute (the backend turns the ramp back at its end).
+        #expect(!off.contains { if case .rampStreamUnmute = $0 { true } else { false } }, "\(off)")
         #expect(streamOps(off).contains(.setStreamMute(.playback(1), false)), "\(off)")
-        let first = volumes(off, .playback(1)).first
-        #expect(first.map { $0.channels[0] < Volume.norm / 2 } == true, "\(off)")
-        #expect(h.engine.serverFading.isEmpty)
-    }
-
-    @Test func aFadeOutLongerThanTheTrackerWaitsIsStepsEvenWhereTheServerRamps() {
-        var settings = Settings()
-        settings.fadeOutNanoseconds = 2_000_000_000
-        var h = Harness(settings: settings, fades: true)
-        _ = heardRampedGame(&h)
-        let on = h.silent(true)
-        #expect(!on.contains { if case .rampStreamMute = $0 { true } else { false } }, "\(on)")
-        #expect(volumes(on, .playback(1)).count == 1, "the first step: \(on)")
     }
 
     @Test func silentModeOffMidFadeOutFadesBackUpWithoutAMute() {

@@ -128,8 +128,6 @@ struct Harness {
             let edit: (inout StreamInfo) -> Void
             switch e {
             case .setStreamMute(let s, let m): (id, edit) = (s, { $0.muted = m })
-            // The server's echo of a ramped mute comes at the ramp's end; a test that wants it in between says so.
-            case .rampStreamMute(let s, _): (id, edit) = (s, { $0.muted = true })
             case .rampStreamUnmute(let s, _): (id, edit) = (s, { $0.muted = false })
             case .setStreamVolume(let s, let v): (id, edit) = (s, { $0.volume = v })
             default: continue
@@ -154,7 +152,7 @@ func signals(_ effects: [Effect]) -> [Effect] {
 func streamOps(_ effects: [Effect]) -> [Effect] {
     effects.filter {
         switch $0 {
-        case .setStreamMute, .setStreamVolume, .rampStreamMute, .rampStreamUnmute: return true
+        case .setStreamMute, .setStreamVolume, .rampStreamUnmute: return true
         default: return false
         }
     }

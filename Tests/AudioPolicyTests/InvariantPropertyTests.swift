@@ -418,7 +418,7 @@ struct Simulation {
                 id: id, processChain: chain(of: pid), applicationName: "app\(pid)", role: role, corked: corked,
                 muted: muted,
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
-            // Every other stream on a server that ramps its quiet silencings (PipeWire 0.3.68 and later).
+            // Every other stream on a server that ramps its give-backs (PipeWire 0.3.68 and later).
             info.serverRamps = id.index % 2 == 0
             if isUnlinked {
                 // As pipewire-pulse shows it before the link: corked, silent, on no device.
@@ -647,10 +647,6 @@ struct Simulation {
             case .setStreamVolume(let id, let v):
                 guard server[id] != nil else { continue }
                 server[id]?.volume = v
-                echoes.append(server[id]!)
-            case .rampStreamMute(let id, _):
-                guard server[id] != nil else { continue }
-                server[id]?.muted = true
                 echoes.append(server[id]!)
             case .rampStreamUnmute(let id, _):
                 guard server[id] != nil else { continue }
@@ -881,12 +877,6 @@ struct Simulation {
                 && !info.muted
             if fadingOut, engine.streams[id].map({ engine.silencing($0) }) != .quiet {
                 v.append("\(id) fades out, but silent mode or the lock is not all that silences it")
-            }
-            // The same of a fade-out the server ramps: anything else silencing it cuts the ramp with the mute.
-            if let st = engine.streams[id], let end = st.serverFadeEnds, engine.now < end, st.appliedMute,
-                engine.silencing(st) != .quiet || engine.silencedAhead(id) != nil
-            {
-                v.append("\(id)'s server ramp runs on, but silent mode or the lock is not all that silences it")
             }
             // 2. Silent mode.
             if engine.silentMode && audible(info) && category?.obeysSilentMode == true && !fadingOut {
