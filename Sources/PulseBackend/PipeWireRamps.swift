@@ -106,6 +106,8 @@ final class PipeWireRamps {
             guard let w = self?.factorWaits.removeValue(forKey: node) else { return }
             w.done(false)
         }
+        // No timer to be had (no timerfd left): no wait that might never end.
+        guard timer != nil else { return done(false) }
         factorWaits[node] = (atMost, timer, done)
         checkFactorWaits()
     }

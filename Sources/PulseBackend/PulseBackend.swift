@@ -260,6 +260,8 @@ public final class PulseBackend {
         let wasConnected = server != nil
         // The streams go with the connection; a running ramp ends at silence and the stream with it.
         for r in ramps.values { r.end?.cancel() }
+        pipewireRetry?.cancel()
+        pipewireRetry = nil
         forgetRamps()
         context?.close()
         context = nil
@@ -597,7 +599,10 @@ public final class PulseBackend {
     private func removed(_ id: StreamID) {
         rampStreamRemoved(id)
         // PipeWire gives a gone node's id to the next one: a proxy bound to it would address nothing.
-        if let node = session.streamNode(id) { pipewire?.release(node: node) }
+        if let node = session.streamNode(id) {
+            pipewire?.release(node: node)
+            nodeRampEnds[node] = nil
+        }
         execute(session.streamRemoved(id, now: monotonicNow()))
     }
 
@@ -706,6 +711,8 @@ public final class PulseBackend {
     /// the ramp up from 0.
     private struct RampUp {
         var node: UInt32
+        /// Which give-back this is: a callback of an earlier one on the same stream acts on nothing.
+        var serial: UInt64
         /// The unmute has been sent.
         var unmuted = false
         /// When the ramp up has run out (monotonic), once it is sent.
@@ -714,11 +721,24 @@ public final class PulseBackend {
     }
 
     private var rampUps: [StreamID: RampUp] = [:]
+    private var nextRampUpSerial: UInt64 = 0
+    /// When the last ramp sent to each node runs out (monotonic): PipeWire refuses another before then, and a plain
+    /// value set meanwhile is overwritten by the running one.
+    private var nodeRampEnds: [UInt32: UInt64] = [:]
+
+    private func rampRuns(on node: UInt32) -> Bool {
+        guard let end = nodeRampEnds[node] else { return false }
+        if monotonicNow() < end { return true }
+        nodeRampEnds[node] = nil
+        return false
+    }
     /// How long a give-back waits for the node to report its factor at 0 before it unmutes anyway.
     static let factorReportNanoseconds: UInt64 = 300_000_000
     /// Streams muted after a ramp, by node: an un-silencing sets their factor to 1.0 once more.
     private var rampedNodes: [StreamID: UInt32] = [:]
     private var pipewire: PipeWireRamps?
+    private var pipewireRetry: LoopTimer?
+    static let pipewireRetryNanoseconds: UInt64 = 2_000_000_000
     // WirePlumber 0.5 saves a stream's factor into its restore key (the media role, else the app) and starts every
     // new stream of the key with it. A key whose stream went mid-ramp (`loweredFactors.leftKeys`, an earlier run's
     // too) is repaired through a probe of the key (`repairFactorKey`); meanwhile, and while a stream of the key is
@@ -831,9 +851,17 @@ public final class PulseBackend {
                 self.resetEarlierFactors()
             }
             pw.onLost = { [weak self] why in
-                self?.logger.info(
-                    "the native PipeWire connection was lost; silencings are steps", metadata: ["error": "\(why)"])
-                self?.closePipeWire()
+                guard let self else { return }
+                self.logger.info(
+                    "the native PipeWire connection was lost; silencings are steps until it is back",
+                    metadata: ["error": "\(why)"])
+                self.closePipeWire()
+                // Factors it may have left low (a give-back's 0, a ramp's) are set back by the next connection
+                // (`resetEarlierFactors`): it is tried again while the pulse connection stands.
+                self.pipewireRetry = self.loop.timer(afterNanoseconds: Self.pipewireRetryNanoseconds) { [weak self] in
+                    self?.pipewireRetry = nil
+                    if self?.context != nil { self?.openPipeWire() }
+                }
             }
             pipewire = pw
         } catch {
@@ -858,6 +886,7 @@ public final class PulseBackend {
         ramps.removeAll()
         for r in rampUps.values { r.end?.cancel() }
         rampUps.removeAll()
+        nodeRampEnds.removeAll()
         rampedNodes.removeAll()
         pausedInRamp.removeAll()
         for t in factorRechecks.values { t.cancel() }
@@ -874,7 +903,8 @@ public final class PulseBackend {
     /// server cannot ramp this stream now.
     private func beginRamp(_ id: StreamID) -> Bool {
         guard let pw = pipewire, pw.ramps, rampSamples > 0, rampUps[id] == nil,
-            let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds)
+            let node = session.rampableNode(id, now: monotonicNow(), playingFor: Self.rampPlayingNanoseconds),
+            !rampRuns(on: node)
         else { return false }
         let key = session.streamKey(id)
         // A check of the factor still due would set it to 1.0 inside this ramp.
@@ -883,6 +913,7 @@ public final class PulseBackend {
         pendingOperations += 1
         // A reply waits for the ramp's start, as it would for the mute.
         let sent = pw.set(node: node, factor: 0, rampSamples: rampSamples) { [weak self] in self?.finishOperation() }
+        nodeRampEnds[node] = monotonicNow() + UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
         guard sent else {
             pendingOperations -= 1
             lowered(node, key: key, false)
@@ -953,20 +984,30 @@ public final class PulseBackend {
     /// another way than the pulse unmute, and an unmute landing first would be heard at full volume.
     private func beginRampUp(_ id: StreamID, milliseconds ms: UInt32) -> Bool {
         guard let pw = pipewire, pw.ramps, ms > 0, id.kind == .playback, ramps[id] == nil, rampUps[id] == nil,
-            session.streamMuted(id) == true, let node = session.streamNode(id), pw.watchFactor(node: node)
+            session.streamMuted(id) == true, let node = session.streamNode(id), !rampRuns(on: node),
+            pw.watchFactor(node: node)
         else { return false }
         guard session.writing(id, mute: false, now: monotonicNow()) else { return true }
         factorRechecks.removeValue(forKey: node)?.cancel()
         rampedNodes[id] = nil
         lowered(node, key: session.streamKey(id), true)
         logger.debug("write: factor of stream \(id.index) to 0, then unmute it under a ramp up over \(ms) ms")
-        rampUps[id] = RampUp(node: node)
+        nextRampUpSerial &+= 1
+        let serial = nextRampUpSerial
+        rampUps[id] = RampUp(node: node, serial: serial)
         pendingOperations += 1
         pw.set(node: node, factor: 0)
-        pw.whenFactor(node: node, atMost: 0.001, timeout: Self.factorReportNanoseconds) { [weak self] reported in
+        pw.whenFactor(node: node, atMost: 0.001, timeout: Self.factorReportNanoseconds) {
+            [weak self, weak pw] reported in
             guard let self else { return }
             defer { self.finishOperation() }
-            guard self.rampUps[id] != nil, let c = self.context else { return }
+            guard self.rampUps[id]?.serial == serial, let c = self.context else { return }
+            // The native connection lost: the factor may be 0, and nothing can ramp it up. The unmute waits for the
+            // next native connection, which sets every lowered factor back to 1.0 (`openPipeWire`'s retry); the
+            // engine's unmute is sent now all the same, or the stream would stay muted.
+            if pw?.isLost ?? true {
+                self.logger.notice("stream \(id.index) given back while the native PipeWire connection was lost")
+            }
             if !reported {
                 self.logger.notice(
                     "stream \(id.index)'s node did not report its factor at 0 in time; unmuting it anyway")
@@ -978,14 +1019,16 @@ public final class PulseBackend {
                 guard let self else { return }
                 self.operationDone(id, ok, "mute")
                 // Up from 0 whether or not the unmute took: a factor left at 0 would keep the stream silent.
-                guard self.rampUps[id] != nil, let pw = self.pipewire else { return }
+                guard self.rampUps[id]?.serial == serial, let pw = self.pipewire else { return }
                 let samples = Int32(clamping: 48 * Int(ms))
-                pw.set(node: node, factor: 1, rampSamples: samples, stepSamples: max(1, samples / 2048))
+                pw.set(node: node, factor: 1, rampSamples: samples, stepSamples: max(1, (samples + 2047) / 2048))
                 let length = UInt64(ms) * 1_000_000
+                self.nodeRampEnds[node] = self.monotonicNow() + length + Self.rampSettleNanoseconds
                 self.rampUps[id]?.runsOutAt = self.monotonicNow() + length
                 self.rampUps[id]?.end = self.loop.timer(afterNanoseconds: length + Self.rampSettleNanoseconds) {
                     [weak self] in
-                    guard let self, self.rampUps.removeValue(forKey: id) != nil else { return }
+                    guard let self, self.rampUps[id]?.serial == serial else { return }
+                    self.rampUps[id] = nil
                     // The ramp's last value is a step short of 1.0: set 1.0 itself, and check it.
                     self.recheckFactor(node, after: 0)
                     self.rampsSettled()
@@ -1012,9 +1055,10 @@ public final class PulseBackend {
         }
         logger.debug("write: the ramp up of stream \(id.index) cut short by a mute")
         operate(id, .setStreamMute(id, true), mute: true)
+        // The factor goes back to 1.0 only under the mute: after the ramp up has run out if it was sent, else once
+        // the mute has surely landed (a 1.0 over the native connection could overtake the mute).
         let now = monotonicNow()
         let wait = r.runsOutAt.map { ($0 > now ? $0 - now : 0) + Self.rampSettleNanoseconds } ?? 0
-        if r.runsOutAt == nil { pipewire?.set(node: r.node, factor: 1) }
         rampedNodes[id] = r.node
         recheckFactor(r.node, after: max(wait, Self.factorRecheckNanoseconds))
     }
