@@ -88,6 +88,7 @@ struct StreamTrackingTests {
         #expect(waitFor(10) { a.latest(index) != nil && other.latest(index) != nil }, "the stream was not seen")
 
         var undone: [Int] = []
+        var unanswered = 0
         for round in 0..<400 {
             let want = round % 2 == 0
             // Cleared in the loop turn that sends the mute: a report of an earlier change (the new stream settling,
@@ -96,7 +97,15 @@ struct StreamTrackingTests {
             // Another client changing the same stream makes the server announce it, and audiod read it, at once.
             let v = UInt32(30_000 + round * 50)
             other.apply([.setStreamVolume(id, Volume(channels: [v, v]))])
-            _ = waitFor(5) { a.latest(index)?.muted == want }
+            // A server that stops answering fails the test at once, with its log, instead of 400 waits of 5 s (one CI
+            // run on PipeWire 1.4 sat here for over ten minutes: pipewire-pulse's log ended with refused ramps).
+            unanswered = waitFor(5) { a.latest(index)?.muted == want } ? 0 : unanswered + 1
+            if unanswered >= 3 {
+                let logs = ["pipewire-pulse.log", "pulse.log"].map { server.file($0).suffix(1200) }.joined(
+                    separator: " / ")
+                Issue.record("round \(round): three mutes in a row never reported; the server's log: \(logs)")
+                break
+            }
             usleep(5_000)
             if a.reports(index).contains(where: { $0.muted != want }) { undone.append(round) }
         }
@@ -117,7 +126,8 @@ struct StreamTrackingTests {
     }
 }
 
-/// A PulseBackend on its own loop, recording what it reports per stream.
+/// A PulseBackend on its own loop, recording what it reports per stream. No native PipeWire connection: what is
+/// tested here is the pulse side's tracking; the ramps have their own tests (FadeTests).
 final class Tracker: @unchecked Sendable {
     let loop: MainLoop
     let backend: LoopBound<PulseBackend>
@@ -130,7 +140,9 @@ final class Tracker: @unchecked Sendable {
         logger.logLevel = .critical
         let (l, log) = (loop, logger)
         let b = l.sync {
-            l.bind(PulseBackend(loop: l, options: .init(server: server.pulseServer, clientName: name), logger: log))
+            var options = PulseBackend.Options(server: server.pulseServer, clientName: name)
+            options.deClickMilliseconds = 0
+            return l.bind(PulseBackend(loop: l, options: options, logger: log))
         }
         backend = b
         loop.sync { [weak self] in
