@@ -25,6 +25,21 @@ import Testing
         }
     }
 
+    /// Found by the property above in a clean-clone run (input shrunk to these ten codes; it fails the same with no
+    /// stream on a ramping server, so it is older than the server ramps): a game strongly ducked under a screen
+    /// reader, silent mode on, the user toggling its mute, silent mode off — the engine fades it to the strong duck
+    /// of 100 %, the test's model expects the duck of 46 % (the ducked volume the stream showed when the user acted).
+    /// Which of the two has the user's volume wrong is not yet told; recorded as a known issue until it is.
+    @Test func aStronglyDuckedGameTheUserTogglesInSilentModeIsGivenBackAtItsDuck() {
+        withKnownIssue("engine or model: the user's volume of a strongly ducked stream toggled in silent mode") {
+            var sim = Simulation()
+            for code in [7245, 7407, 3716, 74653, 673, 73627, 80871, 44274, 60181, 36623] {
+                sim.run(Simulation.Op(code: code))
+                #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+            }
+        }
+    }
+
     /// Found by the property above once it also followed the published properties: a game's stream plays in an
     /// explicit session, which is released — its stream goes to a new implicit session — and another game starts.
     /// The release left the audible count of sessionless streams at −1, so no session counted as the only audible

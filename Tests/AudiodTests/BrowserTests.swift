@@ -184,7 +184,7 @@ struct BrowserTests {
             }
             let s = try browserStream(server, name: "firefox", process: firefox, log: "firefox-\(n).log")
             let streamPID = try #require(s.pid)
-            #expect(waitFor(30) { mprisOwner(server, of: streamPID) != nil }, "start \(n): no MPRIS player for Firefox")
+            #expect(waitFor(60) { mprisOwner(server, of: streamPID) != nil }, "start \(n): no MPRIS player for Firefox")
             usleep(2_500_000)
             let session = try d.client.makeSession(pid: holder.pid, "playback", activate: true)
             let t0 = Date()
