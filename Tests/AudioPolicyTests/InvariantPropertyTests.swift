@@ -27,9 +27,10 @@ import Testing
 
     /// Found by the property above in a clean-clone run (input shrunk to these ten codes; it fails the same with no
     /// stream on a ramping server, so it is older than the server ramps): a game strongly ducked under a screen
-    /// reader, silent mode on, the user toggling its mute, silent mode off — the engine fades it to the strong duck
-    /// of 100 %, the test's model expects the duck of 46 % (the ducked volume the stream showed when the user acted).
-    /// Which of the two has the user's volume wrong is not yet told; recorded as a known issue until it is.
+    /// reader (shown at 30419, 46 %) and silenced by silent mode, the user unmutes it and sets its volume to 30000
+    /// (also shown as 46 %), silent mode goes off. The engine still holds 100 % as the user's volume and fades to
+    /// the strong duck of that; the test's model expects the duck of 30000. Which of the two is wrong is not yet
+    /// told; recorded as a known issue until it is.
     @Test func aStronglyDuckedGameTheUserTogglesInSilentModeIsGivenBackAtItsDuck() {
         withKnownIssue("engine or model: the user's volume of a strongly ducked stream toggled in silent mode") {
             var sim = Simulation()
