@@ -601,12 +601,6 @@ extension ServerSession {
 }
 
 extension ServerSession {
-    /// The app a stream belongs to, as the server names it (`application.name`, else its binary).
-    public func streamApp(_ id: StreamID) -> String? {
-        guard let p = streams[id]?.raw.properties else { return nil }
-        return p["application.name"] ?? p["application.process.binary"]
-    }
-
     /// The restore key the server files the stream under (WirePlumber saves its PipeWire factor there too).
     public func streamKey(_ id: StreamID) -> String? {
         guard let raw = streams[id]?.raw else { return nil }
