@@ -118,11 +118,14 @@ func startAudiod(_ server: TestServer, config: String, client: BusClient, part: 
         // Top-level keys go before the first table.
         try "nice-level = \(level)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
     }
-    // BENCH_DE_CLICK=S: audiod's `de-click` (seconds; 0 for steps), to hear the server ramp against a step.
-    if let deClick = ProcessInfo.processInfo.environment["BENCH_DE_CLICK"],
-        let text = try? String(contentsOfFile: config, encoding: .utf8), !text.contains("de-click")
-    {
-        try "de-click = \(deClick)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
+    // BENCH_DE_CLICK=S and BENCH_FADE_IN=S: audiod's `de-click` and `fade-in` (seconds; 0 for steps), to hear or
+    // time the server's ramps against steps.
+    for (variable, key) in [("BENCH_DE_CLICK", "de-click"), ("BENCH_FADE_IN", "fade-in")] {
+        if let seconds = ProcessInfo.processInfo.environment[variable],
+            let text = try? String(contentsOfFile: config, encoding: .utf8), !text.contains(key)
+        {
+            try "\(key) = \(seconds)\n\(text)".write(toFile: config, atomically: true, encoding: .utf8)
+        }
     }
     let child = try server.spawn(
         [
@@ -282,6 +285,34 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
         throw BenchFailure("direct client did not connect")
     }
 
+    /// A wait that ran out: which streams did not show `muted`, as the observer last saw them and as the server
+    /// shows them now (a stream the server holds right that the observer never heard of is a lost report).
+    func stuck(_ what: String, _ indexes: [UInt32], muted: Bool) -> BenchFailure {
+        let listed = (try? server.playbackStreams()) ?? []
+        let late = indexes.filter { observer.state($0)?.muted != muted }.map { i in
+            let seen = observer.state(i).map { "\($0.muted ? "muted" : "unmuted") \($0.volume)" } ?? "never seen"
+            let now = listed.first { $0.index == i }.map { "\($0.muted ? "muted" : "unmuted") \($0.volume.max() ?? 0)" }
+            let node = listed.first { $0.index == i }?.properties["object.id"]
+            return
+                "\(i): observer \(seen), server \(now ?? "no such stream")\(node.map { ", node \(nodeProps(server, $0))" } ?? "")"
+        }
+        // Experiment: the same mute written again, then the node read once more.
+        var after: [String] = []
+        for i in indexes where observer.state(i)?.muted != muted {
+            guard let st = listed.first(where: { $0.index == i }), let node = st.properties["object.id"] else {
+                continue
+            }
+            _ = try? server.pactl(["set-sink-input-mute", "\(i)", st.muted ? "1" : "0"])
+            Thread.sleep(forTimeInterval: 0.3)
+            let again = ((try? server.playbackStreams()) ?? []).first { $0.index == i }
+            after.append(
+                "\(i) after its mute rewritten: server \(again.map { $0.muted ? "muted" : "unmuted" } ?? "?"), node \(nodeProps(server, node))"
+            )
+        }
+        return BenchFailure(
+            "\(what): \(late.count) of \(indexes.count) late — \(late.prefix(8).joined(separator: "; ")) | \(after.prefix(3).joined(separator: "; "))"
+        )
+    }
     // Activation → competing streams muted, with 2 sessions (one stream), then 100 (1, 10 and 100 streams).
     let plans: [(extra: Int, streams: String)] =
         ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map {
@@ -303,8 +334,13 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             let tones = try ToneClient(server: server.pulseServer, name: "competing-\(n)")
             var indexes: [UInt32] = []
             for _ in 0..<n { indexes.append(try tones.open(["audiod.session": sessionID(b)]).index) }
+            if let s = ProcessInfo.processInfo.environment["BENCH_SETTLE"].flatMap(Double.init) {
+                Thread.sleep(forTimeInterval: s)
+            }
             try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
-            guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("\(n) streams not unmuted") }
+            guard observer.wait(indexes, muted: false) != nil else {
+                throw stuck("\(n) streams not unmuted", indexes, muted: false)
+            }
             var lat = Latency()
             // A hundred streams take the server ~0.25 s to mute whoever asks: fewer rounds keep the run short.
             let rounds = n >= 100 ? max(10, iterations / 4) : iterations
@@ -315,13 +351,15 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             for _ in 0..<rounds {
                 let t0 = nowNs()
                 try expectSuccess(owner.session(a, "SetActive", [.bool(true), .strings([])]), "SetActive a")
-                guard let t1 = observer.wait(indexes, muted: true) else { throw BenchFailure("\(n) streams not muted") }
+                guard let t1 = observer.wait(indexes, muted: true) else {
+                    throw stuck("\(n) streams not muted", indexes, muted: true)
+                }
                 lat.audiod.append(t1 - t0)
                 sent.append(t0)
                 seen.append(t1)
                 try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
                 guard observer.wait(indexes, muted: false) != nil else {
-                    throw BenchFailure("\(n) streams not unmuted")
+                    throw stuck("\(n) streams not unmuted", indexes, muted: false)
                 }
             }
             let ids = indexes.map { StreamID.playback($0) }
@@ -331,10 +369,14 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             for _ in 0..<rounds {
                 let t0 = nowNs()
                 floorLoop.sync { direct.value.apply(ids.map { .setStreamMute($0, true) }) }
-                guard let t1 = observer.wait(indexes, muted: true) else { throw BenchFailure("floor: not muted") }
+                guard let t1 = observer.wait(indexes, muted: true) else {
+                    throw stuck("floor: not muted", indexes, muted: true)
+                }
                 lat.floor.append(t1 - t0)
                 floorLoop.sync { direct.value.apply(ids.map { .setStreamMute($0, false) }) }
-                guard observer.wait(indexes, muted: false) != nil else { throw BenchFailure("floor: not unmuted") }
+                guard observer.wait(indexes, muted: false) != nil else {
+                    throw stuck("floor: not unmuted", indexes, muted: false)
+                }
             }
             if n == 1, extra > 0, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
                 r.breakdown = breakdown(
@@ -802,3 +844,18 @@ for (kind, r) in all {
 }
 
 exit(guardFigures() ? 0 : 1)
+
+/// A PipeWire node's own `Props` (mute, factor, channel volumes) as `pw-dump` shows them: what the server does,
+/// beside what pipewire-pulse reports.
+func nodeProps(_ server: TestServer, _ node: String) -> String {
+    guard let out = try? server.run(["pw-dump", node]),
+        let list = try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]
+    else { return "not dumped" }
+    for object in list where "\(object["id"] ?? "")" == node {
+        let params = (object["info"] as? [String: Any])?["params"] as? [String: Any]
+        for p in params?["Props"] as? [[String: Any]] ?? [] where p["mute"] != nil {
+            return "mute \(p["mute"] ?? "?") volume \(p["volume"] ?? "?") channelVolumes \(p["channelVolumes"] ?? "?")"
+        }
+    }
+    return "no Props"
+}
