@@ -212,8 +212,8 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
     // Before a part's first round its streams play this long: audiod ramps only a stream that has played 300 ms
     // (`rampPlayingNanoseconds`; a younger one's silencing is a step by design), and a first round at `pre` came
     // within that under load (CI's brief run: one interruption round of three a −21 dB step). And longer than a
-    // fade-in: the secondary-audio part's video, muted to begin with, gives the game back first, and on PipeWire
-    // 1.4 a silencing while that ramp up runs is a step (the server refuses a second ramp).
+    // fade-in: the secondary-audio part's video, muted to begin with, gives the game back first, and a round that
+    // began inside that fade-in would measure the fade's step, not the transition.
     let settle = 1.5
     /// One round: the recording from `pre` before the trigger to `post` after it.
     func round(_ recorder: MonitorRecorder, _ row: inout ClickRow, _ trigger: () throws -> Void) throws {

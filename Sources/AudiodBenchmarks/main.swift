@@ -296,7 +296,9 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             return
                 "\(i): observer \(seen), server \(now ?? "no such stream")\(node.map { ", node \(nodeProps(server, $0))" } ?? "")"
         }
-        // Experiment: the same mute written again, then the node read once more.
+        // The mute the server shows, written once more, then the node read again: a node whose Props only went
+        // unreported then shows its real values (on PipeWire 1.4.2 a give-back's ramp once left a mid-ramp factor
+        // reported long after the ramp had run; docs/FADES.md).
         var after: [String] = []
         for i in indexes where observer.state(i)?.muted != muted {
             guard let st = listed.first(where: { $0.index == i }), let node = st.properties["object.id"] else {

@@ -54,6 +54,12 @@ public final class PulseBackend {
         /// How long a silencing that races a new sound takes where the server ramps (PipeWire 0.3.68 and later):
         /// the factor ramps down over this long, then the mute is written. 0: a step, as on other servers.
         public var deClickMilliseconds: UInt32 = 8
+        /// Whether a give-back is one ramp up inside the server where it can ramp, rather than volume steps. Off:
+        /// on PipeWire 1.4.2 a mute or unmute written while the node's ramp runs can be lost, or go unreported,
+        /// until the stream's next change (the activation benchmark, 100 streams silenced and given back every
+        /// ~50 ms: one stream left in the wrong state in 16 of 27 runs; with stepped fade-ins, none in 11 — see
+        /// docs/FADES.md). A silencing during a fade-in cannot wait for the ramp to run out.
+        public var rampsGiveBacks = false
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
@@ -844,7 +850,7 @@ public final class PulseBackend {
             pw.onReady = { [weak self, weak pw] in
                 guard let self, let pw else { return }
                 defer { self.rampsSettled() }
-                self.session.serverRamps = pw.ramps
+                self.session.serverRamps = pw.ramps && self.options.rampsGiveBacks
                 self.logger.info(
                     "native PipeWire connection: server \(pw.serverVersion), silencings that race a new sound \(pw.ramps ? "ramp over \(self.deClickMilliseconds) ms" : "are steps (no ramps before 0.3.68)")"
                 )
