@@ -18,7 +18,8 @@
 // (audiod's `nice-level`: 0 runs it as started, for the figures before its loop asked for the sound server's -11),
 // BENCH_OVERLAP_ROWS=activation,phone,pip,silent,ring (only these transitions of the overlap part),
 // BENCH_OVERLAP_ROUNDS (rounds per overlap row; default 100), BENCH_CLICK_ROUNDS (rounds per transition of the clicks
-// part; default a tenth of the iterations, 3 to 12).
+// part; default a tenth of the iterations, 3 to 12), BENCH_DE_CLICK=S and BENCH_FADE_IN=S (audiod's `de-click` and
+// `fade-in`, seconds; 0 for steps).
 
 import AudioPolicy
 import AudiodCore
@@ -286,34 +287,35 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     }
 
     /// A wait that ran out: which streams did not show `muted`, as the observer last saw them and as the server
-    /// shows them now (a stream the server holds right that the observer never heard of is a lost report).
+    /// shows them now (a stream the server holds right that the observer never heard of is a lost report). Bounded:
+    /// a few streams looked at, every tool under `timeout` (a wedged server must not hang the test command).
     func stuck(_ what: String, _ indexes: [UInt32], muted: Bool) -> BenchFailure {
         let listed = (try? server.playbackStreams()) ?? []
-        let late = indexes.filter { observer.state($0)?.muted != muted }.map { i in
+        let late = indexes.filter { observer.state($0)?.muted != muted }
+        func shown(_ s: ObservedStream?) -> String {
+            s.map { "\($0.muted ? "muted" : "unmuted") \($0.volume.max() ?? 0)" } ?? "no such stream"
+        }
+        let described = late.prefix(8).map { i in
             let seen = observer.state(i).map { "\($0.muted ? "muted" : "unmuted") \($0.volume)" } ?? "never seen"
-            let now = listed.first { $0.index == i }.map { "\($0.muted ? "muted" : "unmuted") \($0.volume.max() ?? 0)" }
-            let node = listed.first { $0.index == i }?.properties["object.id"]
-            return
-                "\(i): observer \(seen), server \(now ?? "no such stream")\(node.map { ", node \(nodeProps(server, $0))" } ?? "")"
+            let now = listed.first { $0.index == i }
+            let node = now?.properties["object.id"].map { ", node \(nodeProps(server, $0))" } ?? ""
+            return "\(i): observer \(seen), server \(shown(now))\(node)"
         }
         // The mute the server shows, written once more, then the node read again: a node whose Props only went
         // unreported then shows its real values (on PipeWire 1.4.2 a give-back's ramp once left a mid-ramp factor
         // reported long after the ramp had run; docs/FADES.md).
-        var after: [String] = []
-        for i in indexes where observer.state(i)?.muted != muted {
-            guard let st = listed.first(where: { $0.index == i }), let node = st.properties["object.id"] else {
-                continue
+        let rewritten = late.prefix(2).compactMap { i -> String? in
+            guard let now = listed.first(where: { $0.index == i }), let node = now.properties["object.id"] else {
+                return nil
             }
-            _ = try? server.pactl(["set-sink-input-mute", "\(i)", st.muted ? "1" : "0"])
+            _ = try? server.run(["timeout", "5", "pactl", "set-sink-input-mute", "\(i)", now.muted ? "1" : "0"])
             Thread.sleep(forTimeInterval: 0.3)
             let again = ((try? server.playbackStreams()) ?? []).first { $0.index == i }
-            after.append(
-                "\(i) after its mute rewritten: server \(again.map { $0.muted ? "muted" : "unmuted" } ?? "?"), node \(nodeProps(server, node))"
-            )
+            return "\(i) with its mute written again: server \(shown(again)), node \(nodeProps(server, node))"
         }
         return BenchFailure(
-            "\(what): \(late.count) of \(indexes.count) late — \(late.prefix(8).joined(separator: "; ")) | \(after.prefix(3).joined(separator: "; "))"
-        )
+            "\(what): \(late.count) of \(indexes.count) late — \(described.joined(separator: "; "))"
+                + (rewritten.isEmpty ? "" : " | " + rewritten.joined(separator: "; ")))
     }
     // Activation → competing streams muted, with 2 sessions (one stream), then 100 (1, 10 and 100 streams).
     let plans: [(extra: Int, streams: String)] =
@@ -336,9 +338,6 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             let tones = try ToneClient(server: server.pulseServer, name: "competing-\(n)")
             var indexes: [UInt32] = []
             for _ in 0..<n { indexes.append(try tones.open(["audiod.session": sessionID(b)]).index) }
-            if let s = ProcessInfo.processInfo.environment["BENCH_SETTLE"].flatMap(Double.init) {
-                Thread.sleep(forTimeInterval: s)
-            }
             try expectSuccess(owner.session(b, "SetActive", [.bool(true), .strings([])]), "SetActive b")
             guard observer.wait(indexes, muted: false) != nil else {
                 throw stuck("\(n) streams not unmuted", indexes, muted: false)
@@ -850,7 +849,7 @@ exit(guardFigures() ? 0 : 1)
 /// A PipeWire node's own `Props` (mute, factor, channel volumes) as `pw-dump` shows them: what the server does,
 /// beside what pipewire-pulse reports.
 func nodeProps(_ server: TestServer, _ node: String) -> String {
-    guard let out = try? server.run(["pw-dump", node]),
+    guard let out = try? server.run(["timeout", "5", "pw-dump", node]),
         let list = try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]
     else { return "not dumped" }
     for object in list where "\(object["id"] ?? "")" == node {

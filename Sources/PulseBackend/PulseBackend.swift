@@ -57,7 +57,7 @@ public final class PulseBackend {
         /// Whether a give-back is one ramp up inside the server where it can ramp, rather than volume steps. Off:
         /// on PipeWire 1.4.2 a mute or unmute written while the node's ramp runs can be lost, or go unreported,
         /// until the stream's next change (the activation benchmark, 100 streams silenced and given back every
-        /// ~50 ms: one stream left in the wrong state in 16 of 27 runs; with stepped fade-ins, none in 11 — see
+        /// ~50 ms: one stream left in the wrong state in 16 of 27 runs; with `fade-in` 0, in none of 5 — see
         /// docs/FADES.md). A silencing during a fade-in cannot wait for the ramp to run out.
         public var rampsGiveBacks = false
 

@@ -139,8 +139,8 @@ public struct ServerSession<Stream: ServerStreamValue> {
     /// The server's kind, once the first state is in.
     public var flavor: Flavor? { if case .ready(let f, _) = phase { return f } else { return nil } }
     public var onPipeWire: Bool { flavor == .pipeWire }
-    /// The backend's native PipeWire connection ramps streams' factors: a stream reported from now on says so
-    /// (`StreamInfo.serverRamps`).
+    /// The backend's native PipeWire connection ramps streams' factors, and give-backs are to be ramped there
+    /// (`PulseBackend.Options.rampsGiveBacks`): a stream reported from now on says so (`StreamInfo.serverRamps`).
     public var serverRamps = false
     public var hasRestoreDatabase: Bool { if case .ready(_, true) = phase { return true } else { return false } }
 
