@@ -846,17 +846,8 @@ for (kind, r) in all {
 
 exit(guardFigures() ? 0 : 1)
 
-/// A PipeWire node's own `Props` (mute, factor, channel volumes) as `pw-dump` shows them: what the server does,
-/// beside what pipewire-pulse reports.
+/// A PipeWire node's own mute, factor and channel volumes, for a failure's message.
 func nodeProps(_ server: TestServer, _ node: String) -> String {
-    guard let out = try? server.run(["timeout", "5", "pw-dump", node]),
-        let list = try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]
-    else { return "not dumped" }
-    for object in list where "\(object["id"] ?? "")" == node {
-        let params = (object["info"] as? [String: Any])?["params"] as? [String: Any]
-        for p in params?["Props"] as? [[String: Any]] ?? [] where p["mute"] != nil {
-            return "mute \(p["mute"] ?? "?") volume \(p["volume"] ?? "?") channelVolumes \(p["channelVolumes"] ?? "?")"
-        }
-    }
-    return "no Props"
+    guard let p = server.nodeProps(node).first(where: { $0["mute"] != nil }) else { return "no Props shown" }
+    return "mute \(p["mute"] ?? "?") volume \(p["volume"] ?? "?") channelVolumes \(p["channelVolumes"] ?? "?")"
 }

@@ -428,6 +428,18 @@ public final class TestServer: @unchecked Sendable {
 
     // MARK: Observing
 
+    /// A PipeWire node's own `Props` objects (its mute, its factor `volume`, its channel volumes), as `pw-dump` shows
+    /// them: what the node holds, beside what pipewire-pulse reports. Empty where none are shown; under `timeout`, so
+    /// that a wedged server cannot hang the caller.
+    public func nodeProps(_ node: String) -> [[String: Any]] {
+        guard let out = try? run(["timeout", "5", "pw-dump", node]),
+            let list = try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]
+        else { return [] }
+        let object = list.first { "\($0["id"] ?? "")" == node }
+        let params = (object?["info"] as? [String: Any])?["params"] as? [String: Any]
+        return params?["Props"] as? [[String: Any]] ?? []
+    }
+
     /// Every playback stream, as `pactl -f json list sink-inputs` shows it.
     public func playbackStreams() throws -> [ObservedStream] {
         if let query { return try query.streams(record: false) }

@@ -118,16 +118,7 @@ struct FadeTests {
 
     /// The node's own volume factor (`Props` `volume`), as `pw-dump` shows it; nil where it shows none.
     static func factor(_ server: TestServer, node: String) -> Double? {
-        guard let out = try? server.run(["pw-dump", node]),
-            let list = try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [[String: Any]]
-        else { return nil }
-        for object in list where "\(object["id"] ?? "")" == node {
-            let params = (object["info"] as? [String: Any])?["params"] as? [String: Any]
-            for p in params?["Props"] as? [[String: Any]] ?? [] {
-                if let v = p["volume"] as? Double { return v }
-            }
-        }
-        return nil
+        server.nodeProps(node).lazy.compactMap { $0["volume"] as? Double }.first
     }
 
     @Test(
