@@ -611,9 +611,11 @@ struct StopAndRecoveryTests {
         let (d, phone) = try musicQuitsDuringCall(server)
         d.child.kill()
         phone.kill()
-        // No audiod: the next music stream takes what the database holds. On PulseAudio audiod rewrote the entry
-        // after its mute, as it goes, so nothing leaked; on PipeWire (whose entries audiod can only overwrite, at a
-        // stop) the killed audiod left the mute there.
+        // No audiod: the next music stream takes what the database holds. On PipeWire (whose entries audiod can only
+        // overwrite, at a stop) the killed audiod left the mute there. On PulseAudio audiod rewrote the entry after
+        // its mute, as it goes, so usually nothing leaked — but any later change event of the muted stream makes
+        // module-stream-restore save its mute again (seen once in a clean-clone run), and a SIGKILL leaves that:
+        // `--restore` must then repair it like PipeWire's.
         // Two of them: every live stream of the leaked key is put back, not only the first one listed.
         let leaked = try playback(server, name: "music-player", role: "music")
         let second = try playback(server, name: "radio", role: "music")
@@ -623,7 +625,11 @@ struct StopAndRecoveryTests {
             server.playbackStream(pid: leaked.pid)?.muted == true
                 && server.playbackStream(pid: second.pid)?.muted == true
         }
-        #expect(shows == (kind.isPipeWire), "on \(kind) the leaked mute \(shows ? "showed" : "did not show")")
+        if kind.isPipeWire {
+            #expect(shows, "on \(kind) the leaked mute did not show: the test's premise is gone")
+        } else if shows {
+            print("trust: on \(kind) the leaked mute showed after the kill; --restore must repair the live streams")
+        }
         let r = try server.runStatus(try unitStopPost())
         #expect(r.status == 0, "audiod --restore: \(r)")
         #expect(
