@@ -124,6 +124,8 @@ final class PromiseRun {
     /// Choices of features added after the fixed seeds were chosen (an output-muted feed): drawn apart, so that the
     /// fixed seeds still replay the sequences they were chosen for.
     var featureRng: FuzzTests.Rng
+    /// Faults placed in the middle of a fade (`midFadeFault`): drawn apart too, for the same reason.
+    var fadeRng: FuzzTests.Rng
     let server: TestServer
     var logind: LockAndSleepTests.Logind
     var modem: PlatformCallTests.Mock
@@ -154,6 +156,8 @@ final class PromiseRun {
     var counter = 0
     /// What the last step was, for the check of what was heard during it.
     var lastKind = ""
+    /// The step drawn last ("silent", "lock", …), for `midFadeFault`.
+    var lastChoice = ""
 
     init(kind: ServerKind, seed: UInt64, steps: Int, audiod: String) throws {
         self.kind = kind
@@ -163,6 +167,7 @@ final class PromiseRun {
         rng = FuzzTests.Rng(state: seed)
         busRng = FuzzTests.Rng(state: seed ^ 0x5EED_B05)
         featureRng = FuzzTests.Rng(state: seed ^ 0xFEED_0F)
+        fadeRng = FuzzTests.Rng(state: seed ^ 0xFADE_0F)
         server = try TestServer(kind, streamRestore: true)
         // The game is a program of its own (a copy of pacat): an entry whose Exec is pacat itself would make every
         // pacat of the run that game, since a desktop entry is matched by its program.
@@ -209,7 +214,9 @@ final class PromiseRun {
         for i in 0..<stepCount {
             let step: String
             let before = stepStart()
-            do { step = try randomStep() + busFault() } catch { step = "a step failed to run: \(error)" }
+            do { step = try randomStep() + midFadeFault() + busFault() } catch {
+                step = "a step failed to run: \(error)"
+            }
             log.append(step)
             if ProcessInfo.processInfo.environment["AUDIOD_PROMISE_VERBOSE"] != nil {
                 print("promises: \(kind): seed \(seed) step \(i + 1): \(step)")
@@ -258,6 +265,7 @@ final class PromiseRun {
             let names = script.split(separator: ",").map(String.init)
             choice = names[log.count % names.count]
         }
+        lastChoice = choice
         lastKind =
             ["role", "desktop-game", "mpv", "explicit", "audioctl-run"].contains(choice)
             ? "start"
@@ -504,10 +512,11 @@ final class PromiseRun {
         if age < 2_500_000_000 { usleep(UInt32((2_500_000_000 - age) / 1_000)) }
     }
 
-    func userMute() throws -> String {
+    /// `app`: the one to change (a game fading under silent mode or the lock); else one drawn at random.
+    func userMute(app: Int? = nil) throws -> String {
         reached.insert("user-mute")
         guard !apps.isEmpty else { return try startRole() }
-        let i = pick(apps.count)
+        let i = app ?? pick(apps.count)
         heard(apps[i])
         guard let s = stream(of: apps[i]) else { return "mute \(apps[i].label): its stream is gone" }
         // A stream the mixer shows muted (by the user or by audiod) is unmuted; muting it again would change
@@ -522,10 +531,10 @@ final class PromiseRun {
         return "the user \(mute ? "mutes" : "unmutes") \(apps[i].label) in the mixer"
     }
 
-    func userVolume() throws -> String {
+    func userVolume(app: Int? = nil) throws -> String {
         reached.insert("user-volume")
         guard !apps.isEmpty else { return try startRole() }
-        let i = pick(apps.count)
+        let i = app ?? pick(apps.count)
         heard(apps[i])
         guard let s = stream(of: apps[i]) else { return "set \(apps[i].label)'s volume: its stream is gone" }
         // A volume the stream already shows changes nothing the server reports or saves: the key keeps the value it
@@ -677,6 +686,43 @@ final class PromiseRun {
         pending += lost.map { "\($0): its session was not made again within 10 s of audiod's restart" }
         return "SIGKILL audiod, then a restart (audioctl run sessions back: \(back))"
             + (lost.isEmpty ? "" : " [not back: \(lost)]")
+    }
+
+    /// A step that starts a fade — silent mode or the lock (a fade-out of 500 ms, or a give-back's fade-in of 1 s), a
+    /// call (a give-back when it ends), a new duck level (the ducks move over 500 ms) — is followed, one time in three,
+    /// by a fault or a user's change 0–600 ms later, without waiting for the fade to end (issue 44: nothing left
+    /// behind mid-fade; a user's change during a fade ends it and is kept). Drawn from a generator of its own, and
+    /// never in the fixed seeds, like `busFault`; `AUDIOD_PROMISE_MID_FADE=0` leaves it out.
+    func midFadeFault() throws -> String {
+        guard ProcessInfo.processInfo.environment["AUDIOD_PROMISE_MID_FADE"] != "0",
+            !RandomPromiseTests.fixedSeeds.contains(seed), daemon != nil,
+            ["silent", "lock", "call", "duck-level"].contains(lastChoice),
+            fadeRng.int(3) == 0
+        else { return "" }
+        let ms = fadeRng.int(601)
+        let fault = fadeRng.int(6)
+        usleep(UInt32(ms) * 1000)
+        reached.insert("mid-fade")
+        // A stop gives every stream back the user's values, the silenced games among them: what was heard is then
+        // checked by the stop's own oracle (`stopped`), not as a lapse of the step's policy.
+        if fault < 4 { lastKind = "other" }
+        let what: String
+        switch fault {
+        case 0: what = try sigterm()
+        case 1: what = try killThenRestore()
+        case 2: what = try killThenRestart()
+        case 3: what = try restartServer()
+        case 4: what = try userMute(app: fading())
+        default: what = try userVolume(app: fading())
+        }
+        return "; \(ms) ms later, mid-fade: " + what
+    }
+
+    /// A game (what silent mode and the lock fade), drawn from `fadeRng`; nil after other steps or with no game.
+    func fading() -> Int? {
+        let games = apps.indices.filter { apps[$0].game }
+        guard ["silent", "lock"].contains(lastChoice), !games.isEmpty else { return nil }
+        return games[fadeRng.int(games.count)]
     }
 
     /// The system bus lost and back, after about one step in 30: drawn from a generator of its own, so that the other
