@@ -335,17 +335,21 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     let plans: [(extra: Int, streams: String, fading: Bool)] =
         ProcessInfo.processInfo.environment["BENCH_EXTRA"].flatMap(Int.init).map { [($0, streams, ramps)] }
         ?? [(0, "1", ramps), (98, streams, ramps)] + (fadeInFixed ? [] : [(0, "1", true), (98, "1", true)])
+    // Reloaded only when the value changes (the steady rows come first), and given a second to settle: a run of 20
+    // rounds right after two Reloads once measured 2.6 ms at p50 with 100 sessions on PipeWire.
+    var fadeInOn = true
     func fadeIn(_ on: Bool) throws {
-        guard !fadeInFixed else { return }
+        guard !fadeInFixed, on != fadeInOn else { return }
         let text = (try? String(contentsOfFile: config, encoding: .utf8)) ?? ""
         let kept = text.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("fade-in =") }
         try ((on ? [] : ["fade-in = 0"]) + kept).joined(separator: "\n").appending("\n")
             .write(toFile: config, atomically: true, encoding: .utf8)
         try expectSuccess(bus.manager("Reload"), "Reload")
+        fadeInOn = on
+        sleep(1)
     }
     for (extra, streamCounts, fading) in plans where wants("activation") {
         try fadeIn(fading)
-        defer { try? fadeIn(true) }
         let owner = try BusClient(address: busAddress, recordSignals: false)
         defer { owner.close() }
         let others = try (0..<(extra + 62) / 63).map { _ in try BusClient(address: busAddress, recordSignals: false) }
@@ -418,6 +422,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
             tones.closeAll()
         }
     }
+    // The parts below hear audiod's own fade-in.
+    try fadeIn(true)
 
     if onlyActivation { return r }
 
