@@ -340,7 +340,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     var fadeInOn = true
     func fadeIn(_ on: Bool) throws {
         guard !fadeInFixed, on != fadeInOn else { return }
-        let text = (try? String(contentsOfFile: config, encoding: .utf8)) ?? ""
+        let text = try String(contentsOfFile: config, encoding: .utf8)
         let kept = text.split(separator: "\n").map(String.init).filter { !$0.hasPrefix("fade-in =") }
         try ((on ? [] : ["fade-in = 0"]) + kept).joined(separator: "\n").appending("\n")
             .write(toFile: config, atomically: true, encoding: .utf8)
@@ -408,7 +408,7 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
                     throw stuck("floor: not unmuted", indexes, muted: false)
                 }
             }
-            if n == 1, extra > 0, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
+            if n == 1, extra > 0, !fading || ramps, ProcessInfo.processInfo.environment["BENCH_LOG"] == "trace" {
                 r.breakdown = breakdown(
                     server.file("audiod.log"), event: "setActive", sent: sent, seen: seen,
                     first: "bus: call → audiod")
