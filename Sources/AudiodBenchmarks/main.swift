@@ -321,8 +321,8 @@ func measure(_ kind: ServerKind, _ server: TestServer) throws -> Results {
     // Activation → competing streams muted, with 2 sessions (one stream), then 100 (1, 10 and 100 streams).
     // The rows time an activation that silences a stream playing steadily, as a user's does. Back to back, each
     // round would land about a millisecond after the last give-back, inside its fade-in (1 s: one more write before
-    // the unmute, one more change event, and a write every 20 ms), which cost 0.15-0.2 ms at p50 on PipeWire
-    // 0.3.65 (four interleaved runs each way). So these rows run with `fade-in = 0` (written to the config, then
+    // the unmute, one more change event, and a write every 20 ms), which cost audiod 0.16 ms at p50 on average with
+    // 100 sessions on PipeWire 0.3.65 (four interleaved pairs of runs, 0.03-0.27 ms each). So these rows run with `fade-in = 0` (written to the config, then
     // Reload), and two more rows (2 and 100 sessions, one stream) keep the fade-in: an activation within a second
     // of a give-back. BENCH_FADE_IN set: every row at that value, and no extra row.
     // Not on PipeWire 1.4: there a steady stream's activation is a server ramp (`de-click`), whose start a pulse
