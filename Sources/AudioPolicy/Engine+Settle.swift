@@ -447,6 +447,7 @@ extension Engine {
         // step before the unmute, so nothing is heard at full volume first.
         var fadeIn: UInt64 = 0
         var serverFadeIn: UInt64 = 0
+        var resumeFadeIn: UInt64 = 0
         if unmuteForApp && !wantMute {
             effects.append(.setStreamMute(sid, false))
         } else if fadingOut {
@@ -466,10 +467,13 @@ extension Engine {
                 fadeIn = 0
                 st.volumeAtOnce = true
             }
-            if fadeIn == 0 && serverFadeIn == 0 { effects.append(.setStreamMute(sid, false)) }
+            // Paused, and about to be played again by audiod: it starts at silence, and fades in once it sounds.
+            if fadeIn == 0 && serverFadeIn == 0 { resumeFadeIn = resumeFadeInLength(st) }
+            if fadeIn == 0 && serverFadeIn == 0 && resumeFadeIn == 0 { effects.append(.setStreamMute(sid, false)) }
         }
-        volumeOperations(&st, into: &effects, fadeIn: fadeIn, fadeOut: fadingOut ? fadeOut : 0)
-        if fadeIn > 0 { effects.append(.setStreamMute(sid, false)) }
+        volumeOperations(
+            &st, into: &effects, fadeIn: fadeIn, fadeOut: fadingOut ? fadeOut : 0, resumeFadeIn: resumeFadeIn)
+        if fadeIn > 0 || resumeFadeIn > 0 { effects.append(.setStreamMute(sid, false)) }
         if serverFadeIn > 0 { effects.append(.rampStreamUnmute(sid, nanoseconds: serverFadeIn)) }
         st.volumeAtOnce = false
         st.writeUserVolume = false
@@ -489,6 +493,27 @@ extension Engine {
             ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
     }
 
+    /// How long a paused playback stream audiod gives back fades in once it sounds (§2 "Fades"): a stream of a
+    /// player audiod is resuming (its `Play` on the way) would otherwise start at full volume the moment the player
+    /// plays, after the give-back — too late for a fade to start from silence. 0 for any other stream nobody hears.
+    func resumeFadeInLength(_ st: StreamState) -> UInt64 {
+        guard st.kind == .playback, !settings.decidesNothing, !st.volumeAtOnce, st.session != nil, !st.audible,
+            !st.userMuted, !st.userVolume.isSilent, resumedByAudiod(st)
+        else { return 0 }
+        return isSpoken(st)
+            ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
+    }
+
+    /// audiod's `Play` goes out in this step to the player `isAudible` looks at for the stream — whatever the
+    /// player last said: its `Paused` may still be on the bus while its stream has already corked.
+    func resumedByAudiod(_ st: StreamState) -> Bool {
+        guard !out.mpris.isEmpty else { return false }
+        for pid in st.info.processChain {
+            if let ps = playersByPid[pid], !ps.isEmpty { return ps.contains { out.mpris.contains(.mprisPlay($0)) } }
+        }
+        return false
+    }
+
     /// How long a stream policy silences now fades out before its mute (§2 "Fades"): `fade-out` for a playback
     /// stream someone hears but for policy, silenced only by silent mode or the lock (nothing races to take its
     /// place: an interruption, secondary audio, a call or a route change mutes at once); 0 where the mute must be
@@ -505,16 +530,19 @@ extension Engine {
     /// nothing ducks the stream; a stream someone hears gets there by a fade, one step per `fadeStep` timer.
     /// `fadeIn`: the stream is being given back; its volume fades up from silence over that long. `fadeOut`: the
     /// stream is being silenced; its volume fades down to silence over that long, and the mute then comes through
-    /// `streamOperations`, which puts the volume back under it.
+    /// `streamOperations`, which puts the volume back under it. `resumeFadeIn`: the stream is being given back
+    /// while paused, to a player audiod resumes; its volume waits at silence and fades up over that long once the
+    /// stream is heard (`VolumeFade.waitsUntil`).
     mutating func volumeOperations(
-        _ st: inout StreamState, into effects: inout [Effect], fadeIn: UInt64 = 0, fadeOut: UInt64 = 0
+        _ st: inout StreamState, into effects: inout [Effect], fadeIn: UInt64 = 0, fadeOut: UInt64 = 0,
+        resumeFadeIn: UInt64 = 0
     ) {
         let sid = st.info.id
         // nil: the user's own volume, audiod holding nothing.
         let goal: Volume? =
             st.ducked ? st.userVolume.multiplied(by: st.duck == .strong ? strongDuckFactor : duckFactor) : nil
         let needed =
-            fadeIn > 0 || fadeOut > 0
+            fadeIn > 0 || fadeOut > 0 || resumeFadeIn > 0
             || goal.map { st.appliedVolume != $0 && !(st.appliedVolume == nil && $0 == st.userVolume) }
                 ?? (st.appliedVolume != nil)
         guard needed else {
@@ -526,7 +554,38 @@ extension Engine {
         let silence = Volume(uniform: 0, count: st.userVolume.channels.count)
         let end = fadeOut > 0 ? silence : goal ?? st.userVolume
         let current = st.appliedVolume ?? st.userVolume
-        if fadeIn > 0 {
+        if resumeFadeIn > 0 {
+            // Written under the mute (the unmute follows): the player's first sound is at silence, not at full
+            // volume a moment before a fade could start.
+            st.fade = VolumeFade(
+                from: silence, to: end, lifts: goal == nil, start: now, length: resumeFadeIn,
+                waitsUntil: Instant(nanoseconds: now.nanoseconds + Settings.resumeFadeWaitNanoseconds))
+            if current != silence { effects.append(.setStreamVolume(sid, silence)) }
+            st.appliedVolume = silence
+            fading.insert(sid)
+            return
+        }
+        var soundsNow = false
+        if fadeIn == 0, fadeOut == 0, let f = st.fade, let until = f.waitsUntil {
+            if st.appliedMute || !mayWaitForSound(st) || now >= until {
+                // Silenced again, left, set by the user, or not heard in time: the rest of the way at once (below;
+                // nobody hears it, so no fade).
+                st.fade = nil
+            } else if st.audible {
+                // Heard from now: the fade runs from silence, its first step at once.
+                st.fade = VolumeFade(from: f.from, to: end, lifts: goal == nil, start: now, length: f.length)
+                soundsNow = true
+            } else {
+                // Still waiting; a duck decided meanwhile is where it will end.
+                st.fade?.to = end
+                st.fade?.lifts = goal == nil
+                fading.insert(sid)
+                return
+            }
+        }
+        if soundsNow {
+            // Stepped below.
+        } else if fadeIn > 0 {
             st.fade = VolumeFade(from: silence, to: end, lifts: goal == nil, start: now, length: fadeIn)
         } else if fadeOut > 0 {
             if st.fade?.silences != true {
@@ -585,6 +644,11 @@ extension Engine {
     /// Speech is never faded long (§2 "Fades").
     func isSpoken(_ st: StreamState) -> Bool {
         st.session.flatMap { sessions[$0] }?.configuration.mode == .spokenAudio
+    }
+
+    /// A stream waiting at silence for its player's sound may go on waiting: as `mayFade`, but nobody hears it yet.
+    func mayWaitForSound(_ st: StreamState) -> Bool {
+        !settings.decidesNothing && !st.volumeAtOnce && st.session != nil && !st.userMuted
     }
 
     /// Someone hears the stream, and nothing asks for its volume at once. A stream of no session is left by a

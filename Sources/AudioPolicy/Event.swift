@@ -355,6 +355,10 @@ public struct Settings: Sendable, Equatable {
     /// The longest a voice prompt's or a screen reader's duck (and any duck of spoken audio) may take: a prompt
     /// must be understood from its first word, and speech is never faded long (docs/POLICY.md §2).
     public static let quickFadeLimitNanoseconds: UInt64 = 100_000_000
+    /// How long a paused stream given back to a player audiod resumes (MPRIS `Play`) waits at silence for its sound
+    /// before it is given its volume at once: players answer in tens of milliseconds (mpv ~20 ms, measured); one
+    /// that has not sounded by then may never (nothing to play), and its volume must not stay held.
+    public static let resumeFadeWaitNanoseconds: UInt64 = 2_000_000_000
     /// How often a fade writes the next volume while few streams fade: 25 steps over a 500 ms duck.
     public static let fadeStepNanoseconds: UInt64 = 20_000_000
     /// At most this many fade writes per second over all streams (one write per step and stream): a duck over

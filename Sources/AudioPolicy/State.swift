@@ -162,6 +162,9 @@ struct VolumeFade: Sendable, Equatable {
     var silences = false
     var start: Instant
     var length: UInt64
+    /// A stream given back while paused, whose player audiod is resuming: it waits at `from` (silence, under the
+    /// unmute) for its sound until then, and fades from the moment it is heard (`start` is that moment).
+    var waitsUntil: Instant?
 
     /// The value to write at `now` for a step lasting `step`: each write is where the fade will be at the next
     /// step, so the first one moves at once and the last lands on `to`.

@@ -262,6 +262,106 @@ import Testing
         #expect(volumes(h.activate(ducker), .playback(1)) == [Volume.normal.multiplied(by: Self.duck)])
     }
 
+    // MARK: Players audiod resumes through MPRIS
+
+    static let mpv = PlayerID("org.mpris.MediaPlayer2.mpv")
+
+    /// mpv interrupted by a video: paused through MPRIS, its stream muted, then corked by the player.
+    func pausedPlayer(_ h: inout Harness, volume: Volume = .normal, saysPaused: Bool = true) -> SessionID {
+        _ = h.send(.playerAppeared(PlayerInfo(id: Self.mpv, pid: 100, status: .playing)))
+        _ = h.echo(h.play(1, pid: 100, name: "mpv", volume: volume))
+        let video = h.session(pid: 20, "playback")
+        let e = h.activate(video)
+        #expect(e.contains(.mprisPause(Self.mpv)))
+        _ = h.echo(e)
+        if saysPaused { _ = h.send(.playerStatusChanged(Self.mpv, .paused)) }
+        _ = h.echo(h.change(.playback(1)) { $0.corked = true })
+        return video
+    }
+
+    /// A player audiod resumes is given back while paused: its volume goes to silence under the mute, the unmute
+    /// and the `Play` follow, and once it sounds it fades in over the second — not at full volume from its first
+    /// sample, which a fade started after the player's answer could only cut into (docs/POLICY.md §2 "Fades").
+    @Test func aPlayerAudiodResumesFadesInOnceItPlays() {
+        var h = Harness(fades: true)
+        let mine = Volume(uniform: 50_000)
+        let video = pausedPlayer(&h, volume: mine)
+        let back = h.deactivate(video, notify: true)
+        #expect(back.contains(.mprisPlay(Self.mpv)))
+        #expect(
+            streamOps(back) == [
+                .setStreamVolume(.playback(1), Volume(uniform: 0)), .setStreamMute(.playback(1), false),
+            ], "\(back)")
+        _ = h.echo(back)
+        // The player takes a while to answer: nothing is written meanwhile.
+        for _ in 0..<5 {
+            h.advance(ms: 19)
+            #expect(streamOps(h.echo(h.send(.timerFired(.fadeStep)))).isEmpty)
+        }
+        #expect(h.engine.streamView(.playback(1))?.info.volume == Volume(uniform: 0))
+        // The silence is audiod's: a stop now puts the user's volume back.
+        var stopping = h.engine
+        #expect(stopping.restoreEverything() == [.setStreamVolume(.playback(1), mine)])
+        _ = h.send(.playerStatusChanged(Self.mpv, .playing))
+        let plays = h.change(.playback(1)) { $0.corked = false }
+        // The first step at once, from silence.
+        let first = volumes(plays, .playback(1))
+        #expect(first.count == 1 && first[0].channels[0] > 0 && first[0].channels[0] < 20_000, "\(plays)")
+        _ = h.echo(plays)
+        let up = run(&h, .playback(1))
+        #expect((45...50).contains(up.count), "\(up.count) steps over a second")
+        #expect(up.last?.volume == mine)
+        #expect((900...1_000).contains(up.last?.ms ?? 0), "\(up.last?.ms ?? 0) ms")
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
+    /// Its stream corked, the player's `Paused` still on the bus: it is resumed all the same, and waits at silence.
+    @Test func aPlayerWhosePausedIsStillOnTheBusWaitsAtSilenceToo() {
+        var h = Harness(fades: true)
+        let video = pausedPlayer(&h, saysPaused: false)
+        let back = h.deactivate(video, notify: true)
+        #expect(back.contains(.mprisPlay(Self.mpv)))
+        #expect(
+            streamOps(back) == [
+                .setStreamVolume(.playback(1), Volume(uniform: 0)), .setStreamMute(.playback(1), false),
+            ], "\(back)")
+    }
+
+    /// A player that does not sound within two seconds of its `Play` (nothing to play, or it ignored it) has its
+    /// volume back at once: audiod holds nothing for long without a reason.
+    @Test func aResumedPlayerThatNeverSoundsHasItsVolumeBackAfterTwoSeconds() {
+        var h = Harness(fades: true)
+        let video = pausedPlayer(&h)
+        _ = h.echo(h.deactivate(video, notify: true))
+        let ops = runAll(&h, .playback(1), limit: 200)
+        #expect(ops.map(\.op) == [.setStreamVolume(.playback(1), .normal)], "\(ops)")
+        #expect((2_000...2_040).contains(ops.first?.ms ?? 0), "\(ops.first?.ms ?? 0) ms")
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
+    /// Interrupted again while it waits, the stream is muted and its volume put back under the mute; the user's
+    /// volume set while it waits is the user's, and nothing more is written.
+    @Test func aResumedPlayerSilencedAgainOrSetByTheUserStopsWaiting() {
+        var h = Harness(fades: true)
+        let video = pausedPlayer(&h)
+        _ = h.echo(h.deactivate(video, notify: true))
+        let again = h.activate(video)
+        #expect(
+            streamOps(again) == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)],
+            "\(again)")
+        #expect(h.engine.fading.isEmpty)
+        _ = h.echo(again)
+
+        var u = Harness(fades: true)
+        let video2 = pausedPlayer(&u)
+        _ = u.echo(u.deactivate(video2, notify: true))
+        let users = Volume(uniform: 30_000)
+        let set = u.change(.playback(1)) { $0.volume = users }
+        #expect(volumes(set, .playback(1)).allSatisfy { $0 == users }, "\(set)")
+        #expect(u.engine.fading.isEmpty)
+        #expect(u.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
     // MARK: Fade-outs (silent mode, the lock)
 
     /// Fires the fade timer until no fade runs; every stream operation on `id`, with the time it was written.

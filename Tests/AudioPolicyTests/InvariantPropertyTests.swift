@@ -559,9 +559,14 @@ struct Simulation {
             if t == .fadeStep {
                 let now = Instant(nanoseconds: clock)
                 for (id, st) in engine.streams.sorted(by: { $0.key < $1.key }) {
-                    if let f = st.fade, now.since(f.start) >= f.length {
+                    if let f = st.fade, f.waitsUntil == nil, now.since(f.start) >= f.length {
                         problems.append(
                             "\(id)'s fade \(f) still runs \(now.since(f.start) / 1_000_000) ms after its start")
+                    }
+                    // A resumed player's stream waits at silence for its sound only so long.
+                    if let until = engine.streams[id]?.fade?.waitsUntil, now >= until {
+                        problems.append(
+                            "\(id) still waits for its player's sound \(now.since(until) / 1_000_000) ms late")
                     }
                 }
             }

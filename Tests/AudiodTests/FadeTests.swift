@@ -274,6 +274,98 @@ struct FadeTests {
     }
 
     @Test(
+        "a player audiod resumes through MPRIS is unmuted at silence and fades in over a second once it plays",
+        arguments: ServerKind.tested)
+    func resumedPlayerFadesIn(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let d = try Daemon.start(server)
+        defer { d.stop() }
+        let watcher = try StreamWatcher(server: server.pulseServer)
+        let players = MediaPlayerTests()
+        let (mpv, name) = try players.mpv(server, heardBy: d)
+        defer { mpv.kill() }
+        let stream = try server.waitForPlaybackStream(pid: mpv.pid)
+        let app = try server.spawn(["sleep", "60"])
+        defer { app.kill() }
+        let path = try d.client.makeSession(pid: app.pid, "playback", activate: true)
+        #expect(waitFor(10) { players.status(server, name) == "Paused" }, "the video did not pause mpv")
+        #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "mpv's stream was not muted")
+        #expect(watcher.settle())
+        let t0 = DispatchTime.now().uptimeNanoseconds
+        _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+        #expect(waitFor(10) { players.status(server, name) == "Playing" }, "mpv was not resumed")
+        #expect(
+            waitFor(5) {
+                watcher.streams[stream.index].map { !$0.muted && !$0.corked && $0.volume == 65536 } == true
+            }, "mpv did not come back to the user's volume: \(String(describing: watcher.streams[stream.index]))")
+        let reports = watcher.timedReports(of: stream.index, since: t0)
+        let seen = reports.map { ($0.stream.muted, $0.stream.corked, $0.stream.volume) }
+        // Unmuted at silence: the volume went to 0 under the mute, before the Play.
+        #expect(reports.first { !$0.stream.muted }?.stream.volume == 0, "\(seen)")
+        // Heard first at the fade's first step, then the fade's steps up to the user's volume.
+        let firstHeard = reports.first { !$0.stream.muted && $0.stream.volume > 0 }
+        #expect(Self.amplitude(firstHeard?.stream.volume ?? 65536) < 0.05, "\(seen)")
+        if let start = firstHeard?.at, let end = reports.first(where: { $0.stream.volume == 65536 })?.at {
+            let ms = Double(end - start) / 1e6
+            let steps = Set(reports.filter { !$0.stream.muted && $0.stream.volume > 0 }.map(\.stream.volume)).count
+            print("fades: \(kind): mpv resumed through MPRIS: \(steps) steps, \(String(format: "%.0f", ms)) ms")
+            #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms")
+        } else {
+            Issue.record("no fade-in seen: \(seen)")
+        }
+    }
+
+    @Test(
+        "a resumed player that does not play waits at silence 2 s at most, and a stop or a kill meanwhile leaves its volume",
+        arguments: ServerKind.tested)
+    func resumedPlayerThatDoesNotPlay(kind: ServerKind) throws {
+        let server = try TestServer(kind)
+        defer { server.stop() }
+        let players = MediaPlayerTests()
+        for end in ["the wait", "SIGTERM", "SIGKILL and --restore"] {
+            let d = try Daemon.start(server, log: "audiod-\(end.prefix(7)).log")
+            let (mpv, name) = try players.mpv(server, heardBy: d)
+            defer {
+                mpv.signal(SIGCONT)
+                mpv.kill()
+            }
+            let app = try server.spawn(["sleep", "60"])
+            defer { app.kill() }
+            let path = try d.client.makeSession(pid: app.pid, "playback", activate: true)
+            #expect(waitFor(10) { players.status(server, name) == "Paused" }, "\(end): the video did not pause mpv")
+            // Stopped, mpv answers no Play: its stream stays paused, given back at silence.
+            mpv.signal(SIGSTOP)
+            let t0 = DispatchTime.now().uptimeNanoseconds
+            _ = d.client.session(path, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])])
+            func now() -> ObservedStream? { server.playbackStream(pid: mpv.pid) }
+            #expect(
+                waitFor(5) { now().map { !$0.muted && $0.volume.first == 0 } == true },
+                "\(end): not given back at silence: \(String(describing: now())); \(server.file("audiod-\(end.prefix(7)).log").suffix(3000))"
+            )
+            switch end {
+            case "SIGTERM": d.stop()
+            case "SIGKILL and --restore":
+                d.kill()
+                let out = try server.runStatus([Daemon.executable, "--restore", "--log-level", "info"])
+                #expect(out.status == 0, "\(out.output)")
+            default: break
+            }
+            #expect(
+                waitFor(5) { now().map { !$0.muted && $0.volume.first == 65536 } == true },
+                "\(end): the user's volume did not come back: \(String(describing: now()))")
+            let waited = Double(DispatchTime.now().uptimeNanoseconds - t0) / 1e9
+            if end == "the wait" {
+                print("fades: \(kind): a resumed player that does not play has its volume back after \(waited) s")
+                #expect(waited >= 1.9, "back after \(waited) s, before the wait ran out")
+                d.stop()
+            }
+            usleep(300_000)
+            #expect(now()?.volume.first == 65536, "\(end): a write came after")
+        }
+    }
+
+    @Test(
         "a volume the user sets mid-fade ends the fade: the duck goes on top of it at once, and it comes back exactly",
         arguments: ServerKind.tested)
     func userVolumeMidFade(kind: ServerKind) throws {
