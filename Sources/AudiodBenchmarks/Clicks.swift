@@ -340,6 +340,49 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         }
         out.rows += [interrupted, back]
     }
+
+    // mpv (MPRIS) playing the hum is paused by a video's session and resumed through MPRIS when that ends with
+    // notify: what is heard is the player's first sound after audiod's `Play`, a change audiod does not time itself.
+    do {
+        let recorder = try MonitorRecorder(server, rate: rate)
+        defer { recorder.stop() }
+        let mpv = try server.spawn([
+            "mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf", "--demuxer=rawaudio",
+            "--demuxer-rawaudio-format=s16le", "--demuxer-rawaudio-channels=1", "--demuxer-rawaudio-rate=\(rate)", tone,
+        ])
+        defer { mpv.kill() }
+        _ = try server.waitForPlaybackStream(pid: mpv.pid)
+        var player: String?
+        _ = waitFor(10) {
+            player = mprisName(server, pid: mpv.pid)
+            return player != nil
+        }
+        guard let player else { throw BenchFailure("mpv \(mpv.pid) has no MPRIS name") }
+        let viewer = try server.spawn(["sleep", "86400"])
+        defer { viewer.kill() }
+        let video = try bus.makeSession(pid: viewer.pid, "playback")
+        usleep(useconds_t(settle * 1e6))
+        var resumed = ClickRow(transition: "mpv resumed through MPRIS when the video ends", by: "audiod")
+        for _ in 0..<rounds {
+            try expectSuccess(bus.session(video, "SetActive", [.bool(true), .strings([])]), "SetActive")
+            guard waitFor(10, { mprisStatus(server, player) == "Paused" }) else {
+                throw BenchFailure("the video did not pause mpv")
+            }
+            // The recording before the trigger is the paused player's silence.
+            usleep(useconds_t((pre + 0.2) * 1e6))
+            try round(recorder, &resumed) {
+                try expectSuccess(
+                    bus.session(video, "SetActive", [.bool(false), .strings(["notify-others-on-deactivation"])]),
+                    "SetActive")
+            }
+            guard waitFor(10, { mprisStatus(server, player) == "Playing" }) else {
+                throw BenchFailure("mpv was not resumed")
+            }
+            // Past the fade-in, so that the next round's pause is not measured inside it.
+            usleep(useconds_t(settle * 1e6))
+        }
+        out.rows.append(resumed)
+    }
     return out
 }
 

@@ -636,6 +636,15 @@ public func mprisName(_ server: TestServer, pid: pid_t) -> String? {
     return nil
 }
 
+/// An MPRIS player's `PlaybackStatus` (`Playing`, `Paused`, `Stopped`), read on the bus as a panel would.
+public func mprisStatus(_ server: TestServer, _ name: String) -> String? {
+    let out = try? server.run([
+        "busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2", "org.mpris.MediaPlayer2.Player",
+        "PlaybackStatus",
+    ])
+    return out?.split(separator: "\"").dropFirst().first.map(String.init)
+}
+
 /// A playback stream that plays silence for as long as it runs (`pacat /dev/zero`), with an optional client name
 /// (`application.name`), media role and further pacat arguments.
 @discardableResult

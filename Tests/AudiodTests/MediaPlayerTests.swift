@@ -51,13 +51,7 @@ struct MediaPlayerTests {
         return (p, name)
     }
 
-    func status(_ server: TestServer, _ name: String) -> String? {
-        let out = try? server.run([
-            "busctl", "--user", "get-property", name, "/org/mpris/MediaPlayer2",
-            "org.mpris.MediaPlayer2.Player", "PlaybackStatus",
-        ])
-        return out?.split(separator: "\"").dropFirst().first.map(String.init)
-    }
+    func status(_ server: TestServer, _ name: String) -> String? { mprisStatus(server, name) }
 
     func press(_ server: TestServer, _ name: String, _ method: String) throws {
         _ = try server.run([
