@@ -346,18 +346,13 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
     do {
         let recorder = try MonitorRecorder(server, rate: rate)
         defer { recorder.stop() }
-        let mpv = try server.spawn([
-            "mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf", "--demuxer=rawaudio",
-            "--demuxer-rawaudio-format=s16le", "--demuxer-rawaudio-channels=1", "--demuxer-rawaudio-rate=\(rate)", tone,
-        ])
+        let (mpv, player) = try startMPV(
+            server,
+            [
+                "--demuxer=rawaudio", "--demuxer-rawaudio-format=s16le", "--demuxer-rawaudio-channels=1",
+                "--demuxer-rawaudio-rate=\(rate)",
+            ], file: tone)
         defer { mpv.kill() }
-        _ = try server.waitForPlaybackStream(pid: mpv.pid)
-        var player: String?
-        _ = waitFor(10) {
-            player = mprisName(server, pid: mpv.pid)
-            return player != nil
-        }
-        guard let player else { throw BenchFailure("mpv \(mpv.pid) has no MPRIS name") }
         let viewer = try server.spawn(["sleep", "86400"])
         defer { viewer.kill() }
         let video = try bus.makeSession(pid: viewer.pid, "playback")

@@ -636,6 +636,24 @@ public func mprisName(_ server: TestServer, pid: pid_t) -> String? {
     return nil
 }
 
+/// Starts mpv (MPRIS through mpv-mpris) with `arguments` before the file, and waits for its stream and bus name.
+/// HOME is the run's directory, so no user config applies; /etc/mpv/scripts/mpris.so loads.
+public func startMPV(_ server: TestServer, _ arguments: [String], file: String) throws -> (Child, String) {
+    let p = try server.spawn(
+        ["mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf"] + arguments + [file])
+    _ = try server.waitForPlaybackStream(pid: p.pid)
+    var name: String?
+    _ = waitFor(10) {
+        name = mprisName(server, pid: p.pid)
+        return name != nil
+    }
+    guard let name else {
+        p.kill()
+        throw TestKitError("mpv \(p.pid) has no MPRIS name")
+    }
+    return (p, name)
+}
+
 /// An MPRIS player's `PlaybackStatus` (`Playing`, `Paused`, `Stopped`), read on the bus as a panel would.
 public func mprisStatus(_ server: TestServer, _ name: String) -> String? {
     let out = try? server.run([

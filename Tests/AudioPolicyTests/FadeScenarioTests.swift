@@ -279,6 +279,17 @@ import Testing
         return video
     }
 
+    /// The video ends with notify: mpv is resumed, its volume to silence under the mute, then its unmute.
+    func resume(_ h: inout Harness, _ video: SessionID) -> [Effect] {
+        let back = h.deactivate(video, notify: true)
+        #expect(back.contains(.mprisPlay(Self.mpv)))
+        #expect(
+            streamOps(back) == [
+                .setStreamVolume(.playback(1), Volume(uniform: 0)), .setStreamMute(.playback(1), false),
+            ], "\(back)")
+        return back
+    }
+
     /// A player audiod resumes is given back while paused: its volume goes to silence under the mute, the unmute
     /// and the `Play` follow, and once it sounds it fades in over the second — not at full volume from its first
     /// sample, which a fade started after the player's answer could only cut into (docs/POLICY.md §2 "Fades").
@@ -286,13 +297,7 @@ import Testing
         var h = Harness(fades: true)
         let mine = Volume(uniform: 50_000)
         let video = pausedPlayer(&h, volume: mine)
-        let back = h.deactivate(video, notify: true)
-        #expect(back.contains(.mprisPlay(Self.mpv)))
-        #expect(
-            streamOps(back) == [
-                .setStreamVolume(.playback(1), Volume(uniform: 0)), .setStreamMute(.playback(1), false),
-            ], "\(back)")
-        _ = h.echo(back)
+        _ = h.echo(resume(&h, video))
         // The player takes a while to answer: nothing is written meanwhile.
         for _ in 0..<5 {
             h.advance(ms: 19)
@@ -318,13 +323,7 @@ import Testing
     /// Its stream corked, the player's `Paused` still on the bus: it is resumed all the same, and waits at silence.
     @Test func aPlayerWhosePausedIsStillOnTheBusWaitsAtSilenceToo() {
         var h = Harness(fades: true)
-        let video = pausedPlayer(&h, saysPaused: false)
-        let back = h.deactivate(video, notify: true)
-        #expect(back.contains(.mprisPlay(Self.mpv)))
-        #expect(
-            streamOps(back) == [
-                .setStreamVolume(.playback(1), Volume(uniform: 0)), .setStreamMute(.playback(1), false),
-            ], "\(back)")
+        _ = resume(&h, pausedPlayer(&h, saysPaused: false))
     }
 
     /// A player that does not sound within two seconds of its `Play` (nothing to play, or it ignored it) has its

@@ -42,6 +42,24 @@ struct FadeTests {
             end: to)
     }
 
+    /// A fade-in seen in `reports` from `start` (its first step heard) to the first report at full volume,
+    /// unmuted: about a second, in 30 steps or more (the distinct volumes heard on the way).
+    static func expectFadeIn(
+        _ reports: [(at: UInt64, stream: WatchedStream)], from start: UInt64?, _ what: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        guard let start, let end = reports.first(where: { $0.stream.volume == 65536 && !$0.stream.muted })?.at else {
+            Issue.record(
+                "\(what): no fade-in seen: \(reports.map { ($0.stream.muted, $0.stream.volume) })",
+                sourceLocation: sourceLocation)
+            return
+        }
+        let ms = Double(end - start) / 1e6
+        let steps = Set(reports.filter { !$0.stream.muted && $0.stream.volume > 0 }.map(\.stream.volume)).count
+        print("fades: \(what): \(steps) steps, \(String(format: "%.0f", ms)) ms")
+        #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms", sourceLocation: sourceLocation)
+    }
+
     static func describe(_ r: Ramp) -> String {
         String(format: "%d steps, %.0f ms (10–90 %%: %.0f ms)", r.steps, r.lengthMs, r.tenToNinetyMs)
     }
@@ -260,16 +278,7 @@ struct FadeTests {
             // The fade's first step: 2 % of the way in amplitude (−34 dB), not the user's volume.
             let firstAmplitude = Self.amplitude(firstUnmuted?.stream.volume ?? 65536)
             #expect(firstAmplitude < 0.05, "unmuted at \(firstUnmuted?.stream.volume ?? 0) first")
-            if let start = firstUnmuted?.at,
-                let end = reports.first(where: { $0.stream.volume == 65536 && !$0.stream.muted })?.at
-            {
-                let ms = Double(end - start) / 1e6
-                let steps = Set(reports.filter { !$0.stream.muted }.map(\.stream.volume)).count
-                print("fades: \(kind): music given back: \(steps) steps, \(String(format: "%.0f", ms)) ms")
-                #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms")
-            } else {
-                Issue.record("no fade-in seen: \(reports.map { ($0.stream.muted, $0.stream.volume) })")
-            }
+            Self.expectFadeIn(reports, from: firstUnmuted?.at, "\(kind): music given back")
         }
     }
 
@@ -306,14 +315,7 @@ struct FadeTests {
         // Heard first at the fade's first step, then the fade's steps up to the user's volume.
         let firstHeard = reports.first { !$0.stream.muted && $0.stream.volume > 0 }
         #expect(Self.amplitude(firstHeard?.stream.volume ?? 65536) < 0.05, "\(seen)")
-        if let start = firstHeard?.at, let end = reports.first(where: { $0.stream.volume == 65536 })?.at {
-            let ms = Double(end - start) / 1e6
-            let steps = Set(reports.filter { !$0.stream.muted && $0.stream.volume > 0 }.map(\.stream.volume)).count
-            print("fades: \(kind): mpv resumed through MPRIS: \(steps) steps, \(String(format: "%.0f", ms)) ms")
-            #expect(ms >= 850 && ms <= 1_150 && steps >= 30, "\(steps) steps over \(ms) ms")
-        } else {
-            Issue.record("no fade-in seen: \(seen)")
-        }
+        Self.expectFadeIn(reports, from: firstHeard?.at, "\(kind): mpv resumed through MPRIS")
     }
 
     @Test(

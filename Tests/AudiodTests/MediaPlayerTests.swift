@@ -21,19 +21,7 @@ struct MediaPlayerTests {
 
     /// Starts mpv (MPRIS through mpv-mpris) and waits for its stream and bus name.
     func mpv(_ server: TestServer, device: String? = nil) throws -> (Child, String) {
-        var argv = ["mpv", "--no-video", "--no-terminal", "--ao=pulse", "--loop-file=inf"]
-        if let device { argv.append("--audio-device=pulse/\(device)") }
-        argv.append(try tone(server))
-        // HOME is the test run's directory, so no user config applies; /etc/mpv/scripts/mpris.so loads.
-        let p = try server.spawn(argv)
-        _ = try server.waitForPlaybackStream(pid: p.pid)
-        var name: String?
-        _ = waitFor(10) {
-            name = mprisName(server, pid: p.pid)
-            return name != nil
-        }
-        guard let name else { throw TestKitError("mpv \(p.pid) has no MPRIS name") }
-        return (p, name)
+        try startMPV(server, device.map { ["--audio-device=pulse/\($0)"] } ?? [], file: try tone(server))
     }
 
     /// mpv, once audiod itself hears it playing: its Playing status travels the bus apart from its stream, and a
