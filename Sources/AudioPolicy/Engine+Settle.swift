@@ -505,11 +505,17 @@ extension Engine {
     }
 
     /// audiod's `Play` goes out in this step to the player `isAudible` looks at for the stream — whatever the
-    /// player last said: its `Paused` may still be on the bus while its stream has already corked.
+    /// player last said (its `Paused` may still be on the bus while its stream has already corked), unless it said
+    /// `Stopped`: a stopped player (its tab closed) has nothing to play and answers no `Play`, and a stream of its
+    /// app may be sounding on its own, which a wait at silence would cut for 2 s.
     func resumedByAudiod(_ st: StreamState) -> Bool {
         guard !out.mpris.isEmpty else { return false }
         for pid in st.info.processChain {
-            if let ps = playersByPid[pid], !ps.isEmpty { return ps.contains { out.mpris.contains(.mprisPlay($0)) } }
+            if let ps = playersByPid[pid], !ps.isEmpty {
+                return ps.contains { p in
+                    out.mpris.contains(.mprisPlay(p)) && players[p]?.info.status != .stopped
+                }
+            }
         }
         return false
     }
@@ -568,8 +574,8 @@ extension Engine {
         var soundsNow = false
         if fadeIn == 0, fadeOut == 0, let f = st.fade, let until = f.waitsUntil {
             if st.appliedMute || !mayWaitForSound(st) || now >= until {
-                // Silenced again, left, set by the user, or not heard in time: the rest of the way at once (below;
-                // nobody hears it, so no fade).
+                // Silenced again, left, set or muted by the user, or not heard in time: the rest of the way at once
+                // (below; no fade for a stream nobody hears — a paused player's uncorked stream plays silence).
                 st.fade = nil
             } else if st.audible {
                 // Heard from now: the fade runs from silence, its first step at once.

@@ -326,6 +326,17 @@ import Testing
         _ = resume(&h, pausedPlayer(&h, saysPaused: false))
     }
 
+    /// A player that said `Stopped` (its tab closed) answers no `Play`: its app's stream is given back at once, as
+    /// any stream nobody hears, not held at silence.
+    @Test func aStoppedPlayersStreamIsNotHeldAtSilence() {
+        var h = Harness(fades: true)
+        let video = pausedPlayer(&h)
+        _ = h.send(.playerStatusChanged(Self.mpv, .stopped))
+        let back = h.deactivate(video, notify: true)
+        #expect(streamOps(back) == [.setStreamMute(.playback(1), false)], "\(back)")
+        #expect(h.engine.fading.isEmpty)
+    }
+
     /// A player that does not sound within two seconds of its `Play` (nothing to play, or it ignored it) has its
     /// volume back at once: audiod holds nothing for long without a reason.
     @Test func aResumedPlayerThatNeverSoundsHasItsVolumeBackAfterTwoSeconds() {
