@@ -489,8 +489,12 @@ extension Engine {
     /// hear, at most 100 ms for spoken audio, 0 (at once) where `fadeLength` says so.
     func fadeInLength(_ st: StreamState) -> UInt64 {
         guard st.kind == .playback, mayFade(st) else { return 0 }
-        return isSpoken(st)
-            ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
+        return fadeInSetting(st)
+    }
+
+    /// `fade-in`, at most 100 ms for spoken audio.
+    func fadeInSetting(_ st: StreamState) -> UInt64 {
+        isSpoken(st) ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
     }
 
     /// How long a paused playback stream audiod gives back fades in once it sounds (§2 "Fades"): a stream of a
@@ -500,8 +504,7 @@ extension Engine {
         guard st.kind == .playback, !settings.decidesNothing, !st.volumeAtOnce, st.session != nil, !st.audible,
             !st.userMuted, !st.userVolume.isSilent, resumedByAudiod(st)
         else { return 0 }
-        return isSpoken(st)
-            ? min(settings.fadeInNanoseconds, Settings.quickFadeLimitNanoseconds) : settings.fadeInNanoseconds
+        return fadeInSetting(st)
     }
 
     /// audiod's `Play` goes out in this step to the player `isAudible` looks at for the stream — whatever the
