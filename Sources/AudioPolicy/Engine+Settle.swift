@@ -581,8 +581,17 @@ extension Engine {
                 // (below; no fade for a stream nobody hears — a paused player's uncorked stream plays silence).
                 st.fade = nil
             } else if st.audible {
-                // Heard from now: the fade runs from silence, its first step at once.
-                st.fade = VolumeFade(from: f.from, to: end, lifts: goal == nil, start: now, length: f.length)
+                // Heard from now: the fade runs from silence, its first step at once, over `fade-in` as it is now (a
+                // reload while it waited counts; 0 gives the volume back at once).
+                let length = fadeInSetting(st)
+                guard length > 0 else {
+                    st.fade = nil
+                    if current != end { effects.append(.setStreamVolume(sid, end)) }
+                    st.appliedVolume = goal
+                    fading.remove(sid)
+                    return
+                }
+                st.fade = VolumeFade(from: f.from, to: end, lifts: goal == nil, start: now, length: length)
                 soundsNow = true
             } else {
                 // Still waiting; a duck decided meanwhile is where it will end.

@@ -372,6 +372,33 @@ import Testing
         #expect(u.engine.appliedChange(of: .playback(1)) == nil)
     }
 
+    /// `fade-in` reloaded while a resumed player waits: its fade, when it sounds, is the new length (0: its volume
+    /// at once), not the one in force at the give-back.
+    @Test func aResumedPlayerFadesInOverTheFadeInInForceWhenItSounds() {
+        for (seconds, steps) in [(0.2, 8...10), (0.0, 0...0)] {
+            var h = Harness(fades: true)
+            let video = pausedPlayer(&h)
+            _ = h.echo(resume(&h, video))
+            var settings = h.engine.settings
+            settings.fadeInNanoseconds = UInt64(seconds * 1e9)
+            #expect(h.send(.configure(h.request(), settings)).last?.isError != true)
+            _ = h.send(.playerStatusChanged(Self.mpv, .playing))
+            let plays = h.change(.playback(1)) { $0.corked = false }
+            let first = volumes(plays, .playback(1))
+            if seconds == 0 {
+                #expect(first == [.normal], "fade-in 0: \(plays)")
+            } else {
+                // A tenth of the way in amplitude: 0.1^(1/3) of the volume scale, ~30,400.
+                #expect(first.count == 1 && (first.first?.channels[0] ?? 0) < 35_000, "\(plays)")
+            }
+            _ = h.echo(plays)
+            let up = run(&h, .playback(1))
+            #expect(steps.contains(up.count), "fade-in \(seconds) s: \(up.count) steps")
+            #expect(h.engine.fading.isEmpty)
+            #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+        }
+    }
+
     // MARK: Fade-outs (silent mode, the lock)
 
     /// Fires the fade timer until no fade runs; every stream operation on `id`, with the time it was written.
