@@ -399,6 +399,40 @@ import Testing
         }
     }
 
+    /// A duck that begins while a resumed player waits at silence is where its fade-in ends; one that ends meanwhile
+    /// leaves the user's volume as the end. Nothing is written while it waits either way.
+    @Test func aDuckDecidedWhileAResumedPlayerWaitsIsWhereItsFadeInEnds() {
+        for undone in [false, true] {
+            var h = Harness(fades: true)
+            let video = pausedPlayer(&h)
+            _ = h.echo(resume(&h, video))
+            let ducker = h.session(pid: 30, "playback", options: ["duck-others"])
+            let duck = h.activate(ducker)
+            #expect(volumes(duck, .playback(1)).isEmpty, "written while it waits: \(duck)")
+            _ = h.echo(duck)
+            if undone {
+                let lifted = h.deactivate(ducker, notify: false)
+                #expect(volumes(lifted, .playback(1)).isEmpty, "written while it waits: \(lifted)")
+                _ = h.echo(lifted)
+            }
+            #expect(h.engine.streamView(.playback(1))?.info.volume == Volume(uniform: 0))
+            _ = h.send(.playerStatusChanged(Self.mpv, .playing))
+            _ = h.echo(h.change(.playback(1)) { $0.corked = false })
+            let up = run(&h, .playback(1))
+            let end = undone ? Volume.normal : Volume.normal.multiplied(by: Self.duck)
+            #expect((45...50).contains(up.count), "\(up.count) steps")
+            #expect(up.last?.volume == end, "undone \(undone): ended at \(String(describing: up.last?.volume))")
+            #expect(h.engine.fading.isEmpty)
+        }
+        // Ducked while it waits and never heard: at the 2 s limit its volume goes to the duck level at once.
+        var h = Harness(fades: true)
+        _ = h.echo(resume(&h, pausedPlayer(&h)))
+        _ = h.echo(h.activate(h.session(pid: 30, "playback", options: ["duck-others"])))
+        let ops = runAll(&h, .playback(1), limit: 200)
+        #expect(ops.map(\.op) == [.setStreamVolume(.playback(1), Volume.normal.multiplied(by: Self.duck))], "\(ops)")
+        #expect((1_990...2_040).contains(ops.first?.ms ?? 0), "\(ops.first?.ms ?? 0) ms")
+    }
+
     // MARK: Fade-outs (silent mode, the lock)
 
     /// Fires the fade timer until no fade runs; every stream operation on `id`, with the time it was written.
