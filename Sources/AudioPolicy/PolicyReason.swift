@@ -26,6 +26,9 @@ public enum PolicyReason: Sendable, Hashable {
     case duckedUnderCall(SessionID)
     /// A call's stream is listed but not yet linked (PipeWire): what it will silence is muted before it sounds.
     case callAboutToSound(StreamID)
+    /// Given back while paused to a player audiod resumes through MPRIS: held at silence until it plays, then faded
+    /// in (§2 "Fades"), 2 s at most.
+    case awaitingResumedSound
 
     public var text: String {
         switch self {
@@ -44,6 +47,7 @@ public enum PolicyReason: Sendable, Hashable {
         case .duckedUnderScreenReader: "ducked under a screen reader (an a11y stream is audible)"
         case .duckedUnderCall(let c): "ducked under the call of session \(c.rawValue)"
         case .callAboutToSound(let call): "a call is about to sound (stream \(call.index), not yet linked)"
+        case .awaitingResumedSound: "resumed through MPRIS: silent until its player plays, then faded in (2 s at most)"
         }
     }
 }
@@ -89,6 +93,8 @@ extension Engine {
             reasons.append(.secondaryAudio(primary: primary))
         }
         if let call = silencedAhead(st.info.id) { reasons.append(.callAboutToSound(call)) }
+        // Its volume is audiod's 0 for now: a mixer showing it silent deserves the reason too.
+        if st.fade?.waitsUntil != nil, !st.appliedMute { reasons.append(.awaitingResumedSound) }
         return reasons + ducked
     }
 }

@@ -304,6 +304,8 @@ import Testing
             #expect(streamOps(h.echo(h.send(.timerFired(.fadeStep)))).isEmpty)
         }
         #expect(h.engine.streamView(.playback(1))?.info.volume == Volume(uniform: 0))
+        // ListStreams says why it is silent.
+        #expect(h.engine.streamView(.playback(1))?.reasons == [.awaitingResumedSound])
         // The silence is audiod's: a stop now puts the user's volume back.
         var stopping = h.engine
         #expect(stopping.restoreEverything() == [.setStreamVolume(.playback(1), mine)])
@@ -313,6 +315,7 @@ import Testing
         let first = volumes(plays, .playback(1))
         #expect(first.count == 1 && first[0].channels[0] > 0 && first[0].channels[0] < 20_000, "\(plays)")
         _ = h.echo(plays)
+        #expect(h.engine.streamView(.playback(1))?.reasons == [], "heard, it has no reason left")
         let up = run(&h, .playback(1))
         #expect((45...50).contains(up.count), "\(up.count) steps over a second")
         #expect(up.last?.volume == mine)
