@@ -435,7 +435,8 @@ public struct StreamView: Sendable, Equatable {
     /// The user's own volume, as audiod remembers it.
     public var userVolume: Volume
     public var audible: Bool
-    /// Why policy silences or ducks it now; empty when audiod leaves it alone.
+    /// Why policy silences or ducks it now, or holds it at silence for its player's sound; empty when audiod leaves it
+    /// alone.
     public var reasons: [PolicyReason] = []
 }
 

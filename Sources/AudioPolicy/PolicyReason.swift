@@ -1,4 +1,4 @@
-/// Why audiod silences or ducks a stream right now (`ListStreams`' `policy-reasons`, `audioctl streams`).
+/// Why audiod silences, ducks or holds a stream right now (`ListStreams`' `policy-reasons`, `audioctl streams`).
 ///
 /// Data, worded only when a person reads it: the engine decides with `policyMute`/`duckDepth`, and these are the
 /// same conditions named one by one, so that "why is this quiet?" has the answer the decision had.
@@ -26,8 +26,9 @@ public enum PolicyReason: Sendable, Hashable {
     case duckedUnderCall(SessionID)
     /// A call's stream is listed but not yet linked (PipeWire): what it will silence is muted before it sounds.
     case callAboutToSound(StreamID)
-    /// Given back while paused to a player audiod resumes through MPRIS: held at silence until it plays, then faded
-    /// in (§2 "Fades"), 2 s at most.
+    /// Given back while paused to a player audiod resumes through MPRIS: its volume held at audiod's 0 until it
+    /// plays (2 s at most), then faded in (§2 "Fades"). The one reason that comes with `policyMuted` false: the
+    /// stream is not silenced by policy, only held while it is nobody's to hear.
     case awaitingResumedSound
 
     public var text: String {
@@ -47,7 +48,8 @@ public enum PolicyReason: Sendable, Hashable {
         case .duckedUnderScreenReader: "ducked under a screen reader (an a11y stream is audible)"
         case .duckedUnderCall(let c): "ducked under the call of session \(c.rawValue)"
         case .callAboutToSound(let call): "a call is about to sound (stream \(call.index), not yet linked)"
-        case .awaitingResumedSound: "resumed through MPRIS: silent until its player plays, then faded in (2 s at most)"
+        case .awaitingResumedSound:
+            "resumed through MPRIS: held silent until its player plays (2 s at most), then given back"
         }
     }
 }
@@ -56,6 +58,8 @@ extension Engine {
     /// The reasons `policyMute` and `duckDepth` hold for this stream, in the order they are checked.
     func policyReasons(_ st: StreamState) -> [PolicyReason] {
         guard let owner = st.session, let s = sessions[owner] else { return [] }
+        // Its volume is audiod's 0 for now: a mixer showing it silent deserves the reason too.
+        let held: [PolicyReason] = st.fade?.waitsUntil != nil && !st.appliedMute ? [.awaitingResumedSound] : []
         var ducked: [PolicyReason] = []
         if duckDepth(st) != .none {
             if let call = callAbove(s) {
@@ -68,7 +72,7 @@ extension Engine {
             if !audibleA11y.isEmpty { ducked.append(.duckedUnderScreenReader) }
         }
         // The platform call's streams are never silenced; a ducker still ducks them, as `duckDepth` decides.
-        if isPlatformCall(owner) { return ducked }
+        if isPlatformCall(owner) { return ducked + held }
         var reasons: [PolicyReason] = []
         if s.interrupted {
             let by = s.interrupter.flatMap { sessions[$0] }
@@ -84,7 +88,7 @@ extension Engine {
             return reasons.isEmpty ? [.recordHeld] : reasons
         }
         // An alarm is silenced by nothing but its device going away (`policyMute`); ducked as `duckDepth` says.
-        if s.isAlert { return (st.routeSilenced ? [.routeChange] : []) + ducked }
+        if s.isAlert { return (st.routeSilenced ? [.routeChange] : []) + ducked + held }
         if st.routeSilenced { reasons.append(.routeChange) }
         if silentMode && s.configuration.category.obeysSilentMode { reasons.append(.silentMode) }
         if lockedOut(s) { reasons.append(.screenLocked) }
@@ -93,8 +97,6 @@ extension Engine {
             reasons.append(.secondaryAudio(primary: primary))
         }
         if let call = silencedAhead(st.info.id) { reasons.append(.callAboutToSound(call)) }
-        // Its volume is audiod's 0 for now: a mixer showing it silent deserves the reason too.
-        if st.fade?.waitsUntil != nil, !st.appliedMute { reasons.append(.awaitingResumedSound) }
-        return reasons + ducked
+        return reasons + ducked + held
     }
 }

@@ -876,12 +876,18 @@ struct Simulation {
                 default: false
                 }
             }
-            let silencing = sv.reasons.contains { !isDuck($0) }
+            // A resumed player's stream held at audiod's 0 says so, and is neither silenced nor ducked by it.
+            func isHold(_ r: PolicyReason) -> Bool { r == .awaitingResumedSound }
+            let silencing = sv.reasons.contains { !isDuck($0) && !isHold($0) }
             let ducking = sv.reasons.contains(where: isDuck)
             if silencing != sv.policyMuted || ducking != (sv.duckFactor < 1) {
                 v.append(
                     "stream \(id): reasons \(sv.reasons.map(\.text)) but policy-muted \(sv.policyMuted), duck \(sv.duckFactor)"
                 )
+            }
+            let holds = engine.streams[id].map { $0.fade?.waitsUntil != nil && !$0.appliedMute } ?? false
+            if sv.reasons.contains(where: isHold) != holds {
+                v.append("stream \(id): reasons \(sv.reasons.map(\.text)) but held at silence \(holds)")
             }
             let owner = sv.session.flatMap { engine.session($0) }
             let category = owner?.configuration.category
