@@ -582,16 +582,8 @@ extension Engine {
                 st.fade = nil
             } else if st.audible {
                 // Heard from now: the fade runs from silence, its first step at once, over `fade-in` as it is now (a
-                // reload while it waited counts; 0 gives the volume back at once).
-                let length = fadeInSetting(st)
-                guard length > 0 else {
-                    st.fade = nil
-                    if current != end { effects.append(.setStreamVolume(sid, end)) }
-                    st.appliedVolume = goal
-                    fading.remove(sid)
-                    return
-                }
-                st.fade = VolumeFade(from: f.from, to: end, lifts: goal == nil, start: now, length: length)
+                // reload while it waited counts; a fade of 0 is done at once, below, the volume back in one write).
+                st.fade = VolumeFade(from: f.from, to: end, lifts: goal == nil, start: now, length: fadeInSetting(st))
                 soundsNow = true
             } else {
                 // Still waiting; a duck decided meanwhile is where it will end.
