@@ -93,6 +93,20 @@ import Testing
         }
     }
 
+    /// Found by the property above (seen once in a full engine run, then with this input): audiod resumed a player
+    /// whose uncorked stream it paused again at once, and the simulation answered that Pause before the player's
+    /// own Playing — so the engine ended up holding Playing for a paused player and ducked every stream under the
+    /// player's silent a11y stream. A real player answers in order; so does the simulation now.
+    @Test func aPlayerPausedAgainWhileItsPlayIsHandledEndsPaused() {
+        var sim = Simulation()
+        for code in [96895, 19411, 92409, 7237, 3241, 64430, 62492, 98484, 80527, 82033] {
+            sim.run(Simulation.Op(code: code))
+            #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+        }
+        #expect(sim.players[100] == .paused)
+        #expect(sim.engine.players[PlayerID("org.mpris.MediaPlayer2.p100")]?.info.status == .paused)
+    }
+
     /// The checker itself must be able to fail: a deliberately broken world (a mute lost on the server) is caught.
     @Test func theCheckerCatchesALostMute() {
         var sim = Simulation()
@@ -623,6 +637,11 @@ struct Simulation {
 
     mutating func setPlayer(_ pid: UInt32, _ status: PlaybackStatus) {
         guard players[pid] != status else { return }
+        playerDepth += 1
+        defer {
+            playerDepth -= 1
+            drainPlayers()
+        }
         players[pid] = status
         // Like mpv: pausing corks the stream, playing uncorks it.
         for id in server.keys.sorted() where id.kind == .playback && server[id]?.processChain.first == pid {
@@ -635,6 +654,7 @@ struct Simulation {
     /// One event, then the server's echo of every change audiod made, until the world is quiet.
     @discardableResult
     mutating func step(_ event: Event) -> [Effect] {
+        stepDepth += 1
         clock += 5_000_000
         let recordMutedBefore = server.filter { $0.key.kind == .record && $0.value.muted }.map(\.key)
         let activeBefore = Set(engine.sessionIDs.filter { engine.session($0)?.active == true })
@@ -696,14 +716,28 @@ struct Simulation {
         }
         _ = recordMutedBefore
         for info in echoes where server[info.id] != nil { step(.streamChanged(server[info.id]!)) }
+        stepDepth -= 1
+        drainPlayers()
+        return effects
+    }
+
+    /// What audiod asked of the players (Pause, Play), answered once the change that asked it is over: a player
+    /// answers in order, so a Pause asked while its own Playing is still being handled (the stream uncorked first,
+    /// and audiod pausing it again) is answered after that Playing, never before.
+    var pendingPlayer: [(UInt32, PlaybackStatus)] = []
+    var stepDepth = 0
+    var playerDepth = 0
+    var drainingPlayers = false
+
+    mutating func drainPlayers() {
+        guard stepDepth == 0, playerDepth == 0, !drainingPlayers else { return }
+        drainingPlayers = true
+        defer { drainingPlayers = false }
         while !pendingPlayer.isEmpty {
             let (pid, status) = pendingPlayer.removeFirst()
             setPlayer(pid, status)
         }
-        return effects
     }
-
-    var pendingPlayer: [(UInt32, PlaybackStatus)] = []
     var published: [SessionID: SessionView] = [:]
 
     func pidOf(_ p: PlayerID) -> UInt32? {
