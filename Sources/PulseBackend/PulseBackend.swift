@@ -780,10 +780,34 @@ public final class PulseBackend {
             let node = session.streamNode(id), let corked = session.streamCorked(id)
         else { return }
         if corked {
-            if ramps[id] != nil || factorRechecks[node] != nil { pausedInRamp[id] = node }
+            if ramps[id] != nil || factorRechecks[node] != nil, pausedInRamp[id] == nil {
+                pausedInRamp[id] = node
+                logger.debug("stream \(id.index) paused inside its ramp or its factor's check")
+            }
         } else if let n = pausedInRamp.removeValue(forKey: id) {
-            // Playing again: the rest of the ramp runs now; the factor goes back to 1.0 after it.
-            recheckFactor(n)
+            // Playing again: the rest of the ramp runs now, down to 0 whatever was set since, and the factor goes
+            // back to 1.0 after it.
+            rampFactorBackUp(n)
+        }
+    }
+
+    /// The factor of a node whose paused ramp runs out now, back up to 1.0 by a ramp of `de-click` once the rest
+    /// has surely run, then checked at 1.0 (a linear ramp's last value is a step short). It is not a plain 1.0
+    /// 250 ms later: by then a player audiod resumed is being faded in, and mpv's first sound on PipeWire 1.4 came
+    /// at a fifth of the fade-in's way up, a click (docs/FADES.md, "Players resumed through MPRIS").
+    private func rampFactorBackUp(_ node: UInt32) {
+        guard rampSamples > 0 else { return recheckFactor(node) }
+        let settle = UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
+        factorRechecks[node]?.cancel()
+        factorRechecks[node] = loop.timer(afterNanoseconds: settle) { [weak self] in
+            guard let self else { return }
+            self.factorRechecks[node] = nil
+            guard let pw = self.pipewire else { return self.rampsSettled() }
+            if pw.set(node: node, factor: 1, rampSamples: self.rampSamples) {
+                self.nodeRampEnds[node] = monotonicNow() + settle
+                self.logger.debug("write: the factor of node \(node) back up over \(self.deClickMilliseconds) ms")
+            }
+            self.recheckFactor(node, after: settle)
         }
     }
 

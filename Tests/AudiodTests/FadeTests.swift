@@ -297,6 +297,9 @@ struct FadeTests {
         let stream = try server.waitForPlaybackStream(pid: mpv.pid)
         let app = try server.spawn(["sleep", "60"])
         defer { app.kill() }
+        // Heard a while first: on PipeWire 1.4 the interruption then ramps mpv down inside the server (a stream
+        // younger than 300 ms is muted in a step), and mpv pauses inside that ramp.
+        Thread.sleep(forTimeInterval: 0.5)
         let path = try d.client.makeSession(pid: app.pid, "playback", activate: true)
         #expect(waitFor(10) { players.status(server, name) == "Paused" }, "the video did not pause mpv")
         #expect(waitFor(5) { watcher.streams[stream.index]?.muted == true }, "mpv's stream was not muted")
@@ -316,6 +319,16 @@ struct FadeTests {
         let firstHeard = reports.first { !$0.stream.muted && $0.stream.volume > 0 }
         #expect(Self.amplitude(firstHeard?.stream.volume ?? 65536) < 0.05, "\(seen)")
         Self.expectFadeIn(reports, from: firstHeard?.at, "\(kind): mpv resumed through MPRIS")
+        // On PipeWire 1.4 the interruption ramped mpv's factor down, and mpv paused inside the ramp or its check: the
+        // rest of the ramp runs when it plays again, and the factor must come back up by a ramp then. A plain 1.0
+        // set 250 ms later, as before, was heard as a click a quarter of the way into the fade-in (docs/FADES.md).
+        let log = server.file("audiod.log")
+        let pausedInRamp = log.contains("stream \(stream.index) paused inside its ramp or its factor's check")
+        print("fades: \(kind): mpv paused inside its interruption's ramp or its check: \(pausedInRamp)")
+        if kind == .pipewire14, pausedInRamp, let node = stream.properties["object.id"] {
+            #expect(log.contains("write: the factor of node \(node) back up over 8 ms"), "\(log.suffix(3000))")
+            #expect(waitFor(5) { Self.factor(server, node: node) == 1.0 }, "the factor was not back at 1.0")
+        }
     }
 
     @Test(
