@@ -25,6 +25,33 @@ struct ClickRow {
     var measures: [ClickMeasure] = []
     /// Rounds the method could not read: the level did not change by 6 dB, or no change was found in the recording.
     var missed = 0
+    /// Rounds whose recording has a dropout (`firstDropout`): not counted, since the gap clicks whatever audiod did.
+    var dropouts = 0
+}
+
+/// Where (in milliseconds) the recording first drops out inside the tone: a run of at least 64 samples of exact
+/// silence with the tone above 1 % of full scale within 10 ms on both sides. No fade makes that: a 100 Hz tone at 1 %
+/// is zero for less than a sample at its crossings, and audiod mutes only at a fade's end. PipeWire 1.4 on our 2-core
+/// VM drops 128 samples at a time (2.7 ms) about once a second, during steady play too (`pactl` rows included), and
+/// each such gap reads as a click of −19 to −35 dB.
+func firstDropout(_ x: [Int16], rate: Double) -> Double? {
+    let side = Int(rate * 0.01)
+    var i = side
+    while i < x.count - side {
+        guard x[i] == 0 else {
+            i += 1
+            continue
+        }
+        var j = i
+        while j < x.count && x[j] == 0 { j += 1 }
+        if j - i >= 64, j + side <= x.count, x[(i - side)..<i].contains(where: { abs(Int($0)) > 327 }),
+            x[j..<(j + side)].contains(where: { abs(Int($0)) > 327 })
+        {
+            return Double(i) / rate * 1000
+        }
+        i = j
+    }
+    return nil
 }
 
 struct ClickResults {
@@ -192,7 +219,14 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         ("a 50 ms raised cosine, computed", 0.05),
     ] {
         var row = ClickRow(transition: name, by: "the method's check")
-        if let m = measureChange(computedChange(rate: r, fade: fade), rate: r) {
+        let computed = computedChange(rate: r, fade: fade)
+        // The dropout check on known cases: no change is one, and a gap of 128 samples in steady play is.
+        var gapped = computedChange(rate: r, at: 2, fade: 0)
+        gapped.replaceSubrange(Int(r * 0.4)..<(Int(r * 0.4) + 128), with: repeatElement(0, count: 128))
+        guard firstDropout(computed, rate: r) == nil, firstDropout(gapped, rate: r) != nil else {
+            throw BenchFailure("the dropout check is wrong on a computed case (\(name))")
+        }
+        if let m = measureChange(computed, rate: r) {
             row.measures.append(m)
         } else {
             row.missed += 1
@@ -222,13 +256,29 @@ func clicks(_ kind: ServerKind, rounds: Int) throws -> ClickResults {
         let end = mark + Int(r * post)
         guard waitFor(10, { recorder.count >= end }) else { throw BenchFailure("the recording stopped") }
         let samples = recorder.samples(max(0, mark - Int(r * pre))..<end)
-        if let m = measureChange(samples, rate: r) { row.measures.append(m) } else { row.missed += 1 }
+        let dropout = firstDropout(samples, rate: r)
+        let measure = dropout == nil ? measureChange(samples, rate: r) : nil
+        if dropout != nil {
+            row.dropouts += 1
+        } else if let measure {
+            row.measures.append(measure)
+        } else {
+            row.missed += 1
+        }
+        let number = row.measures.count + row.missed + row.dropouts
+        // BENCH_CLICK_SAVE=DIR: each round's recording, raw (s16le, mono, the sink's rate), to look at a bad one.
+        if let dir = ProcessInfo.processInfo.environment["BENCH_CLICK_SAVE"], !dir.isEmpty {
+            let name = "\(kind)-\(row.transition)-\(number)"
+                .map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." ? $0 : "_" }
+            let data = samples.withUnsafeBufferPointer { Data(buffer: $0) }
+            try? data.write(to: URL(fileURLWithPath: dir + "/" + String(name) + ".raw"))
+        }
         // BENCH_CLICK_DUMP=1: each round's figures, to find the one behind a worst case.
         if ProcessInfo.processInfo.environment["BENCH_CLICK_DUMP"] == "1" {
-            let m = row.measures.last
-            print(
-                "clicks: \(kind): \(row.transition): round \(row.measures.count + row.missed): "
-                    + (m.map { String(format: "%.0f dB, %.1f ms", $0.splatterDb, $0.lengthMs) } ?? "not measured"))
+            let figures =
+                dropout.map { String(format: "a dropout at %.1f ms, not counted", $0) }
+                ?? measure.map { String(format: "%.0f dB, %.1f ms", $0.splatterDb, $0.lengthMs) } ?? "not measured"
+            print("clicks: \(kind): \(row.transition): round \(number): \(figures)")
         }
         usleep(100_000)
     }
@@ -398,7 +448,7 @@ func printClicks(_ all: [(ServerKind, ClickResults)]) {
         for row in c.rows {
             let m = row.measures
             print(
-                "| \(kind) | \(row.transition) | \(row.by) | \(m.count)\(row.missed > 0 ? " (+\(row.missed) not measured)" : "") "
+                "| \(kind) | \(row.transition) | \(row.by) | \(m.count)\(row.missed > 0 ? " (+\(row.missed) not measured)" : "")\(row.dropouts > 0 ? " (+\(row.dropouts) with a dropout)" : "") "
                     + "| \(db(dpercentile(m.map(\.splatterDb), 0.5))) | \(db(m.map(\.splatterDb).max())) "
                     + "| \(db(dpercentile(m.map(\.secondDifferenceDb), 0.5))) | \(db(m.map(\.secondDifferenceDb).max())) "
                     + "| \(dms(dpercentile(m.map(\.lengthMs), 0.5))) | \(dms(m.map(\.lengthMs).max())) "
