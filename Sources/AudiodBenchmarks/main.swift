@@ -18,8 +18,9 @@
 // (audiod's `nice-level`: 0 runs it as started, for the figures before its loop asked for the sound server's -11),
 // BENCH_OVERLAP_ROWS=activation,phone,pip,silent,ring (only these transitions of the overlap part),
 // BENCH_OVERLAP_ROUNDS (rounds per overlap row; default 100), BENCH_CLICK_ROUNDS (rounds per transition of the clicks
-// part; default a tenth of the iterations, 3 to 12), BENCH_DE_CLICK=S and BENCH_FADE_IN=S (audiod's `de-click` and
-// `fade-in`, seconds; 0 for steps).
+// part; default a tenth of the iterations, 3 to 12), BENCH_CLICK_DUMP=1 (each click round's figures, or its dropout),
+// BENCH_CLICK_SAVE=DIR (each click round's recording, raw s16le mono, in DIR), BENCH_DE_CLICK=S and BENCH_FADE_IN=S
+// (audiod's `de-click` and `fade-in`, seconds; 0 for steps).
 
 import AudioPolicy
 import AudiodCore
