@@ -772,7 +772,11 @@ public final class PulseBackend {
     private var factorRechecks: [UInt32: LoopTimer] = [:]
     /// Streams seen paused while their ramp or its check ran: the ramp waits while its node does not process and
     /// then overwrites the factor set since, so the factor is set again once they play.
-    private var pausedInRamp: [StreamID: UInt32] = [:]
+    private var pausedInRamp: [StreamID: (node: UInt32, rampNanoseconds: UInt64)] = [:]
+    /// Nodes whose paused ramp runs out now and whose factor is then ramped back up (`rampFactorBackUp`), with what
+    /// was to run once their factor is checked at 1.0: a plain check asked meanwhile waits for the ramp back up, or
+    /// its plain 1.0 would come as a step under a fade-in.
+    private var backUps: [UInt32: [() -> Void]] = [:]
 
     private func watchPausedRamp(_ id: StreamID) {
         // Every report comes here: nothing to look at unless a ramp or a factor check is under way.
@@ -781,13 +785,15 @@ public final class PulseBackend {
         else { return }
         if corked {
             if ramps[id] != nil || factorRechecks[node] != nil, pausedInRamp[id] == nil {
-                pausedInRamp[id] = node
+                // The ramp it may still have to run is the de-click in force now (a reload while paused would
+                // change the setting, not the ramp).
+                pausedInRamp[id] = (node, UInt64(deClickMilliseconds) * 1_000_000)
                 logger.debug("stream \(id.index) paused inside its ramp or its factor's check")
             }
-        } else if let n = pausedInRamp.removeValue(forKey: id) {
-            // Playing again: the rest of the ramp runs now, down to 0 whatever was set since, and the factor goes
-            // back to 1.0 after it.
-            rampFactorBackUp(n)
+        } else if let paused = pausedInRamp.removeValue(forKey: id) {
+            // Playing again: the rest of its ramp (down, or back up) runs now and overwrites whatever factor was set
+            // since, so the factor goes back to 1.0 after it.
+            rampFactorBackUp(paused.node, rampNanoseconds: paused.rampNanoseconds)
         }
     }
 
@@ -795,19 +801,27 @@ public final class PulseBackend {
     /// has surely run, then checked at 1.0 (a linear ramp's last value is a step short). It is not a plain 1.0
     /// 250 ms later: by then a player audiod resumed is being faded in, and mpv's first sound on PipeWire 1.4 came
     /// at a fifth of the fade-in's way up, a click (docs/FADES.md, "Players resumed through MPRIS").
-    private func rampFactorBackUp(_ node: UInt32) {
-        guard rampSamples > 0 else { return recheckFactor(node) }
-        let settle = UInt64(deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
+    private func rampFactorBackUp(_ node: UInt32, rampNanoseconds: UInt64) {
+        guard rampSamples > 0, backUps[node] == nil else { return recheckFactor(node) }
+        let rest = rampNanoseconds + Self.rampSettleNanoseconds
         factorRechecks[node]?.cancel()
-        factorRechecks[node] = loop.timer(afterNanoseconds: settle) { [weak self] in
+        backUps[node] = []
+        // No other ramp may be sent to the node while the rest of the paused one runs.
+        nodeRampEnds[node] = max(nodeRampEnds[node] ?? 0, monotonicNow() + rest)
+        factorRechecks[node] = loop.timer(afterNanoseconds: rest) { [weak self] in
             guard let self else { return }
             self.factorRechecks[node] = nil
+            let waiting = self.backUps.removeValue(forKey: node) ?? []
             guard let pw = self.pipewire else { return self.rampsSettled() }
-            if pw.set(node: node, factor: 1, rampSamples: self.rampSamples) {
-                self.nodeRampEnds[node] = monotonicNow() + settle
+            let up = UInt64(self.deClickMilliseconds) * 1_000_000 + Self.rampSettleNanoseconds
+            // A give-back's own ramp up on the node sets and checks 1.0 at its end (`beginRampUp`).
+            if !self.rampUps.values.contains(where: { $0.node == node }), !self.rampRuns(on: node),
+                pw.set(node: node, factor: 1, rampSamples: self.rampSamples)
+            {
+                self.nodeRampEnds[node] = self.monotonicNow() + up
                 self.logger.debug("write: the factor of node \(node) back up over \(self.deClickMilliseconds) ms")
             }
-            self.recheckFactor(node, after: settle)
+            self.recheckFactor(node, after: up, then: waiting.isEmpty ? nil : { for w in waiting { w() } })
         }
     }
 
@@ -919,6 +933,7 @@ public final class PulseBackend {
         nodeRampEnds.removeAll()
         rampedNodes.removeAll()
         pausedInRamp.removeAll()
+        backUps.removeAll()
         for t in factorRechecks.values { t.cancel() }
         factorRechecks.removeAll()
         // A probe's repair ends with the connections; the keys stay in the factors file for the next one.
@@ -1098,6 +1113,11 @@ public final class PulseBackend {
     private func recheckFactor(
         _ node: UInt32, after: UInt64 = PulseBackend.factorRecheckNanoseconds, then: (() -> Void)? = nil
     ) {
+        if backUps[node] != nil {
+            // The ramp back up checks the factor at its end; what was to follow this check follows that one.
+            if let then { backUps[node]?.append(then) }
+            return
+        }
         factorRechecks[node] = loop.timer(afterNanoseconds: after) { [weak self] in
             guard let self else { return }
             self.factorRechecks[node] = nil
@@ -1106,7 +1126,8 @@ public final class PulseBackend {
             let lowerings = key.map { self.keyLowerings[$0, default: 0] } ?? 0
             let sent = pw.set(node: node, factor: 1) { [weak self, weak pw] in
                 // A connection lost meanwhile answers everything unsent: nothing is known to be back at 1.0.
-                guard let self, let pw, !pw.isLost, !self.pausedInRamp.values.contains(node) else { return }
+                guard let self, let pw, !pw.isLost, !self.pausedInRamp.values.contains(where: { $0.node == node })
+                else { return }
                 self.lowered(node, key: nil, false)
                 then?()
                 // WirePlumber saved this 1.0 into the node's key too.
@@ -1139,6 +1160,7 @@ public final class PulseBackend {
         // that was repairing the stream's key (a new stream of a low key) leaves the key to a probe instead.
         let checking = factorRechecks.removeValue(forKey: node)
         checking?.cancel()
+        backUps[node] = nil
         if let entry = loweredFactors.nodes.removeValue(forKey: node) {
             // Gone while its factor may have been low: its key may hold that factor.
             if let key = entry {
