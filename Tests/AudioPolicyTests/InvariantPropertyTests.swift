@@ -36,7 +36,7 @@ import Testing
             sim.run(Simulation.Op(code: code))
             #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
         }
-        let game = sim.server.keys.first { sim.server[$0]?.role == nil && $0.kind == .playback }
+        let game = sim.server.keys.sorted().first { sim.server[$0]?.role == nil && $0.kind == .playback }
         #expect(game != nil)
         #expect(game.flatMap { sim.engine.streams[$0]?.userVolume } == Volume(uniform: 65536))
     }
@@ -350,6 +350,8 @@ struct Simulation {
     /// that leaves the session keeps the mute as its own.
     var mutedForApp: [StreamID: SessionID] = [:]
     var userVolume: [StreamID: Volume] = [:]
+    /// The last volume audiod wrote to each stream, until the user sets one: what `volume-tolerance` compares with.
+    var audiodVolume: [StreamID: Volume] = [:]
     var players: [UInt32: PlaybackStatus] = [:]
     var timers: [TimerID] = []
     var devices: Set<String> = ["speakers", "headphones"]
@@ -513,12 +515,18 @@ struct Simulation {
             let volume = Volume(uniform: v)
             guard info.volume != volume else { return }
             server[id]?.volume = volume
-            // docs/CONFIG.md `volume-tolerance`: a volume within the tolerance of the one audiod set and holds counts
-            // as audiod's own (a server hands back a neighbouring value), so a user who sets one that close has
-            // changed nothing audiod can tell; the user's volume stays what it was.
-            let held = engine.streams[id]?.appliedVolume
+            // docs/CONFIG.md `volume-tolerance`: a volume within the tolerance of the one audiod set and holds (its
+            // last write, when that is not the user's own volume) counts as audiod's own (a server hands back a
+            // neighbouring value), so a user who sets one that close has changed nothing audiod can tell; the
+            // user's volume stays what it was.
+            let held = audiodVolume[id].flatMap { $0 == userVolume[id] ? nil : $0 }
             if held.map({ !volume.isClose(to: $0, tolerance: engine.volumeTolerance) }) ?? true {
                 userVolume[id] = volume
+                audiodVolume[id] = nil
+            } else if let held, engine.streams[id]?.appliedVolume != held {
+                problems.append(
+                    "\(id): audiod last wrote \(held), but the engine holds \(String(describing: engine.streams[id]?.appliedVolume))"
+                )
             }
             step(.streamChanged(server[id]!))
         case .toggleCork(let k):
@@ -696,6 +704,7 @@ struct Simulation {
             case .setStreamVolume(let id, let v):
                 guard server[id] != nil else { continue }
                 server[id]?.volume = v
+                audiodVolume[id] = v
                 echoes.append(server[id]!)
             case .rampStreamUnmute(let id, _):
                 guard server[id] != nil else { continue }
@@ -741,7 +750,8 @@ struct Simulation {
         defer { drainingPlayers = false }
         while !pendingPlayer.isEmpty {
             let (pid, status) = pendingPlayer.removeFirst()
-            setPlayer(pid, status)
+            // A player gone meanwhile answers nothing.
+            if players[pid] != nil { setPlayer(pid, status) }
         }
     }
     var published: [SessionID: SessionView] = [:]
