@@ -804,11 +804,10 @@ public final class PulseBackend {
     private func rampFactorBackUp(_ node: UInt32, rampNanoseconds: UInt64) {
         guard rampSamples > 0, backUps[node] == nil else { return recheckFactor(node) }
         let rest = rampNanoseconds + Self.rampSettleNanoseconds
-        factorRechecks[node]?.cancel()
-        backUps[node] = []
-        // No other ramp may be sent to the node while the rest of the paused one runs.
+        // No other ramp may be sent to the node while the rest of the paused one runs (one that comes once this has
+        // run out cancels the back-up with the check, `cancelFactorCheck`).
         nodeRampEnds[node] = max(nodeRampEnds[node] ?? 0, monotonicNow() + rest)
-        factorRechecks[node] = loop.timer(afterNanoseconds: rest) { [weak self] in
+        let timer = loop.timer(afterNanoseconds: rest) { [weak self] in
             guard let self else { return }
             self.factorRechecks[node] = nil
             let waiting = self.backUps.removeValue(forKey: node) ?? []
@@ -823,6 +822,20 @@ public final class PulseBackend {
             }
             self.recheckFactor(node, after: up, then: waiting.isEmpty ? nil : { for w in waiting { w() } })
         }
+        // No timer to be had: no back-up either, which would hold every later check of the node.
+        guard let timer else { return recheckFactor(node) }
+        factorRechecks[node]?.cancel()
+        backUps[node] = []
+        factorRechecks[node] = timer
+    }
+
+    /// Cancels the factor check due on the node, and a ramp back up waiting with it: true if a check was due.
+    @discardableResult
+    private func cancelFactorCheck(_ node: UInt32) -> Bool {
+        backUps[node] = nil
+        guard let check = factorRechecks.removeValue(forKey: node) else { return false }
+        check.cancel()
+        return true
     }
 
     /// Records (before the ramp is sent) or forgets a node whose factor may be below 1.0.
@@ -953,7 +966,7 @@ public final class PulseBackend {
         else { return false }
         let key = session.streamKey(id)
         // A check of the factor still due would set it to 1.0 inside this ramp.
-        factorRechecks.removeValue(forKey: node)?.cancel()
+        cancelFactorCheck(node)
         lowered(node, key: key, true)
         pendingOperations += 1
         // A reply waits for the ramp's start, as it would for the mute.
@@ -1033,7 +1046,7 @@ public final class PulseBackend {
             pw.watchFactor(node: node)
         else { return false }
         guard session.writing(id, mute: false, now: monotonicNow()) else { return true }
-        factorRechecks.removeValue(forKey: node)?.cancel()
+        cancelFactorCheck(node)
         rampedNodes[id] = nil
         lowered(node, key: session.streamKey(id), true)
         logger.debug("write: factor of stream \(id.index) to 0, then unmute it under a ramp up over \(ms) ms")
@@ -1158,9 +1171,7 @@ public final class PulseBackend {
         guard let node = session.streamNode(id) else { return }
         // Its id is the server's to give to the next node: a check due on it would set another's factor. A check
         // that was repairing the stream's key (a new stream of a low key) leaves the key to a probe instead.
-        let checking = factorRechecks.removeValue(forKey: node)
-        checking?.cancel()
-        backUps[node] = nil
+        let checking = cancelFactorCheck(node)
         if let entry = loweredFactors.nodes.removeValue(forKey: node) {
             // Gone while its factor may have been low: its key may hold that factor.
             if let key = entry {
@@ -1169,7 +1180,7 @@ public final class PulseBackend {
                 repairFactorKey(key)
             }
             writeLoweredFactors()
-        } else if checking != nil, let key = session.streamKey(id), loweredFactors.lowKeys.contains(key) {
+        } else if checking, let key = session.streamKey(id), loweredFactors.lowKeys.contains(key) {
             repairFactorKey(key)
         }
     }
