@@ -10,6 +10,10 @@ public enum Effect: Sendable, Equatable {
     case rampStreamUnmute(StreamID, nanoseconds: UInt64)
     /// Set a stream's per-channel volume.
     case setStreamVolume(StreamID, Volume)
+    /// Take a playback stream someone hears to this volume over this long inside the server (a duck or its undoing,
+    /// on a stream `StreamInfo.serverRampsVolume`); where the server cannot, the volume at once. It counts as set
+    /// from now.
+    case rampStreamVolume(StreamID, Volume, nanoseconds: UInt64)
     /// MPRIS `Pause` (never `Stop` or `PlayPause`).
     case mprisPause(PlayerID)
     /// MPRIS `Play`, only for a player audiod itself paused.

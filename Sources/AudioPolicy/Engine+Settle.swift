@@ -609,6 +609,14 @@ extension Engine {
             st.fade = nil
         } else if st.fade.map({ $0.to != end || $0.lifts != (goal == nil) }) ?? true {
             let length = fadeLength(st, from: current, to: end)
+            if length > 0 && st.info.serverRampsVolume && st.fade == nil {
+                // The server ramps it (a duck, or its undoing): one change, held as done from now. A fade of
+                // audiod's own steps under way goes on in steps (a ramp would start from where the server is).
+                effects.append(.rampStreamVolume(sid, end, nanoseconds: length))
+                st.appliedVolume = goal
+                fading.remove(sid)
+                return
+            }
             st.fade =
                 length == 0 ? nil : VolumeFade(from: current, to: end, lifts: goal == nil, start: now, length: length)
         } else if !fadeTick {

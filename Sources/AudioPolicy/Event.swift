@@ -186,6 +186,9 @@ public struct StreamInfo: Sendable, Equatable {
     /// The server can ramp this stream's own volume factor (a PipeWire node, 0.3.68 and later, that audiod's native
     /// connection reaches): a give-back is then one server ramp up instead of steps.
     public var serverRamps = false
+    /// The server can ramp this stream's factor and set its volume with the factor in one change (as `serverRamps`,
+    /// whatever the give-backs do): a duck and its undoing are then one server ramp instead of steps.
+    public var serverRampsVolume = false
 
     public init(
         id: StreamID, processChain: [UInt32], applicationName: String = "", applicationID: String? = nil,

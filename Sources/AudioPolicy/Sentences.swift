@@ -72,6 +72,8 @@ extension Effect {
         case .setStreamMute(let id, let on): "\(on ? "mute" : "unmute") \(Event.words(id))"
         case .rampStreamUnmute(let id, let ns): "unmute \(Event.words(id)) under a server ramp of \(ns / 1_000_000) ms"
         case .setStreamVolume(let id, let v): "set \(Event.words(id)) to volume \(v)"
+        case .rampStreamVolume(let id, let v, let ns):
+            "take \(Event.words(id)) to volume \(v) under a server ramp of \(ns / 1_000_000) ms"
         case .mprisPause(let p): "pause media player \(p)"
         case .mprisPlay(let p): "resume media player \(p)"
         case .sessionAdded(let v):

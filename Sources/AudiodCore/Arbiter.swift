@@ -316,7 +316,8 @@ public final class Arbiter {
         var ids: [StreamID] = []
         for e in effects {
             switch e {
-            case .setStreamMute(let id, _), .setStreamVolume(let id, _), .rampStreamUnmute(let id, _):
+            case .setStreamMute(let id, _), .setStreamVolume(let id, _), .rampStreamUnmute(let id, _),
+                .rampStreamVolume(let id, _, _):
                 ids.append(id)
             default: break
             }
@@ -332,7 +333,7 @@ public final class Arbiter {
         guard var engine = restorer, streamOfEvent(event) != nil else { return [] }
         let effects = engine.handle(event, at: now).filter {
             switch $0 {
-            case .setStreamMute, .setStreamVolume, .rampStreamUnmute: return true
+            case .setStreamMute, .setStreamVolume, .rampStreamUnmute, .rampStreamVolume: return true
             default: return false
             }
         }
@@ -351,7 +352,8 @@ public final class Arbiter {
     private func logDecisions(_ cause: String, _ effects: [Effect]) {
         let decisions = effects.filter {
             switch $0 {
-            case .setStreamMute, .setStreamVolume, .rampStreamUnmute, .mprisPause, .mprisPlay, .signal, .sessionAdded,
+            case .setStreamMute, .setStreamVolume, .rampStreamUnmute, .rampStreamVolume, .mprisPause, .mprisPlay,
+                .signal, .sessionAdded,
                 .sessionRemoved:
                 return true
             default: return false

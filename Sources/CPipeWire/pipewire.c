@@ -275,11 +275,11 @@ int audiod_pw_factor(audiod_pw *pw, uint32_t node, float *factor) {
 }
 
 int audiod_pw_set_volume(audiod_pw *pw, uint32_t node, float volume, int32_t ramp_samples, int32_t step_samples,
-                         int mute) {
+                         int mute, const float *channel_volumes, uint32_t n_channels) {
     if (pw->state != 1) return -EPIPE;
     struct bound *b = find(pw, node, 1);
     if (!b) return -ENOSPC;
-    uint8_t buffer[512];
+    uint8_t buffer[1024];
     struct spa_pod_builder builder = SPA_POD_BUILDER_INIT(buffer, sizeof buffer);
     struct spa_pod_frame frame;
     spa_pod_builder_push_object(&builder, &frame, SPA_TYPE_OBJECT_Props, SPA_PARAM_Props);
@@ -288,6 +288,11 @@ int audiod_pw_set_volume(audiod_pw *pw, uint32_t node, float volume, int32_t ram
     if (mute == 0 || mute == 1) {
         spa_pod_builder_prop(&builder, SPA_PROP_mute, 0);
         spa_pod_builder_bool(&builder, mute == 1);
+    }
+    if (channel_volumes && n_channels > 0) {
+        if (n_channels > 64) return -EINVAL;
+        spa_pod_builder_prop(&builder, SPA_PROP_channelVolumes, 0);
+        spa_pod_builder_array(&builder, sizeof(float), SPA_TYPE_Float, n_channels, channel_volumes);
     }
     if (ramp_samples > 0) {
         // A ramp without a step size takes pipewire-pulse down (1.4.2): the step is always sent.

@@ -68,15 +68,20 @@ final class PipeWireRamps {
         return (parts[0], parts[1], parts[2]) >= (0, 3, 68)
     }
 
-    /// Sets the node's factor, ramped over `rampSamples` (0: at once) in steps of `stepSamples`, and its mute when
-    /// `mute` is given; `done` runs once the server has passed the change on. False when it could not be sent.
+    /// Sets the node's factor, ramped over `rampSamples` (0: at once) in steps of `stepSamples`, its mute when
+    /// `mute` is given, and its channel volumes (linear) when `channelVolumes` is given — all in one `Props`; `done`
+    /// runs once the server has passed the change on. False when it could not be sent.
     @discardableResult
     func set(
         node: UInt32, factor: Float, rampSamples: Int32 = 0, stepSamples: Int32 = 1, mute: Bool? = nil,
-        done: @escaping () -> Void = {}
+        channelVolumes: [Float]? = nil, done: @escaping () -> Void = {}
     ) -> Bool {
-        let seq = audiod_pw_set_volume(
-            handle, node, factor, rampSamples, max(1, stepSamples), mute.map { $0 ? 1 : 0 } ?? -1)
+        let volumes = channelVolumes ?? []
+        let seq = volumes.withUnsafeBufferPointer { v in
+            audiod_pw_set_volume(
+                handle, node, factor, rampSamples, max(1, stepSamples), mute.map { $0 ? 1 : 0 } ?? -1,
+                v.baseAddress, UInt32(v.count))
+        }
         guard seq >= 0 else { return false }
         waiting.append((seq, done))
         return true

@@ -60,6 +60,10 @@ public final class PulseBackend {
         /// ~50 ms: one stream left in the wrong state in 16 of 27 runs; with `fade-in` 0, in none of 5 — see
         /// docs/FADES.md). A silencing during a fade-in cannot wait for the ramp to run out.
         public var rampsGiveBacks = false
+        /// Whether a duck and its undoing are one ramp of the node's factor inside the server where it can ramp,
+        /// the volume and the factor back at 1.0 set together at the ramp's end (docs/FADES.md), rather than the
+        /// engine's volume steps.
+        public var rampsDucks = true
 
         public init(
             server: String? = nil, journalPath: String? = nil, clientName: String = "audiod",
@@ -645,22 +649,37 @@ public final class PulseBackend {
                 if beginRampUp(id, milliseconds: UInt32(clamping: ns / 1_000_000)) { continue }
                 // Not ramped here after all: the unmute at once.
                 applyMute(id, false)
-            case .setStreamVolume(let id, let v):
-                if var r = ramps[id], !r.lifted {
-                    // Written after the mute: a volume raised under a ramp not yet muted would be heard. It counts
-                    // as written now, as the mute does: a read meanwhile showing the last volume sent is not the
-                    // user's change.
-                    guard session.writing(id, volume: v.channels, now: monotonicNow()) else { continue }
-                    r.heldVolume = v.channels
-                    r.heldWrites += 1
-                    ramps[id] = r
+            case .rampStreamVolume(let id, let v, let ns):
+                if volumeRamps[id] != nil {
+                    holdDuringVolumeRamp(id, v.channels, rampNanoseconds: ns)
                     continue
                 }
-                operate(id, e, volume: v.channels)
+                if ramps[id] == nil, beginVolumeRamp(id, v.channels, nanoseconds: ns) { continue }
+                // Not ramped here: the volume at once (or held for a silencing's ramp).
+                applyVolume(id, v)
+            case .setStreamVolume(let id, let v):
+                if volumeRamps[id] != nil {
+                    holdDuringVolumeRamp(id, v.channels, rampNanoseconds: nil)
+                    continue
+                }
+                applyVolume(id, v)
             default: continue
             }
         }
         execute(session.writesSent())
+    }
+
+    private func applyVolume(_ id: StreamID, _ v: Volume) {
+        if var r = ramps[id], !r.lifted {
+            // Written after the mute: a volume raised under a ramp not yet muted would be heard. It counts as
+            // written now, as the mute does: a read meanwhile showing the last volume sent is not the user's change.
+            guard session.writing(id, volume: v.channels, now: monotonicNow()) else { return }
+            r.heldVolume = v.channels
+            r.heldWrites += 1
+            ramps[id] = r
+            return
+        }
+        operate(id, .setStreamVolume(id, v), volume: v.channels)
     }
 
     private func applyMute(_ id: StreamID, _ mute: Bool) {
@@ -780,11 +799,15 @@ public final class PulseBackend {
 
     private func watchPausedRamp(_ id: StreamID) {
         // Every report comes here: nothing to look at unless a ramp or a factor check is under way.
-        guard !ramps.isEmpty || !factorRechecks.isEmpty || !pausedInRamp.isEmpty,
+        guard !ramps.isEmpty || !volumeRamps.isEmpty || !factorRechecks.isEmpty || !pausedInRamp.isEmpty,
             let node = session.streamNode(id), let corked = session.streamCorked(id)
         else { return }
         if corked {
-            if ramps[id] != nil || factorRechecks[node] != nil, pausedInRamp[id] == nil {
+            if let v = volumeRamps[id], pausedInRamp[id] == nil {
+                // A duck's ramp: the rest of it may be as long as the whole.
+                pausedInRamp[id] = (node, v.nanoseconds)
+                logger.debug("stream \(id.index) paused inside its volume ramp")
+            } else if ramps[id] != nil || factorRechecks[node] != nil, pausedInRamp[id] == nil {
                 // The ramp it may still have to run is the de-click in force now (a reload while paused would
                 // change the setting, not the ramp).
                 pausedInRamp[id] = (node, UInt64(deClickMilliseconds) * 1_000_000)
@@ -902,6 +925,7 @@ public final class PulseBackend {
                 guard let self, let pw else { return }
                 defer { self.rampsSettled() }
                 self.session.serverRamps = pw.ramps && self.options.rampsGiveBacks
+                self.session.serverRampsVolume = pw.ramps && self.options.rampsDucks
                 self.logger.info(
                     "native PipeWire connection: server \(pw.serverVersion), silencings that race a new sound \(pw.ramps ? "ramp over \(self.deClickMilliseconds) ms" : "are steps (no ramps before 0.3.68)")"
                 )
@@ -934,6 +958,13 @@ public final class PulseBackend {
             if !r.lifted { sendRampMute(id) {} }
             sendHeldVolume(id, &r)
         }
+        for (id, r) in volumeRamps.sorted(by: { $0.key < $1.key }) {
+            r.end?.cancel()
+            // Its end written now as a step; a factor left low is set back by the next native connection.
+            for _ in 0..<r.unanswered { session.writeWithdrawn(id) }
+            operate(id, .setStreamVolume(id, Volume(channels: r.final)), volume: r.final)
+        }
+        volumeRamps.removeAll()
         forgetRamps()
     }
 
@@ -943,6 +974,9 @@ public final class PulseBackend {
         ramps.removeAll()
         for r in rampUps.values { r.end?.cancel() }
         rampUps.removeAll()
+        for r in volumeRamps.values { r.end?.cancel() }
+        volumeRamps.removeAll()
+        session.serverRampsVolume = false
         nodeRampEnds.removeAll()
         rampedNodes.removeAll()
         pausedInRamp.removeAll()
@@ -1121,6 +1155,161 @@ public final class PulseBackend {
         recheckFactor(r.node, after: max(wait, Self.factorRecheckNanoseconds))
     }
 
+    // MARK: Ducks ramped inside the server
+
+    /// A duck, or its undoing, the server is ramping. Down: the factor ramps from 1.0 to the share of the volume
+    /// before that the target is, and at the end the target volume and the factor back at 1.0 are set in one
+    /// `Props` (nothing heard changes then). Up: the target volume and the factor at the share the old volume was
+    /// of it are set in one `Props` (nothing heard changes), then the factor ramps up to 1.0. Either way the
+    /// factor is only the way there: what a mixer shows, and what stays, is the volume. Nothing else is sent to the
+    /// node while it runs (PipeWire refuses a second ramp, and a plain factor would be overwritten by the running
+    /// one); a mute is written at once, through the pulse protocol.
+    private struct VolumeRamp {
+        var node: UInt32
+        var key: String?
+        var target: [UInt32]
+        var down: Bool
+        var nanoseconds: UInt64
+        var end: LoopTimer?
+        /// Writes counted by `session.writing` and not answered yet: the ramp's own (down: answered at the end)
+        /// and each held one.
+        var unanswered: Int
+        /// A volume decided meanwhile: set with the factor at 1.0 at the end, instead of the target.
+        var held: [UInt32]?
+        /// A ramp decided meanwhile (the duck lifted, or deepened): started from the end once this one has run.
+        var next: (volume: [UInt32], nanoseconds: UInt64)?
+
+        /// The volume the ramp ends on, what was decided meanwhile included.
+        var final: [UInt32] { next?.volume ?? held ?? target }
+    }
+
+    private var volumeRamps: [StreamID: VolumeRamp] = [:]
+
+    /// A pulse volume as PipeWire's channel volumes hold it (pulse volumes are cubic).
+    private static func linear(_ v: UInt32) -> Float {
+        let x = Float(v) / 65536
+        return x * x * x
+    }
+
+    /// Starts a server ramp of the stream's volume to `target` over `nanoseconds`; false when the server cannot
+    /// ramp this stream now (then the caller sets the volume at once).
+    /// `from`: where the server's volume is (a ramp's end just committed), if not as last read.
+    private func beginVolumeRamp(
+        _ id: StreamID, _ target: [UInt32], nanoseconds ns: UInt64, from: [UInt32]? = nil
+    ) -> Bool {
+        let now = monotonicNow()
+        guard options.rampsDucks, let pw = pipewire, pw.ramps, ns >= 1_000_000, rampUps[id] == nil,
+            pausedInRamp[id] == nil, let before = from ?? session.streamVolume(id), before.count == target.count,
+            !before.isEmpty, !before.contains(0), !target.contains(0),
+            let node = session.heardNode(id, now: now, playingFor: Self.rampPlayingNanoseconds),
+            !rampRuns(on: node), backUps[node] == nil
+        else { return false }
+        let shares = zip(target, before).map { Self.linear($0) / Self.linear($1) }
+        let share = shares.reduce(0, +) / Float(shares.count)
+        guard share.isFinite, share > 0, abs(share - 1) > 0.0001 else { return false }
+        let down = share < 1
+        let samples = Int32(clamping: 48 * Int(ns / 1_000_000))
+        let steps = max(1, (samples + 2047) / 2048)
+        let runs = ns + Self.rampSettleNanoseconds
+        // The target counts as written from now; until the server has it, it shows the volume before (down: until
+        // the ramp's end), which is audiod's meanwhile — any other volume is the user's.
+        guard session.writing(id, volume: target, now: now, shown: before, holding: runs) else { return true }
+        let key = session.streamKey(id)
+        cancelFactorCheck(node)
+        lowered(node, key: key, true)
+        pendingOperations += 1
+        let sent: Bool
+        if down {
+            // A reply waits for the ramp's start, as it would for the volume.
+            sent = pw.set(node: node, factor: share, rampSamples: samples, stepSamples: steps) { [weak self] in
+                self?.finishOperation()
+            }
+        } else {
+            sent =
+                pw.set(
+                    node: node, factor: 1 / share, channelVolumes: target.map(Self.linear)
+                ) { [weak self] in
+                    // The volume is the server's now: the write is answered.
+                    self?.operationDone(id, true, "volume")
+                }
+                && pw.set(node: node, factor: 1, rampSamples: samples, stepSamples: steps)
+        }
+        guard sent else {
+            // The native connection failed under it (its loss closes every ramp): the volume through pulse.
+            pendingOperations -= 1
+            session.writeWithdrawn(id)
+            lowered(node, key: key, false)
+            operate(id, .setStreamVolume(id, Volume(channels: target)), volume: target)
+            return true
+        }
+        nodeRampEnds[node] = now + runs
+        logger.debug(
+            "write: ramp stream \(id.index)'s volume \(down ? "down" : "up") to \(Volume(channels: target)) over \(ns / 1_000_000) ms (factor \(down ? "1.0 → \(share)" : "\(1 / share) → 1.0"))"
+        )
+        var r = VolumeRamp(
+            node: node, key: key, target: target, down: down, nanoseconds: ns, unanswered: down ? 1 : 0)
+        r.end = loop.timer(afterNanoseconds: runs) { [weak self] in self?.volumeRampEnded(id) }
+        volumeRamps[id] = r
+        return true
+    }
+
+    /// A volume (or another ramp) decided while the stream's ramp runs: counted as written now, carried out at the
+    /// ramp's end.
+    private func holdDuringVolumeRamp(_ id: StreamID, _ v: [UInt32], rampNanoseconds: UInt64?) {
+        guard var r = volumeRamps[id], session.writing(id, volume: v, now: monotonicNow()) else { return }
+        r.unanswered += 1
+        if let ns = rampNanoseconds {
+            r.next = (v, ns)
+            r.held = nil
+        } else {
+            r.held = v
+            r.next = nil
+        }
+        volumeRamps[id] = r
+        logger.debug("write: volume \(Volume(channels: v)) of stream \(id.index) held for its ramp's end")
+    }
+
+    /// The ramp has run: the volume (the target, or what was decided meanwhile) and the factor back at 1.0 in one
+    /// `Props`, then the ramp decided meanwhile, if any.
+    private func volumeRampEnded(_ id: StreamID) {
+        guard let r = volumeRamps.removeValue(forKey: id) else { return }
+        defer { rampsSettled() }
+        nodeRampEnds[r.node] = nil
+        guard let pw = pipewire else { return }
+        let commit = r.next.map { _ in r.held ?? r.target } ?? r.held ?? (r.down ? r.target : nil)
+        if let commit {
+            // One write answers the last counted; the others were replaced.
+            for _ in 0..<max(0, r.unanswered - 1) { session.writeWithdrawn(id) }
+            let answers = r.unanswered > 0
+            pendingOperations += 1
+            let sent = pw.set(node: r.node, factor: 1, channelVolumes: commit.map(Self.linear)) {
+                [weak self] in
+                guard let self else { return }
+                if answers { self.operationDone(id, true, "volume") } else { self.finishOperation() }
+            }
+            if !sent {
+                pendingOperations -= 1
+                if answers { session.writeWithdrawn(id) }
+                operate(id, .setStreamVolume(id, Volume(channels: commit)), volume: commit)
+            } else {
+                logger.debug(
+                    "write: stream \(id.index)'s ramp has run: volume \(Volume(channels: commit)) with the factor at 1.0"
+                )
+            }
+        } else {
+            for _ in 0..<r.unanswered { session.writeWithdrawn(id) }
+        }
+        if let next = r.next, beginVolumeRamp(id, next.volume, nanoseconds: next.nanoseconds, from: commit) {
+            execute(session.writesSent())
+            return
+        } else if let next = r.next {
+            operate(id, .setStreamVolume(id, Volume(channels: next.volume)), volume: next.volume)
+        }
+        // The factor once more at 1.0 (an up ramp's last value is a step short), and checked.
+        recheckFactor(r.node, after: commit != nil ? Self.factorRecheckNanoseconds : 0)
+        execute(session.writesSent())
+    }
+
     /// The factor once more at 1.0, a while after it was set so (or `after` a ramp still running); only then is the
     /// node no longer lowered. `then` runs once the server has that.
     private func recheckFactor(
@@ -1168,6 +1357,10 @@ public final class PulseBackend {
             r.end?.cancel()
             if !r.unmuted { execute(session.writeAnswered(id, ok: false)) }
         }
+        if let r = volumeRamps.removeValue(forKey: id) {
+            r.end?.cancel()
+            for _ in 0..<r.unanswered { execute(session.writeAnswered(id, ok: false)) }
+        }
         guard let node = session.streamNode(id) else { return }
         // Its id is the server's to give to the next node: a check due on it would set another's factor. A check
         // that was repairing the stream's key (a new stream of a low key) leaves the key to a probe instead.
@@ -1195,7 +1388,7 @@ public final class PulseBackend {
         else { return }
         factorSeen.insert(id)
         guard !loweredFactors.isEmpty, let key = session.streamKey(id), loweredFactors.lowKeys.contains(key),
-            ramps[id] == nil, rampedNodes[id] == nil, pw.set(node: node, factor: 1)
+            ramps[id] == nil, rampedNodes[id] == nil, volumeRamps[id] == nil, pw.set(node: node, factor: 1)
         else { return }
         logger.debug("write: factor of stream \(id.index) to 1.0 (a new stream of \(key), which may hold a ramp's)")
         let lowerings = keyLowerings[key, default: 0]
@@ -1708,7 +1901,8 @@ public final class PulseBackend {
     public func flush(ramps: Bool = false, _ done: @escaping () -> Void) {
         loop.assertOnLoop()
         if ramps, let pw = pipewire,
-            !self.ramps.isEmpty || !rampUps.isEmpty || !factorRechecks.isEmpty || !factorRepairs.isEmpty || !pw.isIdle
+            !self.ramps.isEmpty || !rampUps.isEmpty || !volumeRamps.isEmpty || !factorRechecks.isEmpty
+                || !factorRepairs.isEmpty || !pw.isIdle
                 || !pw.isReady
         {
             rampWaiters.append { [weak self] in self?.flush(ramps: true, done) }
@@ -1722,7 +1916,7 @@ public final class PulseBackend {
 
     /// Runs the stop path's waiters once no ramp or factor check is left.
     private func rampsSettled() {
-        guard ramps.isEmpty, rampUps.isEmpty, factorRechecks.isEmpty, factorRepairs.isEmpty,
+        guard ramps.isEmpty, rampUps.isEmpty, volumeRamps.isEmpty, factorRechecks.isEmpty, factorRepairs.isEmpty,
             pipewire.map({ $0.isIdle && $0.isReady }) ?? true,
             !rampWaiters.isEmpty
         else { return }

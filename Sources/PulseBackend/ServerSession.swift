@@ -142,6 +142,9 @@ public struct ServerSession<Stream: ServerStreamValue> {
     /// The backend's native PipeWire connection ramps streams' factors, and give-backs are to be ramped there
     /// (`PulseBackend.Options.rampsGiveBacks`): a stream reported from now on says so (`StreamInfo.serverRamps`).
     public var serverRamps = false
+    /// The native PipeWire connection ramps ducks (0.3.68 and later): a stream reported from now on says so
+    /// (`StreamInfo.serverRampsVolume`).
+    public var serverRampsVolume = false
     public var hasRestoreDatabase: Bool { if case .ready(_, true) = phase { return true } else { return false } }
 
     /// How `--restore` and a stop repair the restore-database entries the journal says hold policy values: the one

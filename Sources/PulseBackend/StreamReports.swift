@@ -411,13 +411,17 @@ extension ServerSession {
     }
 
     /// audiod writes a mute or volume to a stream (the engine's effect). False for a stream the server removed a
-    /// moment ago: nothing is sent.
-    public mutating func writing(_ id: StreamID, mute: Bool? = nil, volume: [UInt32]? = nil, now: UInt64) -> Bool {
+    /// moment ago: nothing is sent. `shown`, `holding`: a volume the server commits only at the end of a ramp,
+    /// `holding` nanoseconds from now, showing `shown` until then (`StreamTracker.sent`).
+    public mutating func writing(
+        _ id: StreamID, mute: Bool? = nil, volume: [UInt32]? = nil, now: UInt64, shown: [UInt32]? = nil,
+        holding: UInt64 = 0
+    ) -> Bool {
         guard let t = streams[id] else { return false }
         if t.beforeWrite == nil { streams[id]?.beforeWrite = WrittenValues(muted: t.raw.muted, volume: t.raw.volume) }
         writesUnanswered[id, default: 0] += 1
         if let mute { tracker.sent(id, mute: mute, now: now) }
-        if let volume { tracker.sent(id, volume: volume, now: now) }
+        if let volume { tracker.sent(id, volume: volume, now: now, shown: shown, holding: holding) }
         // On PipeWire a new stream shows volume 0 until WirePlumber gives it its key's saved values, which may hold a
         // duck audiod left there: a write before that does not end the watch for it. (SIGTERM under load on
         // PipeWire 1.4: a game stream muted at its link was then given a leaked duck, which was taken for the
@@ -566,6 +570,7 @@ extension ServerSession {
             fromMonitor: record && (sources[t.raw.device]?.isMonitor ?? false), app: t.app)
         info.foundAtConnection = t.preexisting
         info.serverRamps = serverRamps && id.kind == .playback && t.raw.properties["object.id"] != nil
+        info.serverRampsVolume = serverRampsVolume && id.kind == .playback && t.raw.properties["object.id"] != nil
         return info
     }
 
@@ -591,8 +596,14 @@ extension ServerSession {
     /// ramp moves only while its node processes, so a stream just linked, or paused, is muted at once instead (a
     /// paused one makes no sound to click); so is one already quiet, such as a fade-out's last step.
     public func rampableNode(_ id: StreamID, now: UInt64, playingFor ns: UInt64) -> UInt32? {
+        guard let t = streams[id], !t.raw.volume.allSatisfy({ $0 <= Self.quietVolume }) else { return nil }
+        return heardNode(id, now: now, playingFor: ns)
+    }
+
+    /// As `rampableNode`, however quiet the stream is: a node whose volume a ramp can move (a duck's undoing from
+    /// a strong duck starts below `quietVolume`).
+    public func heardNode(_ id: StreamID, now: UInt64, playingFor ns: UInt64) -> UInt32? {
         guard id.kind == .playback, let t = streams[id], !t.raw.corked, !t.raw.muted, !t.raw.volume.isEmpty,
-            !t.raw.volume.allSatisfy({ $0 <= Self.quietVolume }),
             t.preexisting || (t.linkedAt.map { now >= $0 &+ ns } ?? false),
             let s = t.raw.properties["object.id"], let node = UInt32(s)
         else { return nil }
@@ -612,6 +623,9 @@ extension ServerSession {
 
     /// Whether the server showed the stream muted, as last read.
     public func streamMuted(_ id: StreamID) -> Bool? { streams[id]?.raw.muted }
+
+    /// The stream's volume as last read (or as audiod last wrote it).
+    public func streamVolume(_ id: StreamID) -> [UInt32]? { streams[id]?.raw.volume }
 
     /// A stream's PipeWire node (`object.id`), where the server is PipeWire.
     public func streamNode(_ id: StreamID) -> UInt32? {

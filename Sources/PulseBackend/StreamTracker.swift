@@ -54,6 +54,9 @@ public struct StreamTracker<Value: TrackedStreamValue> {
     private struct Expected: Equatable {
         var mute: Bool?
         var volume: [UInt32]?
+        /// What the server shows meanwhile as audiod's (a server ramp's start: the volume before it, until the ramp
+        /// has run): any other volume is someone else's, believed at once.
+        var shown: [UInt32]?
         var until: UInt64
     }
     private var expected: [StreamID: Expected] = [:]
@@ -149,8 +152,12 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         forgetIfGone(id)
     }
 
-    /// audiod sent a volume change.
-    public mutating func sent(_ id: StreamID, volume: [UInt32], now: UInt64) {
+    /// audiod sent a volume change. `shown`: what the server goes on showing until it has the change (a server ramp
+    /// commits its volume at its end, `holding` nanoseconds from now); a reply showing it holds audiod's value, and
+    /// one showing any third volume is someone else's change, believed at once.
+    public mutating func sent(
+        _ id: StreamID, volume: [UInt32], now: UInt64, shown: [UInt32]? = nil, holding: UInt64 = 0
+    ) {
         let s = next()
         barrier[id] = s
         if accepted[id] != nil {
@@ -159,7 +166,10 @@ public struct StreamTracker<Value: TrackedStreamValue> {
             if recent.count > Self.recentWritesKept { recent.removeFirst() }
             recentWrites[id] = recent
         }
-        expect(id, now: now) { $0.volume = volume }
+        expect(id, now: now, longer: holding) {
+            $0.volume = volume
+            $0.shown = shown
+        }
         forgetIfGone(id)
     }
 
@@ -273,10 +283,16 @@ public struct StreamTracker<Value: TrackedStreamValue> {
             if value.muted == m { e.mute = nil } else { value.muted = m }
         }
         if let v = e.volume {
-            if v.count != value.volume.count
-                || Volume(channels: value.volume).isClose(to: Volume(channels: v), tolerance: volumeTolerance)
-            {
+            func near(_ other: [UInt32]) -> Bool {
+                Volume(channels: value.volume).isClose(to: Volume(channels: other), tolerance: volumeTolerance)
+            }
+            if v.count != value.volume.count || near(v) {
                 e.volume = nil
+                e.shown = nil
+            } else if let shown = e.shown, shown.count != value.volume.count || !near(shown) {
+                // Neither audiod's value nor what the server shows until it has it: the user's, during the ramp.
+                e.volume = nil
+                e.shown = nil
             } else {
                 value.volume = v
             }
@@ -284,11 +300,13 @@ public struct StreamTracker<Value: TrackedStreamValue> {
         expected[id] = e.mute == nil && e.volume == nil ? nil : e
     }
 
-    private mutating func expect(_ id: StreamID, now: UInt64, _ change: (inout Expected) -> Void) {
+    private mutating func expect(
+        _ id: StreamID, now: UInt64, longer: UInt64 = 0, _ change: (inout Expected) -> Void
+    ) {
         guard holdsUnconfirmed else { return }
-        let until = now + confirmationNanoseconds
+        let until = now + confirmationNanoseconds + longer
         var e = expected[id] ?? Expected(until: until)
-        e.until = until
+        e.until = max(e.until, until)
         change(&e)
         expected[id] = e
     }

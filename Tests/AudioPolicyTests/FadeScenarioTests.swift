@@ -546,6 +546,41 @@ import Testing
         #expect(volumes(off, .playback(1)).count <= 1, "\(off)")
     }
 
+    @Test func whereTheServerRampsADuckAndItsUndoingAreOneServerRampEach() {
+        var h = Harness(fades: true)
+        var info = StreamInfo(id: .playback(1), processChain: [10], applicationName: "app", role: "music")
+        info.serverRampsVolume = true
+        _ = h.echo(h.send(.streamAppeared(info)))
+        let ducker = h.session(pid: 20, "playback", options: ["duck-others"])
+        let start = h.activate(ducker)
+        let ducked = Volume.normal.multiplied(by: Self.duck)
+        #expect(streamOps(start) == [.rampStreamVolume(.playback(1), ducked, nanoseconds: 500_000_000)], "\(start)")
+        #expect(!start.contains(.scheduleTimer(.fadeStep, afterNanoseconds: Settings.fadeStepNanoseconds)))
+        #expect(h.engine.fading.isEmpty)
+        // Held as done from now: journaled as audiod's, the user's volume to put back.
+        #expect(h.engine.appliedChange(of: .playback(1))?.restoreVolume == .normal)
+        #expect(h.engine.appliedChange(of: .playback(1))?.appliedVolume == ducked)
+        _ = h.echo(start)
+        #expect(runAll(&h, .playback(1)).isEmpty, "no steps after the ramp")
+
+        // The user's volume meanwhile: the duck on top of it at once, as with steps.
+        let mine = Volume(uniform: 40_000)
+        let e = h.change(.playback(1)) { $0.volume = mine }
+        #expect(streamOps(e) == [.setStreamVolume(.playback(1), mine.multiplied(by: Self.duck))], "\(e)")
+        _ = h.echo(e)
+
+        let end = h.deactivate(ducker)
+        #expect(streamOps(end) == [.rampStreamVolume(.playback(1), mine, nanoseconds: 500_000_000)], "\(end)")
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil, "audiod still holds the volume it gave back")
+        _ = h.echo(end)
+
+        // A voice prompt's duck within 100 ms, as its steps.
+        let prompt = h.session(pid: 30, "playback", mode: "voice-prompt", options: ["duck-others"])
+        let p = h.activate(prompt)
+        let strong = mine.multiplied(by: Volume.fromLinear(Settings.defaultStrongDuckLevel))
+        #expect(streamOps(p) == [.rampStreamVolume(.playback(1), strong, nanoseconds: 100_000_000)], "\(p)")
+    }
+
     @Test func aStreamTheServerCannotRampIsGivenBackInSteps() {
         var h = Harness(fades: true)
         _ = heardGame(&h)

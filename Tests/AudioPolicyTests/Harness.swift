@@ -129,7 +129,7 @@ struct Harness {
             switch e {
             case .setStreamMute(let s, let m): (id, edit) = (s, { $0.muted = m })
             case .rampStreamUnmute(let s, _): (id, edit) = (s, { $0.muted = false })
-            case .setStreamVolume(let s, let v): (id, edit) = (s, { $0.volume = v })
+            case .setStreamVolume(let s, let v), .rampStreamVolume(let s, let v, _): (id, edit) = (s, { $0.volume = v })
             default: continue
             }
             if edits[id] == nil { order.append(id) }
@@ -152,7 +152,7 @@ func signals(_ effects: [Effect]) -> [Effect] {
 func streamOps(_ effects: [Effect]) -> [Effect] {
     effects.filter {
         switch $0 {
-        case .setStreamMute, .setStreamVolume, .rampStreamUnmute: return true
+        case .setStreamMute, .setStreamVolume, .rampStreamUnmute, .rampStreamVolume: return true
         default: return false
         }
     }

@@ -452,6 +452,8 @@ struct Simulation {
                 volume: .normal, device: devices.contains("headphones") ? "headphones" : "speakers")
             // Every other stream on a server that ramps its give-backs (PipeWire 0.3.68 and later).
             info.serverRamps = id.index % 2 == 0
+            // Every third on one that ramps its ducks (PipeWire 0.3.68 and later, the native connection up).
+            info.serverRampsVolume = id.index % 3 == 0
             if isUnlinked {
                 // As pipewire-pulse shows it before the link: corked, silent, on no device.
                 var shown = info
@@ -701,7 +703,7 @@ struct Simulation {
                 }
                 server[id]?.muted = m
                 echoes.append(server[id]!)
-            case .setStreamVolume(let id, let v):
+            case .setStreamVolume(let id, let v), .rampStreamVolume(let id, let v, _):
                 guard server[id] != nil else { continue }
                 server[id]?.volume = v
                 audiodVolume[id] = v

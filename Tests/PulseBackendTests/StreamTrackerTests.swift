@@ -92,6 +92,25 @@ struct StreamTrackerTests {
             t.replied(reads[0], Value(volume: [65536, 65536]), now: 1_001 * Self.ms).believe?.volume == [65536, 65536])
     }
 
+    /// A duck the server ramps commits its volume only at the ramp's end: until then the server shows the volume
+    /// before, which is audiod's, and any third volume is the user's, believed at once (not held 1 s as audiod's).
+    @Test func duringAServerRampTheOldVolumeIsAudiodsAndAThirdIsTheUsers() {
+        var t = StreamTracker<Value>(volumeTolerance: 64, confirmationNanoseconds: 1_000 * Self.ms)
+        t.holdsUnconfirmed = true
+        Self.known(&t)
+        t.sent(Self.a, volume: [38326, 38326], now: 0, shown: [65536, 65536], holding: 550 * Self.ms)
+        #expect(t.nextDeadline == 1_550 * Self.ms, "held for the ramp and the usual window after it")
+        let r1 = t.noticed(Self.a)!
+        #expect(t.replied(r1, Value(volume: [65536, 65536]), now: 100 * Self.ms).believe?.volume == [38326, 38326])
+        let r2 = t.noticed(Self.a)!
+        #expect(t.replied(r2, Value(volume: [39322, 39322]), now: 200 * Self.ms).believe?.volume == [39322, 39322])
+        #expect(t.nextDeadline == nil, "the user's volume ends what audiod expected")
+        // Without `shown`, as before: any other volume is held as audiod's until the window runs out.
+        t.sent(Self.a, volume: [20000, 20000], now: 300 * Self.ms)
+        let r3 = t.noticed(Self.a)!
+        #expect(t.replied(r3, Value(volume: [39322, 39322]), now: 310 * Self.ms).believe?.volume == [20000, 20000])
+    }
+
     @Test func withoutLateConfirmationTheReplyIsTheTruth() {
         var t = StreamTracker<Value>(volumeTolerance: 64)
         Self.known(&t)

@@ -26,10 +26,12 @@ const char *audiod_pw_server_version(audiod_pw *pw);
 const char *audiod_pw_last_error(audiod_pw *pw);
 
 /// Sets the node's volume factor (`Props` `volume`); with `ramp_samples` > 0, as a linear ramp in steps of
-/// `step_samples` from the factor's last value. Also sets the node's mute when `mute` is 0 or 1 (-1: leaves it).
+/// `step_samples` from the factor's last value. Also sets the node's mute when `mute` is 0 or 1 (-1: leaves it), and
+/// its channel volumes (linear, the user's volume as pulse clients see it, cubed) when `n_channels` > 0 — in the
+/// same `Props`, so that the factor and what a mixer shows change together.
 /// Returns a sequence number that `audiod_pw_done` reaches once the server has passed the change on, or < 0.
 int audiod_pw_set_volume(audiod_pw *pw, uint32_t node, float volume, int32_t ramp_samples, int32_t step_samples,
-                         int mute);
+                         int mute, const float *channel_volumes, uint32_t n_channels);
 /// The last sequence number the server answered.
 int audiod_pw_done(audiod_pw *pw);
 /// Forgets the node (its stream is gone).
