@@ -436,7 +436,7 @@ extension Engine {
         let fadeOut = wantMute && !st.appliedMute && !unmuteForApp ? fadeOutLength(sid, st) : 0
         var fadingOut = fadeOut > 0
         if fadingOut, let f = st.fade, f.silences,
-            f.done(at: now, step: fadeStep) || st.appliedVolume?.isSilent == true
+            f.done(at: now, step: fadeStep) || (!f.serverRamped && st.appliedVolume?.isSilent == true)
         {
             // The fade's end: the mute below, from its last step (a twenty-fifth of the way from silence), then the
             // volume back under it. No write of silence first: a crash between it and the volume would leave 0,
@@ -598,7 +598,17 @@ extension Engine {
         } else if fadeIn > 0 {
             st.fade = VolumeFade(from: silence, to: end, lifts: goal == nil, start: now, length: fadeIn)
         } else if fadeOut > 0 {
-            if st.fade?.silences != true {
+            if st.fade == nil && st.info.serverRampsVolume {
+                // The server ramps it down to silence; the mute comes once the ramp has run (`streamOperations`),
+                // so a user's mute meanwhile is still the user's.
+                st.fade = VolumeFade(
+                    from: current, to: end, lifts: false, silences: true, start: now, length: fadeOut,
+                    serverRamped: true)
+                effects.append(.rampStreamVolume(sid, end, nanoseconds: fadeOut))
+                st.appliedVolume = end
+                fading.insert(sid)
+                return
+            } else if st.fade?.silences != true {
                 st.fade = VolumeFade(
                     from: current, to: end, lifts: false, silences: true, start: now, length: fadeOut)
             } else if !fadeTick {
@@ -609,9 +619,11 @@ extension Engine {
             st.fade = nil
         } else if st.fade.map({ $0.to != end || $0.lifts != (goal == nil) }) ?? true {
             let length = fadeLength(st, from: current, to: end)
-            if length > 0 && st.info.serverRampsVolume && st.fade == nil {
-                // The server ramps it (a duck, or its undoing): one change, held as done from now. A fade of
-                // audiod's own steps under way goes on in steps (a ramp would start from where the server is).
+            if length > 0 && st.info.serverRampsVolume && st.fade?.serverRamped ?? true {
+                // The server ramps it (a duck, or its undoing, or a ramped fade-out turned back): one change, held
+                // as done from now — a ramp under way runs out first. A fade of audiod's own steps under way goes
+                // on in steps (a ramp would start from where the server is).
+                st.fade = nil
                 effects.append(.rampStreamVolume(sid, end, nanoseconds: length))
                 st.appliedVolume = goal
                 fading.remove(sid)
@@ -625,6 +637,11 @@ extension Engine {
             return
         }
         let step = fadeStep
+        if let fade = st.fade, fade.serverRamped, !fade.done(at: now, step: step) {
+            // The server's ramp runs: nothing to write until it has.
+            fading.insert(sid)
+            return
+        }
         guard let fade = st.fade, !fade.done(at: now, step: step) else {
             if fadeOut > 0 {
                 // A fade-out no longer than a step (or whose steps grew with many streams fading): silence now, held

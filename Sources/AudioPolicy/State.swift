@@ -165,6 +165,12 @@ struct VolumeFade: Sendable, Equatable {
     /// A stream given back while paused, whose player audiod is resuming: it waits at `from` (silence, under the
     /// unmute) for its sound until then, and fades from the moment it is heard (`start` is that moment).
     var waitsUntil: Instant?
+    /// The server ramps it (`Effect.rampStreamVolume`, a fade-out where `StreamInfo.serverRampsVolume`): no step is
+    /// written, and it is done once the ramp has surely run (`serverRampSettleNanoseconds` after its length).
+    var serverRamped = false
+
+    /// A server ramp's length and this: the ramp has run (two graph cycles of 1,024 samples, with room to spare).
+    static let serverRampSettleNanoseconds: UInt64 = 60_000_000
 
     /// The value to write at `now` for a step lasting `step`: each write is where the fade will be at the next
     /// step, so the first one moves at once and the last lands on `to`.
@@ -173,7 +179,9 @@ struct VolumeFade: Sendable, Equatable {
         return elapsed >= length ? to : from.faded(to: to, fraction: Double(elapsed) / Double(length))
     }
 
-    func done(at now: Instant, step: UInt64) -> Bool { now.since(start) + step >= length }
+    func done(at now: Instant, step: UInt64) -> Bool {
+        serverRamped ? now.since(start) >= length + Self.serverRampSettleNanoseconds : now.since(start) + step >= length
+    }
 }
 
 struct PlayerState: Sendable {

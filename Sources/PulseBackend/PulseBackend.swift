@@ -683,6 +683,7 @@ public final class PulseBackend {
     }
 
     private func applyMute(_ id: StreamID, _ mute: Bool) {
+        if mute, volumeRamps[id]?.awaitingMute == true { return muteAfterVolumeRamp(id) }
         if rampUps[id] != nil {
             // Unmuted under a ramp up: already on its way. Silenced again: a step (PipeWire refuses a ramp while
             // one runs).
@@ -1178,9 +1179,18 @@ public final class PulseBackend {
         var held: [UInt32]?
         /// A ramp decided meanwhile (the duck lifted, or deepened): started from the end once this one has run.
         var next: (volume: [UInt32], nanoseconds: UInt64)?
+        /// The volume the server showed at the start (what stays under a ramp to silence).
+        var before: [UInt32]
+        /// A ramp to silence (a fade-out): no volume of 0 is ever written.
+        var silences: Bool { target.allSatisfy { $0 == 0 } }
+        /// A ramp to silence has run, and waits for the engine's mute.
+        var awaitingMute = false
+        /// That mute is on its way.
+        var muting = false
 
-        /// The volume the ramp ends on, what was decided meanwhile included.
-        var final: [UInt32] { next?.volume ?? held ?? target }
+        /// The volume the ramp ends on, what was decided meanwhile included (a ramp to silence: the volume under
+        /// its mute).
+        var final: [UInt32] { next?.volume ?? held ?? (silences ? before : target) }
     }
 
     private var volumeRamps: [StreamID: VolumeRamp] = [:]
@@ -1200,14 +1210,17 @@ public final class PulseBackend {
         let now = monotonicNow()
         guard options.rampsDucks, let pw = pipewire, pw.ramps, ns >= 1_000_000, rampUps[id] == nil,
             pausedInRamp[id] == nil, let before = from ?? session.streamVolume(id), before.count == target.count,
-            !before.isEmpty, !before.contains(0), !target.contains(0),
-            let node = session.heardNode(id, now: now, playingFor: Self.rampPlayingNanoseconds),
+            !before.isEmpty, let node = session.heardNode(id, now: now, playingFor: Self.rampPlayingNanoseconds),
             !rampRuns(on: node), backUps[node] == nil
         else { return false }
-        let shares = zip(target, before).map { Self.linear($0) / Self.linear($1) }
-        let share = shares.reduce(0, +) / Float(shares.count)
-        guard share.isFinite, share > 0, abs(share - 1) > 0.0001 else { return false }
-        let down = share < 1
+        // One factor for every channel: a duck scales them all alike. Down: the share of the volume before that the
+        // target is (0 for a fade-out); up: the share of the target that the volume before is (0 from silence).
+        let sumBefore = before.map(Self.linear).reduce(0, +)
+        let sumTarget = target.map(Self.linear).reduce(0, +)
+        guard sumBefore != sumTarget else { return false }
+        let down = sumTarget < sumBefore
+        let share = down ? sumTarget / sumBefore : sumBefore / sumTarget
+        guard share.isFinite, share >= 0, share < 0.9999 else { return false }
         let samples = Int32(clamping: 48 * Int(ns / 1_000_000))
         let steps = max(1, (samples + 2047) / 2048)
         let runs = ns + Self.rampSettleNanoseconds
@@ -1226,9 +1239,7 @@ public final class PulseBackend {
             }
         } else {
             sent =
-                pw.set(
-                    node: node, factor: 1 / share, channelVolumes: target.map(Self.linear)
-                ) { [weak self] in
+                pw.set(node: node, factor: share, channelVolumes: target.map(Self.linear)) { [weak self] in
                     // The volume is the server's now: the write is answered.
                     self?.operationDone(id, true, "volume")
                 }
@@ -1244,10 +1255,11 @@ public final class PulseBackend {
         }
         nodeRampEnds[node] = now + runs
         logger.debug(
-            "write: ramp stream \(id.index)'s volume \(down ? "down" : "up") to \(Volume(channels: target)) over \(ns / 1_000_000) ms (factor \(down ? "1.0 → \(share)" : "\(1 / share) → 1.0"))"
+            "write: ramp stream \(id.index)'s volume \(down ? "down" : "up") to \(Volume(channels: target)) over \(ns / 1_000_000) ms (factor \(down ? "1.0 → \(share)" : "\(share) → 1.0"))"
         )
         var r = VolumeRamp(
-            node: node, key: key, target: target, down: down, nanoseconds: ns, unanswered: down ? 1 : 0)
+            node: node, key: key, target: target, down: down, nanoseconds: ns, unanswered: down ? 1 : 0,
+            before: before)
         r.end = loop.timer(afterNanoseconds: runs) { [weak self] in self?.volumeRampEnded(id) }
         volumeRamps[id] = r
         return true
@@ -1270,32 +1282,54 @@ public final class PulseBackend {
     }
 
     /// The ramp has run: the volume (the target, or what was decided meanwhile) and the factor back at 1.0 in one
-    /// `Props`, then the ramp decided meanwhile, if any.
+    /// `Props`, then the ramp decided meanwhile, if any. A ramp to silence (a fade-out) writes no volume of 0: it
+    /// waits for the engine's mute, and the volume it puts back under the mute goes with the factor at 1.0.
     private func volumeRampEnded(_ id: StreamID) {
-        guard let r = volumeRamps.removeValue(forKey: id) else { return }
-        defer { rampsSettled() }
+        guard var r = volumeRamps[id] else { return }
         nodeRampEnds[r.node] = nil
-        guard let pw = pipewire else { return }
+        r.end = nil
+        if r.silences, r.held == nil {
+            if let next = r.next {
+                // Turned back before the mute: up from the silence the factor reached.
+                volumeRamps[id] = nil
+                for _ in 0..<r.unanswered { session.writeWithdrawn(id) }
+                if !beginVolumeRamp(id, next.volume, nanoseconds: next.nanoseconds, from: r.target) {
+                    commitVolume(id, r.node, next.volume, answers: false, countNow: true)
+                }
+                execute(session.writesSent())
+                return rampsSettled()
+            }
+            r.awaitingMute = true
+            r.end = loop.timer(afterNanoseconds: Self.fadeOutMuteWaitNanoseconds) { [weak self] in
+                // No mute came (the engine let go of the stream some other way): the factor back at 1.0 under
+                // the volume audiod believes, as a commit would.
+                guard let self, let r = self.volumeRamps.removeValue(forKey: id) else { return }
+                self.logger.debug("stream \(id.index)'s ramp to silence: no mute followed")
+                self.finishVolumeRamp(id, r, commit: r.before)
+            }
+            volumeRamps[id] = r
+            return
+        }
+        volumeRamps[id] = nil
         let commit = r.next.map { _ in r.held ?? r.target } ?? r.held ?? (r.down ? r.target : nil)
+        finishVolumeRamp(id, r, commit: commit)
+    }
+
+    /// How long the end of a ramp to silence waits for the engine's mute (it comes on its next fade step).
+    static let fadeOutMuteWaitNanoseconds: UInt64 = 500_000_000
+
+    /// Sets the ramp's end state (`commit`; nil: nothing to set but the factor, an up ramp's), answers its writes,
+    /// and starts the ramp decided meanwhile.
+    private func finishVolumeRamp(_ id: StreamID, _ r: VolumeRamp, commit: [UInt32]?) {
+        defer { rampsSettled() }
+        guard pipewire != nil else {
+            for _ in 0..<r.unanswered { session.writeWithdrawn(id) }
+            return
+        }
         if let commit {
             // One write answers the last counted; the others were replaced.
             for _ in 0..<max(0, r.unanswered - 1) { session.writeWithdrawn(id) }
-            let answers = r.unanswered > 0
-            pendingOperations += 1
-            let sent = pw.set(node: r.node, factor: 1, channelVolumes: commit.map(Self.linear)) {
-                [weak self] in
-                guard let self else { return }
-                if answers { self.operationDone(id, true, "volume") } else { self.finishOperation() }
-            }
-            if !sent {
-                pendingOperations -= 1
-                if answers { session.writeWithdrawn(id) }
-                operate(id, .setStreamVolume(id, Volume(channels: commit)), volume: commit)
-            } else {
-                logger.debug(
-                    "write: stream \(id.index)'s ramp has run: volume \(Volume(channels: commit)) with the factor at 1.0"
-                )
-            }
+            commitVolume(id, r.node, commit, answers: r.unanswered > 0, countNow: false)
         } else {
             for _ in 0..<r.unanswered { session.writeWithdrawn(id) }
         }
@@ -1308,6 +1342,54 @@ public final class PulseBackend {
         // The factor once more at 1.0 (an up ramp's last value is a step short), and checked.
         recheckFactor(r.node, after: commit != nil ? Self.factorRecheckNanoseconds : 0)
         execute(session.writesSent())
+    }
+
+    /// The volume and the factor at 1.0 in one `Props`. `answers`: it answers a write counted earlier; `countNow`:
+    /// it is counted now.
+    private func commitVolume(_ id: StreamID, _ node: UInt32, _ volume: [UInt32], answers: Bool, countNow: Bool) {
+        guard let pw = pipewire else { return }
+        if countNow, !session.writing(id, volume: volume, now: monotonicNow()) { return }
+        let answering = answers || countNow
+        pendingOperations += 1
+        let sent = pw.set(node: node, factor: 1, channelVolumes: volume.map(Self.linear)) { [weak self] in
+            guard let self else { return }
+            if answering { self.operationDone(id, true, "volume") } else { self.finishOperation() }
+        }
+        if !sent {
+            pendingOperations -= 1
+            if answering { session.writeWithdrawn(id) }
+            operate(id, .setStreamVolume(id, Volume(channels: volume)), volume: volume)
+        } else {
+            logger.debug(
+                "write: stream \(id.index)'s ramp has run: volume \(Volume(channels: volume)) with the factor at 1.0")
+        }
+    }
+
+    /// The engine's mute at the end of a ramp to silence: sent through pulse, and once the server has it, the
+    /// volume put back under it and the factor at 1.0, in one `Props`.
+    private func muteAfterVolumeRamp(_ id: StreamID) {
+        guard var r = volumeRamps[id] else { return }
+        r.end?.cancel()
+        r.end = nil
+        r.awaitingMute = false
+        r.muting = true
+        volumeRamps[id] = r
+        guard let c = context, session.writing(id, mute: true, now: monotonicNow()) else {
+            if let r = volumeRamps.removeValue(forKey: id) { finishVolumeRamp(id, r, commit: nil) }
+            return
+        }
+        logger.debug("write: mute playback stream \(id.index) (its ramp to silence has run)")
+        armExpiry()
+        pendingOperations += 1
+        c.setMute(record: false, index: id.index, true) { [weak self] ok in
+            guard let self else { return }
+            // The factor goes back up whether or not the mute took (refused, the stream is gone or the user's), as
+            // after a silencing's ramp. First, so that a stop's flush waits for it.
+            if let r = self.volumeRamps.removeValue(forKey: id) {
+                self.finishVolumeRamp(id, r, commit: r.held ?? r.before)
+            }
+            self.operationDone(id, ok, "mute")
+        }
     }
 
     /// The factor once more at 1.0, a while after it was set so (or `after` a ramp still running); only then is the

@@ -581,6 +581,58 @@ import Testing
         #expect(streamOps(p) == [.rampStreamVolume(.playback(1), strong, nanoseconds: 100_000_000)], "\(p)")
     }
 
+    /// A game on a server that ramps its volume (PipeWire 0.3.68 and later).
+    func heardVolumeRampedGame(_ h: inout Harness) -> SessionID {
+        let game = h.session(pid: 10, "solo-ambient")
+        _ = h.echo(h.activate(game))
+        var info = StreamInfo(id: .playback(1), processChain: [10], applicationName: "app")
+        info.serverRampsVolume = true
+        _ = h.echo(h.send(.streamAppeared(info)))
+        return game
+    }
+
+    @Test func whereTheServerRampsVolumesSilentModeFadesOutAsOneRampThenMutesOnceItHasRun() {
+        var h = Harness(fades: true)
+        _ = heardVolumeRampedGame(&h)
+        let silence = Volume(uniform: 0, count: Volume.normal.channels.count)
+        let on = h.silent(true)
+        #expect(streamOps(on) == [.rampStreamVolume(.playback(1), silence, nanoseconds: 500_000_000)], "\(on)")
+        _ = h.echo(on)
+        // No step while the ramp runs; the mute once it has surely run, with the user's volume back under it.
+        let way = runAll(&h, .playback(1))
+        #expect(
+            way.map(\.op) == [.setStreamMute(.playback(1), true), .setStreamVolume(.playback(1), .normal)], "\(way)")
+        #expect((540...600).contains(way.first?.ms ?? 0), "muted \(way.first?.ms ?? 0) ms after the ramp began")
+        #expect(h.engine.fading.isEmpty)
+    }
+
+    @Test func aUsersMuteDuringARampedFadeOutIsTheUsers() {
+        var h = Harness(fades: true)
+        _ = heardVolumeRampedGame(&h)
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 200)
+        let e = h.change(.playback(1)) { $0.muted = true }
+        // Its volume back (held by the backend for the ramp's end); no mute of audiod's to undo later.
+        #expect(streamOps(e) == [.setStreamVolume(.playback(1), .normal)], "\(e)")
+        _ = h.echo(e)
+        _ = runAll(&h, .playback(1))
+        let off = h.silent(false)
+        #expect(!streamOps(off).contains(.setStreamMute(.playback(1), false)), "the user's mute undone: \(off)")
+    }
+
+    @Test func silentModeOffDuringARampedFadeOutRampsBackUp() {
+        var h = Harness(fades: true)
+        _ = heardVolumeRampedGame(&h)
+        _ = h.echo(h.silent(true))
+        h.advance(ms: 200)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let off = h.silent(false)
+        #expect(streamOps(off) == [.rampStreamVolume(.playback(1), .normal, nanoseconds: 500_000_000)], "\(off)")
+        _ = h.echo(off)
+        #expect(runAll(&h, .playback(1)).isEmpty)
+        #expect(h.engine.appliedChange(of: .playback(1)) == nil)
+    }
+
     @Test func aStreamTheServerCannotRampIsGivenBackInSteps() {
         var h = Harness(fades: true)
         _ = heardGame(&h)

@@ -97,9 +97,10 @@ struct FadeTests {
     /// PulseAudio's duck of full volume to 0.2 (`pa_sw_volume_from_linear`).
     static let ducked = UInt32((pow(0.2, 1.0 / 3) * 65536).rounded())
 
-    /// The duck of the stream has begun: on PipeWire 1.4 its server ramp is sent (no volume a pulse client sees
-    /// moves until the ramp's end), elsewhere its first step is seen.
-    static func duckBegan(_ kind: ServerKind, _ server: TestServer, log: String = "audiod.log", stream: UInt32) -> Bool
+    /// A duck or a fade-out of the stream has begun: on PipeWire 1.4 its server ramp is sent (no volume a pulse
+    /// client sees moves until the ramp's end), elsewhere its first step is seen.
+    static func fadeDownBegan(_ kind: ServerKind, _ server: TestServer, log: String = "audiod.log", stream: UInt32)
+        -> Bool
     {
         waitFor(5) {
             kind == .pipewire14
@@ -448,7 +449,7 @@ struct FadeTests {
             // A ramp needs a node that has been processing: the music plays a while first.
             Thread.sleep(forTimeInterval: 0.5)
             let path = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
-            #expect(Self.duckBegan(kind, server, stream: stream.index), "no fade began")
+            #expect(Self.fadeDownBegan(kind, server, stream: stream.index), "no fade began")
             // Mid-fade (on PipeWire 1.4 inside the server's ramp), the user sets 60 % (39322 is 0.6 of 65536).
             _ = try server.pactl(["set-sink-input-volume", "\(stream.index)", "39322"])
             let expected = UInt32((Double(39322) * pow(0.2, 1.0 / 3)).rounded())
@@ -480,7 +481,8 @@ struct FadeTests {
             Thread.sleep(forTimeInterval: 0.5)
             _ = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
             #expect(
-                Self.duckBegan(kind, server, log: kill ? "audiod-kill.log" : "audiod-term.log", stream: stream.index),
+                Self.fadeDownBegan(
+                    kind, server, log: kill ? "audiod-kill.log" : "audiod-term.log", stream: stream.index),
                 "no fade began")
             if kill {
                 d.kill()
@@ -523,12 +525,37 @@ struct FadeTests {
         defer { game.kill() }
         let stream = try server.waitForPlaybackStream(pid: game.pid)
         #expect(watcher.settle())
+        // A ramp needs a node that has been processing.
+        Thread.sleep(forTimeInterval: 0.5)
         let t0 = DispatchTime.now().uptimeNanoseconds
         try Self.setSilentMode(d, true)
         #expect(
             waitFor(5) { watcher.streams[stream.index].map { $0.muted && $0.volume == 65536 } ?? false },
             "not muted with the user's volume back: \(String(describing: watcher.streams[stream.index]))")
         let reports = watcher.timedReports(of: stream.index, since: t0)
+        if kind == .pipewire14 {
+            // One ramp of the factor to 0 inside the server, no volume a pulse client sees on the way (none of 0
+            // ever), then the mute once it has run, and the factor back at 1.0 under it.
+            let log = server.file("audiod.log")
+            #expect(
+                log.contains("write: ramp stream \(stream.index)'s volume down to 0%"),
+                "no server ramp: \(log.suffix(1500))")
+            let mutedAt = reports.first(where: { $0.stream.muted })?.at ?? t0
+            let ms = Double(mutedAt - t0) / 1e6
+            let seen = reports.filter { !$0.stream.muted }.map(\.stream.volume)
+            print(
+                "fades: \(kind): silent mode's fade-out as a server ramp, muted after \(Int(ms)) ms, volumes seen \(seen)"
+            )
+            #expect(seen.allSatisfy { $0 == 65536 }, "volumes on the way: \(seen)")
+            #expect(ms >= 500 && ms <= 1000, "muted \(ms) ms after silent mode: not once the ramp had run")
+            let node = try #require(stream.properties["object.id"])
+            #expect(waitFor(5) { Self.factor(server, node: node) == 1.0 }, "the factor is not 1.0 under the mute")
+            try Self.setSilentMode(d, false)
+            #expect(
+                waitFor(5) { watcher.streams[stream.index].map { !$0.muted && $0.volume == 65536 } ?? false },
+                "silent mode off did not give the game back at the user's volume")
+            return
+        }
         // The way down, as the server showed it: every report before the mute. The fade's last step (to silence)
         // is written with the mute and the volume put back under it, so the server reports the three as one.
         guard let mutedAt = reports.firstIndex(where: { $0.stream.muted }),
@@ -599,11 +626,13 @@ struct FadeTests {
             case .duck:
                 _ = try d.client.makeSession(pid: ducker.pid, "playback", options: ["duck-others"], activate: true)
                 #expect(
-                    Self.duckBegan(kind, server, log: "audiod-\(round).log", stream: stream.index),
+                    Self.fadeDownBegan(kind, server, log: "audiod-\(round).log", stream: stream.index),
                     "\(how): no duck began")
             case .fadeOut:
                 try Self.setSilentMode(d, true)
-                #expect(waitFor(5) { volume() < 50000 }, "\(how): no fade-out began")
+                #expect(
+                    Self.fadeDownBegan(kind, server, log: "audiod-\(round).log", stream: stream.index),
+                    "\(how): no fade-out began")
             case .fadeIn:
                 #expect(waitFor(5) { server.playbackStream(pid: game.pid)?.muted == true }, "\(how): not silenced")
                 try Self.setSilentMode(d, false)
