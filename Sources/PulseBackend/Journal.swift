@@ -24,6 +24,11 @@ public struct Journal: Codable, Equatable, Sendable {
         /// A volume audiod set before `appliedVolume`, whose replacement may not have reached the server yet: the
         /// stream may still show it (a duck at the previous level). Put back the same way.
         public var earlierAppliedVolume: [UInt32]? = nil
+        /// A volume set before that, while both replacements may not have landed (two writes unanswered).
+        public var olderAppliedVolume: [UInt32]? = nil
+
+        /// The volumes of audiod's the stream may show besides `appliedVolume`.
+        public var otherAppliedVolumes: [[UInt32]] { [earlierAppliedVolume, olderAppliedVolume].compactMap { $0 } }
     }
 
     /// A policy value that outlived its stream: the server's restore database (module-stream-restore,
@@ -350,7 +355,8 @@ public final class JournalLog {
     private static func line(_ e: Journal.Entry) -> String {
         "+ \(e.record ? "r" : "p") \(e.index) \(e.unmute ? 1 : 0) \(volume(e.appliedVolume)) \(volume(e.restoreVolume)) "
             + "\(e.restoreKey.map(encode) ?? "-") \(encode(e.applicationName))"
-            + (e.earlierAppliedVolume.map { " " + volume($0) } ?? "") + "\n"
+            + (e.earlierAppliedVolume != nil || e.olderAppliedVolume != nil ? " " + volume(e.earlierAppliedVolume) : "")
+            + (e.olderAppliedVolume.map { " " + volume($0) } ?? "") + "\n"
     }
 
     private static func line(leak key: String, _ l: Journal.Leak) -> String {
@@ -463,9 +469,9 @@ public final class JournalLog {
             do {
                 switch kind {
                 case "+":
-                    // The ninth field (an earlier applied volume, while its replacement is in flight) was added
-                    // later: journals without it still read.
-                    guard f.count == 8 || f.count == 9, f[1] == "p" || f[1] == "r", let index = UInt32(f[2]),
+                    // The ninth and tenth fields (earlier applied volumes, while their replacements are in flight)
+                    // were added later: journals without them still read.
+                    guard (8...10).contains(f.count), f[1] == "p" || f[1] == "r", let index = UInt32(f[2]),
                         f[3] == "0" || f[3] == "1"
                     else {
                         throw fail()
@@ -474,7 +480,8 @@ public final class JournalLog {
                         record: f[1] == "r", index: index, applicationName: try decode(f[7]),
                         restoreKey: f[6] == "-" ? nil : try decode(f[6]), unmute: f[3] == "1",
                         appliedVolume: try parseVolume(f[4]), restoreVolume: try parseVolume(f[5]),
-                        earlierAppliedVolume: f.count == 9 ? try parseVolume(f[8]) : nil)
+                        earlierAppliedVolume: f.count >= 9 ? try parseVolume(f[8]) : nil,
+                        olderAppliedVolume: f.count == 10 ? try parseVolume(f[9]) : nil)
                     let k = key(e)
                     if entries[k] == nil { order.append(k) }
                     entries[k] = e

@@ -34,6 +34,8 @@ struct JournalLogTests {
                     j.entries[at].appliedVolume = [UInt32(step), 1]
                     // A write of another volume in flight: the line names the earlier one too.
                     j.entries[at].earlierAppliedVolume = step % 4 == 1 ? [UInt32(step + 7), 1] : nil
+                    // Two in flight: the one before both too (also alone, the earlier field then empty).
+                    j.entries[at].olderAppliedVolume = step % 8 == 1 || step % 8 == 3 ? [UInt32(step + 9), 1] : nil
                 }
             } else {
                 j.entries.append(entry(i, volume: step % 2 == 0 ? [13_107, 13_107] : nil))

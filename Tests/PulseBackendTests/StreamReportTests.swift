@@ -454,6 +454,18 @@ struct StreamReportTests {
         _ = t.writing(other, volume: [52016], now: Self.ms)
         #expect(t.writeAnswered(other, ok: true).journal)
         #expect(t.journalEntry(other)?.earlierAppliedVolume == nil)
+        // Moved twice before either write lands (seed 7796 on PipeWire 1.4): the level before both is what a kill
+        // then leaves, and it stays in the journal.
+        var (u, third) = Self.reported(64)
+        _ = u.appliedChanged([(third, Self.ducked(third))], now: 0)
+        _ = u.writing(third, volume: [38326], now: 0)
+        _ = u.writeAnswered(third, ok: true)
+        _ = u.appliedChanged([(third, Self.ducked(third, to: 17000))], now: Self.ms)
+        _ = u.writing(third, volume: [17000], now: Self.ms)
+        _ = u.appliedChanged([(third, Self.ducked(third, to: 30419))], now: Self.ms)
+        #expect(u.journalEntry(third)?.appliedVolume == [30419])
+        #expect(u.journalEntry(third)?.earlierAppliedVolume == [17000])
+        #expect(u.journalEntry(third)?.olderAppliedVolume == [38326], "the level the stream still shows was lost")
         // A whole rewrite meanwhile keeps a full lift's line.
         _ = t.appliedChanged([(other, nil)], now: 2 * Self.ms)
         _ = t.writing(other, volume: [65536], now: 2 * Self.ms)
