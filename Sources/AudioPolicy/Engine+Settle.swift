@@ -602,8 +602,8 @@ extension Engine {
                 // The server ramps it down to silence; the mute comes once the ramp has run (`streamOperations`),
                 // so a user's mute meanwhile is still the user's.
                 st.fade = VolumeFade(
-                    from: current, to: end, lifts: false, silences: true, start: now, length: fadeOut,
-                    serverRamped: true)
+                    from: current, to: end, lifts: false, silences: true, start: serverRampBegins(&st, fadeOut),
+                    length: fadeOut, serverRamped: true)
                 effects.append(.rampStreamVolume(sid, end, nanoseconds: fadeOut))
                 st.appliedVolume = end
                 fading.insert(sid)
@@ -624,6 +624,7 @@ extension Engine {
                 // as done from now — a ramp under way runs out first. A fade of audiod's own steps under way goes
                 // on in steps (a ramp would start from where the server is).
                 st.fade = nil
+                _ = serverRampBegins(&st, length)
                 effects.append(.rampStreamVolume(sid, end, nanoseconds: length))
                 st.appliedVolume = goal
                 fading.remove(sid)
@@ -663,6 +664,15 @@ extension Engine {
             st.appliedVolume = value
         }
         fading.insert(sid)
+    }
+
+    /// When a server ramp of `length` asked now begins — once the one asked before has run — and notes when it will
+    /// have run.
+    func serverRampBegins(_ st: inout StreamState, _ length: UInt64) -> Instant {
+        let begins = max(now, st.serverRampEnds ?? now)
+        st.serverRampEnds = Instant(
+            nanoseconds: begins.nanoseconds + length + VolumeFade.serverRampSettleNanoseconds)
+        return begins
     }
 
     /// How long a stream's volume takes from `from` to `to`: 0 (at once) for a stream nobody hears or whose volume

@@ -126,6 +126,9 @@ struct StreamState: Sendable {
     var mutedForApp: SessionID?
     /// A duck on its way in or out (docs/POLICY.md §2 "Fades"): `appliedVolume` is the step last written.
     var fade: VolumeFade?
+    /// When the server ramp audiod last asked of it has surely run: the server starts a ramp asked meanwhile only
+    /// then (it refuses a second while one runs), so a ramped fade-out's mute waits for that too.
+    var serverRampEnds: Instant?
     /// Its volume is set at once this step, not faded: the stream is new (a fade would start it loud), or the
     /// user has just set a volume (the duck goes on top of it at once, as SPEC §7 says).
     var volumeAtOnce = false

@@ -1077,6 +1077,7 @@ public final class PulseBackend {
     /// another way than the pulse unmute, and an unmute landing first would be heard at full volume.
     private func beginRampUp(_ id: StreamID, milliseconds ms: UInt32) -> Bool {
         guard let pw = pipewire, pw.ramps, ms > 0, id.kind == .playback, ramps[id] == nil, rampUps[id] == nil,
+            volumeRamps[id] == nil,
             session.streamMuted(id) == true, let node = session.streamNode(id), !rampRuns(on: node),
             pw.watchFactor(node: node)
         else { return false }
@@ -1185,8 +1186,6 @@ public final class PulseBackend {
         var silences: Bool { target.allSatisfy { $0 == 0 } }
         /// A ramp to silence has run, and waits for the engine's mute.
         var awaitingMute = false
-        /// That mute is on its way.
-        var muting = false
 
         /// The volume the ramp ends on, what was decided meanwhile included (a ramp to silence: the volume under
         /// its mute).
@@ -1204,8 +1203,9 @@ public final class PulseBackend {
     /// Starts a server ramp of the stream's volume to `target` over `nanoseconds`; false when the server cannot
     /// ramp this stream now (then the caller sets the volume at once).
     /// `from`: where the server's volume is (a ramp's end just committed), if not as last read.
+    /// `shown`: what the server shows meanwhile, if not `from` (a ramp turned back: the volume under its factor).
     private func beginVolumeRamp(
-        _ id: StreamID, _ target: [UInt32], nanoseconds ns: UInt64, from: [UInt32]? = nil
+        _ id: StreamID, _ target: [UInt32], nanoseconds ns: UInt64, from: [UInt32]? = nil, shown: [UInt32]? = nil
     ) -> Bool {
         let now = monotonicNow()
         guard options.rampsDucks, let pw = pipewire, pw.ramps, ns >= 1_000_000, rampUps[id] == nil,
@@ -1224,9 +1224,16 @@ public final class PulseBackend {
         let samples = Int32(clamping: 48 * Int(ns / 1_000_000))
         let steps = max(1, (samples + 2047) / 2048)
         let runs = ns + Self.rampSettleNanoseconds
+        // The timer first: none to be had, no ramp, which would otherwise never end.
+        guard let end = loop.timer(afterNanoseconds: runs, { [weak self] in self?.volumeRampEnded(id) }) else {
+            return false
+        }
         // The target counts as written from now; until the server has it, it shows the volume before (down: until
         // the ramp's end), which is audiod's meanwhile — any other volume is the user's.
-        guard session.writing(id, volume: target, now: now, shown: before, holding: runs) else { return true }
+        guard session.writing(id, volume: target, now: now, shown: shown ?? before, holding: runs) else {
+            end.cancel()
+            return true
+        }
         let key = session.streamKey(id)
         cancelFactorCheck(node)
         lowered(node, key: key, true)
@@ -1238,15 +1245,20 @@ public final class PulseBackend {
                 self?.finishOperation()
             }
         } else {
-            sent =
-                pw.set(node: node, factor: share, channelVolumes: target.map(Self.linear)) { [weak self] in
-                    // The volume is the server's now: the write is answered.
-                    self?.operationDone(id, true, "volume")
-                }
-                && pw.set(node: node, factor: 1, rampSamples: samples, stepSamples: steps)
+            sent = pw.set(node: node, factor: share, channelVolumes: target.map(Self.linear)) { [weak self] in
+                // The volume is the server's now: the write is answered.
+                self?.operationDone(id, true, "volume")
+            }
+            if sent, !pw.set(node: node, factor: 1, rampSamples: samples, stepSamples: steps) {
+                // The volume went, its ramp did not: the factor to 1.0 plainly, and checked.
+                end.cancel()
+                recheckFactor(node, after: 0)
+                return true
+            }
         }
         guard sent else {
             // The native connection failed under it (its loss closes every ramp): the volume through pulse.
+            end.cancel()
             pendingOperations -= 1
             session.writeWithdrawn(id)
             lowered(node, key: key, false)
@@ -1259,8 +1271,8 @@ public final class PulseBackend {
         )
         var r = VolumeRamp(
             node: node, key: key, target: target, down: down, nanoseconds: ns, unanswered: down ? 1 : 0,
-            before: before)
-        r.end = loop.timer(afterNanoseconds: runs) { [weak self] in self?.volumeRampEnded(id) }
+            before: shown ?? before)
+        r.end = end
         volumeRamps[id] = r
         return true
     }
@@ -1278,6 +1290,14 @@ public final class PulseBackend {
             r.next = nil
         }
         volumeRamps[id] = r
+        if r.awaitingMute {
+            // The ramp to silence has run and no mute came: what was decided instead is carried out now.
+            r.end?.cancel()
+            r.end = nil
+            volumeRamps[id] = r
+            volumeRampEnded(id)
+            return
+        }
         logger.debug("write: volume \(Volume(channels: v)) of stream \(id.index) held for its ramp's end")
     }
 
@@ -1286,27 +1306,39 @@ public final class PulseBackend {
     /// waits for the engine's mute, and the volume it puts back under the mute goes with the factor at 1.0.
     private func volumeRampEnded(_ id: StreamID) {
         guard var r = volumeRamps[id] else { return }
-        nodeRampEnds[r.node] = nil
+        // A paused ramp's back-up may have put the node's end later.
+        if let e = nodeRampEnds[r.node], e <= monotonicNow() { nodeRampEnds[r.node] = nil }
         r.end = nil
+        if let next = r.next, r.silences, next.volume.allSatisfy({ $0 == 0 }) {
+            // Silenced again: still the ramp to silence.
+            r.next = nil
+        }
         if r.silences, r.held == nil {
             if let next = r.next {
-                // Turned back before the mute: up from the silence the factor reached.
+                // Turned back before the mute: up from the silence the factor reached, under the volume before.
                 volumeRamps[id] = nil
                 for _ in 0..<r.unanswered { session.writeWithdrawn(id) }
-                if !beginVolumeRamp(id, next.volume, nanoseconds: next.nanoseconds, from: r.target) {
+                let zeros = [UInt32](repeating: 0, count: next.volume.count)
+                if !beginVolumeRamp(id, next.volume, nanoseconds: next.nanoseconds, from: zeros, shown: r.before) {
                     commitVolume(id, r.node, next.volume, answers: false, countNow: true)
+                    recheckFactor(r.node)
                 }
                 execute(session.writesSent())
                 return rampsSettled()
             }
             r.awaitingMute = true
-            r.end = loop.timer(afterNanoseconds: Self.fadeOutMuteWaitNanoseconds) { [weak self] in
+            let wait = loop.timer(afterNanoseconds: Self.fadeOutMuteWaitNanoseconds) { [weak self] in
                 // No mute came (the engine let go of the stream some other way): the factor back at 1.0 under
-                // the volume audiod believes, as a commit would.
+                // what was decided, or the volume before, as a commit would.
                 guard let self, let r = self.volumeRamps.removeValue(forKey: id) else { return }
                 self.logger.debug("stream \(id.index)'s ramp to silence: no mute followed")
-                self.finishVolumeRamp(id, r, commit: r.before)
+                self.finishVolumeRamp(id, r, commit: r.held ?? r.before)
             }
+            guard let wait else {
+                volumeRamps[id] = nil
+                return finishVolumeRamp(id, r, commit: r.before)
+            }
+            r.end = wait
             volumeRamps[id] = r
             return
         }
@@ -1337,7 +1369,8 @@ public final class PulseBackend {
             execute(session.writesSent())
             return
         } else if let next = r.next {
-            operate(id, .setStreamVolume(id, Volume(channels: next.volume)), volume: next.volume)
+            // Not ramped after all: set by the same way as the commit, so that it lands after it.
+            commitVolume(id, r.node, next.volume, answers: false, countNow: true)
         }
         // The factor once more at 1.0 (an up ramp's last value is a step short), and checked.
         recheckFactor(r.node, after: commit != nil ? Self.factorRecheckNanoseconds : 0)
@@ -1372,7 +1405,6 @@ public final class PulseBackend {
         r.end?.cancel()
         r.end = nil
         r.awaitingMute = false
-        r.muting = true
         volumeRamps[id] = r
         guard let c = context, session.writing(id, mute: true, now: monotonicNow()) else {
             if let r = volumeRamps.removeValue(forKey: id) { finishVolumeRamp(id, r, commit: nil) }

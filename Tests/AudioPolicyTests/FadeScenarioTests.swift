@@ -606,6 +606,24 @@ import Testing
         #expect(h.engine.fading.isEmpty)
     }
 
+    /// Silent mode during a duck's server ramp: the server starts the fade-out's ramp only once the duck's has run
+    /// (it refuses a second), so the mute waits for both (a mute at the fade-out's own length would cut it).
+    @Test func aRampedFadeOutAfterAnotherRampMutesOnceBothHaveRun() {
+        var h = Harness(fades: true)
+        _ = heardVolumeRampedGame(&h)
+        let ducker = h.session(pid: 30, "playback", options: ["duck-others", "mix-with-others"])
+        _ = h.echo(h.activate(ducker))
+        h.advance(ms: 199)
+        _ = h.echo(h.send(.timerFired(.fadeStep)))
+        let on = h.silent(true)
+        #expect(streamOps(on).count == 1, "\(on)")
+        _ = h.echo(on)
+        let way = runAll(&h, .playback(1))
+        // The duck's ramp ends 560 ms after it began (some 360 ms from here), the fade-out's 560 ms after that.
+        #expect(way.first?.op == .setStreamMute(.playback(1), true), "\(way)")
+        #expect((900...960).contains(way.first?.ms ?? 0), "muted \(way.first?.ms ?? 0) ms after silent mode")
+    }
+
     @Test func aUsersMuteDuringARampedFadeOutIsTheUsers() {
         var h = Harness(fades: true)
         _ = heardVolumeRampedGame(&h)
