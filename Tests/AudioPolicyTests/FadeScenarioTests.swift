@@ -501,12 +501,13 @@ import Testing
         #expect(h.engine.fading.isEmpty)
     }
 
-    /// A game someone hears, on a server that ramps its factor (PipeWire 0.3.68 and later).
-    func heardRampedGame(_ h: inout Harness) -> SessionID {
+    /// A game someone hears, on a server that ramps its factor (PipeWire 0.3.68 and later): its give-backs
+    /// (`serverRamps`, off in audiod), or its ducks and fade-out (`volume`).
+    func heardRampedGame(_ h: inout Harness, volume: Bool = false) -> SessionID {
         let game = h.session(pid: 10, "solo-ambient")
         _ = h.echo(h.activate(game))
         var info = StreamInfo(id: .playback(1), processChain: [10], applicationName: "app")
-        info.serverRamps = true
+        if volume { info.serverRampsVolume = true } else { info.serverRamps = true }
         _ = h.echo(h.send(.streamAppeared(info)))
         return game
     }
@@ -581,19 +582,9 @@ import Testing
         #expect(streamOps(p) == [.rampStreamVolume(.playback(1), strong, nanoseconds: 100_000_000)], "\(p)")
     }
 
-    /// A game on a server that ramps its volume (PipeWire 0.3.68 and later).
-    func heardVolumeRampedGame(_ h: inout Harness) -> SessionID {
-        let game = h.session(pid: 10, "solo-ambient")
-        _ = h.echo(h.activate(game))
-        var info = StreamInfo(id: .playback(1), processChain: [10], applicationName: "app")
-        info.serverRampsVolume = true
-        _ = h.echo(h.send(.streamAppeared(info)))
-        return game
-    }
-
     @Test func whereTheServerRampsVolumesSilentModeFadesOutAsOneRampThenMutesOnceItHasRun() {
         var h = Harness(fades: true)
-        _ = heardVolumeRampedGame(&h)
+        _ = heardRampedGame(&h, volume: true)
         let silence = Volume(uniform: 0, count: Volume.normal.channels.count)
         let on = h.silent(true)
         #expect(streamOps(on) == [.rampStreamVolume(.playback(1), silence, nanoseconds: 500_000_000)], "\(on)")
@@ -610,7 +601,7 @@ import Testing
     /// (it refuses a second), so the mute waits for both (a mute at the fade-out's own length would cut it).
     @Test func aRampedFadeOutAfterAnotherRampMutesOnceBothHaveRun() {
         var h = Harness(fades: true)
-        _ = heardVolumeRampedGame(&h)
+        _ = heardRampedGame(&h, volume: true)
         let ducker = h.session(pid: 30, "playback", options: ["duck-others", "mix-with-others"])
         _ = h.echo(h.activate(ducker))
         h.advance(ms: 199)
@@ -626,7 +617,7 @@ import Testing
 
     @Test func aUsersMuteDuringARampedFadeOutIsTheUsers() {
         var h = Harness(fades: true)
-        _ = heardVolumeRampedGame(&h)
+        _ = heardRampedGame(&h, volume: true)
         _ = h.echo(h.silent(true))
         h.advance(ms: 200)
         let e = h.change(.playback(1)) { $0.muted = true }
@@ -640,7 +631,7 @@ import Testing
 
     @Test func silentModeOffDuringARampedFadeOutRampsBackUp() {
         var h = Harness(fades: true)
-        _ = heardVolumeRampedGame(&h)
+        _ = heardRampedGame(&h, volume: true)
         _ = h.echo(h.silent(true))
         h.advance(ms: 200)
         _ = h.echo(h.send(.timerFired(.fadeStep)))
