@@ -1347,8 +1347,12 @@ public final class PulseBackend {
         finishVolumeRamp(id, r, commit: commit)
     }
 
-    /// How long the end of a ramp to silence waits for the engine's mute (it comes on its next fade step).
-    static let fadeOutMuteWaitNanoseconds: UInt64 = 500_000_000
+    /// How long the end of a ramp to silence waits for the engine's mute: a safety net, not a deadline. The engine
+    /// times its mute after every ramp it asked for, and the backend may have dropped one of them (a lift replaced
+    /// by another fade-out, a second fade-out while the first ran): its mute can come up to two of the longest
+    /// fades (5 s each) after this ramp's end. Meanwhile the stream is silent, as the engine holds it; anything else
+    /// the engine decides (the stream given back, the stop's values) ends the wait at once.
+    static let fadeOutMuteWaitNanoseconds: UInt64 = 11_000_000_000
 
     /// Sets the ramp's end state (`commit`; nil: nothing to set but the factor, an up ramp's), answers its writes,
     /// and starts the ramp decided meanwhile.
