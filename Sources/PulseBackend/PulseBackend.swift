@@ -1168,7 +1168,6 @@ public final class PulseBackend {
     /// one); a mute is written at once, through the pulse protocol.
     private struct VolumeRamp {
         var node: UInt32
-        var key: String?
         var target: [UInt32]
         var down: Bool
         var nanoseconds: UInt64
@@ -1270,7 +1269,7 @@ public final class PulseBackend {
             "write: ramp stream \(id.index)'s volume \(down ? "down" : "up") to \(Volume(channels: target)) over \(ns / 1_000_000) ms (factor \(down ? "1.0 → \(share)" : "\(share) → 1.0"))"
         )
         var r = VolumeRamp(
-            node: node, key: key, target: target, down: down, nanoseconds: ns, unanswered: down ? 1 : 0,
+            node: node, target: target, down: down, nanoseconds: ns, unanswered: down ? 1 : 0,
             before: shown ?? before)
         r.end = end
         volumeRamps[id] = r
