@@ -57,10 +57,14 @@ public struct RestoreLedger {
     /// Each stream's entry name, once it has been reported.
     private var keys: [StreamID: String] = [:]
     private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
-    /// The policy values audiod set on streams of each key lately (at most `recentPerKey`, none older than
-    /// `restoreSettleNanoseconds`): the server saves each of them, in an order audiod cannot see.
+    /// The policy values audiod set on streams of each key lately (at most `recentPerKey` different ones, none older
+    /// than `restoreSettleNanoseconds`): the server saves each of them, in an order audiod cannot see. A value set
+    /// again counts once, at its last time: a stepped fade writes a new value every 20 ms, and a busy WirePlumber may
+    /// give the key's next stream any of them (SIGTERM under load on PipeWire 1.4: a fade-in's first step came back
+    /// on the key's next stream after the same call's duck had been set and lifted eight times on two streams, which
+    /// had pushed the step out of a list of eight; taken for the user's volume, it was kept at the stop and saved).
     private var recentByKey: [String: [(leak: Journal.Leak, at: UInt64)]] = [:]
-    static let recentPerKey = 8
+    static let recentPerKey = 64
     /// Leaked keys that streams found at connection showed.
     private var matchedAtConnect: Set<String> = []
     /// Values to undo if a new stream shows one, until a deadline (monotonic ns).
@@ -417,14 +421,15 @@ public struct RestoreLedger {
     /// Where the server saves late, a policy value written to the key since its last quiet second.
     private mutating func unsaved(_ leak: Journal.Leak, for key: String) {
         guard savesLate else { return }
-        var list = unsavedByKey[key, default: []]
-        if list.count >= 8 { list.removeFirst() }
+        // As `recentByKey`: different values, the last 64.
+        var list = unsavedByKey[key, default: []].filter { $0 != leak }
+        if list.count >= Self.recentPerKey { list.removeFirst(list.count - Self.recentPerKey + 1) }
         list.append(leak)
         unsavedByKey[key] = list
     }
 
     private mutating func remember(_ leak: Journal.Leak, for key: String, at now: UInt64) {
-        var list = recentByKey[key, default: []].filter { now - $0.at < restoreSettleNanoseconds }
+        var list = recentByKey[key, default: []].filter { now - $0.at < restoreSettleNanoseconds && $0.leak != leak }
         if list.count >= Self.recentPerKey { list.removeFirst(list.count - Self.recentPerKey + 1) }
         list.append((leak, now))
         recentByKey[key] = list

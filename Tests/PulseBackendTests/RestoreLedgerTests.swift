@@ -877,15 +877,50 @@ struct RestoreLedgerTests {
         #expect(stoppedAt == 150, "given up after 150 reads, 3 s at one per 20 ms")
     }
 
+    /// A change of `id` to `volume` under the user's full volume (a duck, or a fade's step).
+    static func lowered(_ id: StreamID, _ volume: UInt32) -> AppliedChange {
+        AppliedChange(
+            stream: id, applicationName: "Music", unmute: false, appliedVolume: Volume(channels: [volume, volume]),
+            restoreVolume: Volume(channels: full))
+    }
+
     @Test func theRecentValuesOfAKeyAreBounded() {
         var l = Self.ledger()
-        let ids = (1...20).map { StreamID.playback(UInt32($0)) }
+        let count = RestoreLedger.recentPerKey + 20
+        let ids = (1...count).map { StreamID.playback(UInt32($0)) }
         for id in ids { l.keyed(id, Self.key) }
         for (n, id) in ids.enumerated() {
-            _ = l.update([(id, Self.muted(id))], muted: { _ in true }, now: UInt64(n) * Self.ms)
+            // Each a different value: gone streams, so only the recent list holds them.
+            _ = l.update(
+                [(id, Self.lowered(id, UInt32(1000 + 100 * n)))], muted: { _ in false }, now: UInt64(n) * Self.ms)
             _ = l.update([(id, nil)], muted: { _ in nil }, now: UInt64(n) * Self.ms)
         }
-        #expect(l.policySources(key: Self.key, now: 30 * Self.ms).count == RestoreLedger.recentPerKey)
+        let sources = l.policySources(key: Self.key, now: 100 * Self.ms)
+        #expect(sources.count == RestoreLedger.recentPerKey)
+        #expect(
+            sources.last?.appliedVolume == [UInt32(1000 + 100 * (count - 1))].flatMap { [$0, $0] }, "the newest kept")
         #expect(l.policySources(key: Self.key, now: 3_000 * Self.ms).isEmpty, "none older than the settle time")
+    }
+
+    /// SIGTERM under load on PipeWire 1.4: one stream of a key got a fade-in's first step, then a call's duck was set
+    /// and lifted on it and a sibling again and again; WirePlumber, behind, gave the key's next stream the step. A
+    /// value set again counts once, so the step is still known.
+    @Test func aFadeStepIsStillKnownAfterManyRepeatsOfADuck() {
+        var l = Self.ledger(savesLate: true)
+        let a = StreamID.playback(1)
+        let b = StreamID.playback(2)
+        let next = StreamID.playback(3)
+        _ = Self.appear(&l, a)
+        _ = Self.appear(&l, b)
+        _ = l.update([(a, Self.lowered(a, 4684))], muted: { _ in false }, now: 0)
+        for n in 1...20 {
+            let at = UInt64(n) * 20 * Self.ms
+            _ = l.update([(a, Self.lowered(a, 17111)), (b, Self.lowered(b, 17111))], muted: { _ in false }, now: at)
+            _ = l.update([(a, nil), (b, nil)], muted: { _ in false }, now: at + 10 * Self.ms)
+        }
+        let v = Self.appear(&l, next, volume: [4684, 4684], now: 500 * Self.ms)
+        #expect(v?.volume == Volume(channels: [4684, 4684]), "the fade's step on a new stream is audiod's")
+        #expect(v?.userVolume == Volume(channels: Self.full))
+        #expect(l.policySources(key: Self.key, excluding: next, now: 500 * Self.ms).count < 10, "repeats count once")
     }
 }
