@@ -59,12 +59,16 @@ public struct RestoreLedger {
     private var lifted: [StreamID: (leak: Journal.Leak, at: UInt64)] = [:]
     /// The policy values audiod set on streams of each key lately (at most `recentPerKey` different ones, none older
     /// than `restoreSettleNanoseconds`): the server saves each of them, in an order audiod cannot see. A value set
-    /// again counts once, at its last time: a stepped fade writes a new value every 20 ms, and a busy WirePlumber may
-    /// give the key's next stream any of them (SIGTERM under load on PipeWire 1.4: a fade-in's first step came back
-    /// on the key's next stream after the same call's duck had been set and lifted eight times on two streams, which
-    /// had pushed the step out of a list of eight; taken for the user's volume, it was kept at the stop and saved).
+    /// again counts once, at its last time: a busy WirePlumber may give the key's next stream any of them (SIGTERM
+    /// under load on PipeWire 1.4: a fade-in's first step came back on the key's next stream after the same call's
+    /// duck had been set and lifted eight times on two streams, which had pushed the step out of a list of eight;
+    /// taken for the user's volume, it was kept at the stop and saved). 128: a stepped fade writes a value every
+    /// 20 ms, 100 in the 2 s, and a duck and a fade-in on one key may both fall in them.
     private var recentByKey: [String: [(leak: Journal.Leak, at: UInt64)]] = [:]
-    static let recentPerKey = 64
+    static let recentPerKey = 128
+    /// Of those, the newest that go into the journal's pending saves and what a connection's drop holds: the journal
+    /// keeps a key's sixteen volumes (`Journal.Leak.otherVolumesLimit`), and these lists are merged on every step.
+    static let journaledPerKey = 8
     /// Leaked keys that streams found at connection showed.
     private var matchedAtConnect: Set<String> = []
     /// Values to undo if a new stream shows one, until a deadline (monotonic ns).
@@ -421,9 +425,9 @@ public struct RestoreLedger {
     /// Where the server saves late, a policy value written to the key since its last quiet second.
     private mutating func unsaved(_ leak: Journal.Leak, for key: String) {
         guard savesLate else { return }
-        // As `recentByKey`: different values, the last 64.
+        // Different values, the newest few (as `recentByKey`).
         var list = unsavedByKey[key, default: []].filter { $0 != leak }
-        if list.count >= Self.recentPerKey { list.removeFirst(list.count - Self.recentPerKey + 1) }
+        if list.count >= Self.journaledPerKey { list.removeFirst(list.count - Self.journaledPerKey + 1) }
         list.append(leak)
         unsavedByKey[key] = list
     }
@@ -543,7 +547,7 @@ public struct RestoreLedger {
             heldAtDrop[key, default: []].append(leak)
         }
         for (id, l) in lifted { if let key = keys[id] { heldAtDrop[key, default: []].append(l.leak) } }
-        for (key, list) in recentByKey { heldAtDrop[key, default: []] += list.map(\.leak) }
+        for (key, list) in recentByKey { heldAtDrop[key, default: []] += list.suffix(Self.journaledPerKey).map(\.leak) }
         for (key, list) in unsavedByKey { heldAtDrop[key, default: []] += list }
         for (key, list) in savedPolicyByKey { heldAtDrop[key, default: []] += list }
         unsavedByKey.removeAll()
@@ -582,7 +586,9 @@ public struct RestoreLedger {
         for (id, l) in lifted where l.at > savedUpTo {
             if let key = keys[id] { lists[key, default: []].append(l.leak) }
         }
-        for (key, list) in recentByKey { lists[key, default: []] += list.filter { $0.at > savedUpTo }.map(\.leak) }
+        for (key, list) in recentByKey {
+            lists[key, default: []] += list.filter { $0.at > savedUpTo }.suffix(Self.journaledPerKey).map(\.leak)
+        }
         for (key, list) in unsavedByKey { lists[key, default: []] += list }
         for (key, list) in savedPolicyByKey { lists[key, default: []] += list }
         var held: [String: [Journal.Leak]] = [:]

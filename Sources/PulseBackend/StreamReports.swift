@@ -301,11 +301,12 @@ extension ServerSession {
             out.leaks += journal
             left = values
             if values != nil { out.leakFoundUnder = ledger.key(of: id) ?? "" }
-            // What a new stream started with, beside what audiod knows of its key: a leak not recognized shows here.
-            if t.fed == nil, values == nil, let key = ledger.key(of: id) {
+            // What a new stream started with, beside how many policy volumes of its key audiod knows lately: a leak
+            // not recognized shows here.
+            if t.fed == nil, !t.preexisting, values == nil, let key = ledger.key(of: id) {
                 let known = Set(ledger.policySources(key: key, excluding: id, now: now).flatMap(\.policyVolumes)).count
                 out.notes.append(
-                    "\(id) starts muted=\(t.raw.muted) volume=\(t.raw.volume): the user's (\(known) policy volumes of \(key) known lately)"
+                    "\(id) starts muted=\(t.raw.muted) volume=\(t.raw.volume), none of the \(known) policy volumes of \(key) known lately"
                 )
             }
         }
