@@ -25,6 +25,23 @@ import Testing
         }
     }
 
+    /// Found by the property above in a clean-clone run (input shrunk to these eight codes): silent mode on, a stream
+    /// the server ramps is faded out from its duck; the engine mutes it 60 ms after the ramp's length, once the ramp
+    /// has surely run, and the property judged it at the length. The property was wrong; the fade-out still ends.
+    @Test func aServerRampedFadeOutEndsOnceTheRampHasSurelyRun() {
+        var sim = Simulation()
+        for code in [86327, 11257, 77051, 77351, 82683, 3586, 83585, 58207] {
+            sim.run(Simulation.Op(code: code))
+            #expect(sim.violations().isEmpty, "after \(Simulation.Op(code: code)): \(sim.violations())")
+        }
+        let ramped = sim.engine.streams.values.filter { $0.fade?.serverRamped == true }
+        #expect(!ramped.isEmpty, "no fade-out the server ramps after the eight codes")
+        // More timers fire: every ramped fade-out ends, in its mute.
+        for k in 0..<8 { sim.run(.fireTimer(k)) }
+        #expect(sim.violations().isEmpty, "\(sim.violations())")
+        for st in ramped { #expect(sim.engine.streams[st.info.id]?.fade == nil, "\(st.info.id) still fades") }
+    }
+
     /// Found by the property above in a clean-clone run (input shrunk to these ten codes): a game strongly ducked
     /// under a screen reader and silenced by silent mode; the user unmutes it, and audiod fades it out from its duck
     /// (its first step 30008); the user then sets 30000, and silent mode goes off. 30000 is within
@@ -587,11 +604,15 @@ struct Simulation {
             // The time the engine handles the step at (`step` adds 5 ms; the echoes after it move the clock on).
             let tickAt = Instant(nanoseconds: clock + 5_000_000)
             step(.timerFired(t))
-            // Every fade whose time is up ended at this step: a duck at its level, a fade-out in its mute.
+            // Every fade whose time is up ended at this step: a duck at its level, a fade-out in its mute. A fade-out
+            // the server ramps is up only once the ramp has surely run: the engine mutes `serverRampSettleNanoseconds`
+            // after its length (seed "2GQiSaLl…" in CI: muted at 560 ms, judged at 500).
             if t == .fadeStep {
                 let now = Instant(nanoseconds: clock)
                 for (id, st) in engine.streams.sorted(by: { $0.key < $1.key }) {
-                    if let f = st.fade, f.waitsUntil == nil, now.since(f.start) >= f.length {
+                    if let f = st.fade, f.waitsUntil == nil,
+                        now.since(f.start) >= f.length + (f.serverRamped ? VolumeFade.serverRampSettleNanoseconds : 0)
+                    {
                         problems.append(
                             "\(id)'s fade \(f) still runs \(now.since(f.start) / 1_000_000) ms after its start")
                     }
